@@ -1,0 +1,324 @@
+"""Sans-IO JSON-RPC 2.0: newline framing, message classification and request-id bookkeeping.
+
+This module owns the wire format shared by the editor side and the ACP side. It never touches a socket, a
+process, a clock or a task: callers feed it bytes (``receive_data``) or whole messages (``receive_message``)
+and get back events; they ask it to encode outgoing messages and write the bytes themselves.
+
+Ids: the two directions have separate id spaces. Requests *we* send get ids from our own counter and their
+responses are matched against ``pending`` only; requests the peer sends carry the peer's ids (agents use
+integers from 0 or UUID strings) and are answered with exactly that id. A response to an id we never sent, or
+already saw answered, is reported as ``StrayResponse`` instead of being mistaken for anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+__all__ = [
+    "PARSE_ERROR",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "INVALID_PARAMS",
+    "INTERNAL_ERROR",
+    "REQUEST_CANCELLED",
+    "RequestId",
+    "RpcError",
+    "Request",
+    "Notification",
+    "Response",
+    "ErrorResponse",
+    "InvalidMessage",
+    "StrayResponse",
+    "Event",
+    "LineFramer",
+    "JsonRpcProtocol",
+    "encode",
+]
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# LSP's code for a request the client cancelled; ACP uses the same value.
+REQUEST_CANCELLED = -32800
+
+RequestId = Union[int, str]
+
+
+class RpcError(Exception):
+    """A JSON-RPC error object, raised by handlers and by ``request`` when the peer answers with an error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+    def __repr__(self) -> str:
+        return f"RpcError({self.code}, {self.message!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: RequestId
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: RequestId
+    result: Any
+    method: str  # the method of our request this answers
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    id: RequestId
+    error: RpcError
+    method: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidMessage:
+    """The peer sent something that is not a valid message. ``reply`` is the error response to send back
+    (JSON-RPC says: with the request's id when it could be read, else null)."""
+
+    error: RpcError
+    reply_id: RequestId | None
+    raw: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StrayResponse:
+    """A response whose id matches none of our pending requests (late, duplicated, or invented)."""
+
+    id: Any
+    raw: bytes = field(repr=False)
+
+
+Event = Union[Request, Notification, Response, ErrorResponse, InvalidMessage, StrayResponse]
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as one line: compact JSON, UTF-8, terminated by a newline (JSON escapes any inside)."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+class LineFramer:
+    """Splits a byte stream into lines of at most ``max_line_bytes``.
+
+    A line longer than the limit is discarded as it arrives (memory stays bounded) and reported once, as a
+    ``LineTooLong`` marker in the output, when its terminating newline is seen.
+    """
+
+    class LineTooLong:
+        __slots__ = ("size",)
+
+        def __init__(self, size: int) -> None:
+            self.size = size
+
+    def __init__(self, max_line_bytes: int) -> None:
+        if max_line_bytes < 1:
+            raise ValueError("max_line_bytes must be positive")
+        self.max_line_bytes = max_line_bytes
+        self._buffer = bytearray()
+        self._discarding = 0  # bytes dropped so far of an over-long line; 0 when not discarding
+
+    def feed(self, data: bytes) -> list[bytes | LineFramer.LineTooLong]:
+        out: list[bytes | LineFramer.LineTooLong] = []
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                break
+            chunk = data[start:newline]
+            start = newline + 1
+            if self._discarding:
+                out.append(self.LineTooLong(self._discarding + len(chunk)))
+                self._discarding = 0
+                continue
+            if self._buffer:
+                self._buffer += chunk
+                line = bytes(self._buffer)
+                self._buffer.clear()
+            else:
+                line = chunk
+            if len(line) > self.max_line_bytes:
+                out.append(self.LineTooLong(len(line)))
+                continue
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line.strip():
+                out.append(line)
+        rest = data[start:]
+        if self._discarding:
+            self._discarding += len(rest)
+        elif rest:
+            self._buffer += rest
+            if len(self._buffer) > self.max_line_bytes:
+                self._discarding = len(self._buffer)
+                self._buffer.clear()
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete line held (or being discarded) at the moment."""
+        return len(self._buffer) or self._discarding
+
+
+def _valid_id(value: Any) -> bool:
+    # bool is a subclass of int, and floats round-trip badly: neither is an acceptable id.
+    return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str)
+
+
+class JsonRpcProtocol:
+    """One JSON-RPC connection's protocol state, without I/O.
+
+    ``receive_data`` (byte streams) or ``receive_message`` (one message per frame) turn input into events;
+    ``request``/``notify``/``respond``/``respond_error`` return the bytes to write. ``pending`` maps the ids of
+    our unanswered requests to their method names.
+    """
+
+    def __init__(self, *, max_message_bytes: int = 32 * 1024 * 1024, first_id: int = 1) -> None:
+        self.max_message_bytes = max_message_bytes
+        self._framer = LineFramer(max_message_bytes)
+        self._next_id = first_id
+        self.pending: dict[RequestId, str] = {}
+        # Called with every incoming message's raw bytes and whether they parsed as JSON (for wire traces).
+        self.on_message: Callable[[bytes, bool], None] | None = None
+
+    # -- input ---------------------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        events: list[Event] = []
+        for line in self._framer.feed(data):
+            if isinstance(line, LineFramer.LineTooLong):
+                events.append(self._too_long(line.size))
+            else:
+                events.append(self.receive_message(line))
+        return events
+
+    def receive_message(self, raw: bytes | str) -> Event:
+        if isinstance(raw, str):
+            raw = raw.encode()
+        if len(raw) > self.max_message_bytes:
+            return self._too_long(len(raw))
+        try:
+            message = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            if self.on_message is not None:
+                self.on_message(raw, False)
+            return InvalidMessage(RpcError(PARSE_ERROR, f"Parse error: {exc}"), None, raw)
+        if self.on_message is not None:
+            self.on_message(raw, True)
+        if not isinstance(message, dict):
+            what = "a batch (JSON array); batches are not supported" if isinstance(message, list) else (
+                f"a JSON {type(message).__name__}"
+            )
+            return InvalidMessage(
+                RpcError(INVALID_REQUEST, f"Invalid Request: expected one JSON object per message, got {what}"),
+                None,
+                raw,
+            )
+        return self._classify(message, raw)
+
+    def _too_long(self, size: int) -> InvalidMessage:
+        return InvalidMessage(
+            RpcError(
+                INVALID_REQUEST,
+                f"Invalid Request: message of {size} bytes exceeds the maximum of {self.max_message_bytes} bytes",
+                {"size": size, "maxBytes": self.max_message_bytes},
+            ),
+            None,
+            b"",
+        )
+
+    def _classify(self, message: dict[str, Any], raw: bytes) -> Event:
+        has_id = "id" in message
+        msg_id = message.get("id")
+        reply_id = msg_id if _valid_id(msg_id) else None
+        if message.get("jsonrpc") != "2.0":
+            return self._invalid('"jsonrpc" must be "2.0"', reply_id, raw)
+        method = message.get("method")
+        if method is not None:
+            if not isinstance(method, str):
+                return self._invalid('"method" must be a string', reply_id, raw)
+            params = message.get("params")
+            if params is not None and not isinstance(params, (dict, list)):
+                return self._invalid('"params" must be an object or an array', reply_id, raw)
+            if not has_id:
+                return Notification(method, params)
+            if not _valid_id(msg_id):
+                return self._invalid('"id" must be a string or an integer', None, raw)
+            return Request(msg_id, method, params)
+        if "result" in message or "error" in message:
+            if not _valid_id(msg_id) or msg_id not in self.pending:
+                return StrayResponse(msg_id, raw)
+            our_method = self.pending.pop(msg_id)
+            if "error" in message:
+                return ErrorResponse(msg_id, _error_from_wire(message["error"]), our_method)
+            return Response(msg_id, message["result"], our_method)
+        return self._invalid('a message needs "method" (request or notification) or "result"/"error"', reply_id, raw)
+
+    @staticmethod
+    def _invalid(why: str, reply_id: RequestId | None, raw: bytes) -> InvalidMessage:
+        return InvalidMessage(RpcError(INVALID_REQUEST, f"Invalid Request: {why}"), reply_id, raw)
+
+    # -- output --------------------------------------------------------------------------------------------
+
+    def request(self, method: str, params: Any = None) -> tuple[RequestId, bytes]:
+        request_id = self._next_id
+        self._next_id += 1
+        self.pending[request_id] = method
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        return request_id, encode(message)
+
+    def forget(self, request_id: RequestId) -> None:
+        """Stop waiting for the answer to one of our requests (we cancelled it); a late answer is stray."""
+        self.pending.pop(request_id, None)
+
+    @staticmethod
+    def notify(method: str, params: Any = None) -> bytes:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        return encode(message)
+
+    @staticmethod
+    def respond(request_id: RequestId, result: Any) -> bytes:
+        return encode({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    @staticmethod
+    def respond_error(request_id: RequestId | None, error: RpcError) -> bytes:
+        return encode({"jsonrpc": "2.0", "id": request_id, "error": error.to_dict()})
+
+
+def _error_from_wire(error: Any) -> RpcError:
+    if isinstance(error, dict):
+        code = error.get("code")
+        message = error.get("message")
+        return RpcError(
+            code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
+            message if isinstance(message, str) else json.dumps(error),
+            error.get("data"),
+        )
+    return RpcError(INTERNAL_ERROR, f"malformed error object: {error!r}")

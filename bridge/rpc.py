@@ -1,0 +1,472 @@
+"""Trio shell around the sans-IO JSON-RPC core: one connection = one reader task, one writer task, and one
+task per incoming request, all in the nursery of ``JsonRpcConnection.serve``.
+
+Owns: reading and writing a wire, dispatching incoming requests and notifications to handlers, correlating
+our requests with their responses, and cancellation in both directions. It does not know what any method
+means; the editor server and the ACP client register handlers.
+
+Guarantees: nothing the peer sends stops the reader (bad input gets an error reply or a log line); every
+incoming request gets exactly one answer unless the connection is gone; outgoing writes are whole messages,
+coalesced into one write when several are queued; a slow peer applies backpressure to senders.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from . import jsonrpc
+from .jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    ErrorResponse,
+    InvalidMessage,
+    JsonRpcProtocol,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    RpcError,
+    StrayResponse,
+)
+from .logs import get_logger
+
+__all__ = [
+    "ConnectionClosed",
+    "InvalidParams",
+    "OutgoingRequest",
+    "RequestContext",
+    "MethodTable",
+    "JsonRpcConnection",
+    "StreamWire",
+    "CancelStyle",
+    "EDITOR_CANCEL",
+    "ACP_CANCEL",
+]
+
+
+class ConnectionClosed(Exception):
+    """The peer went away (EOF or a broken pipe) before the operation could finish."""
+
+
+class InvalidParams(RpcError):
+    """-32602, naming the offending field so the caller can fix it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(INVALID_PARAMS, f"Invalid params: {field}: {problem}", {"field": field})
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class CancelStyle:
+    """How a dialect spells request cancellation: the notification's method and the name of its id field."""
+
+    method: str
+    id_field: str
+
+
+EDITOR_CANCEL = CancelStyle("$/cancelRequest", "id")
+ACP_CANCEL = CancelStyle("$/cancel_request", "requestId")
+
+
+class RequestContext:
+    """What a request handler knows about its request. ``cancel_requested`` is set when the peer cancels it;
+    handlers registered with ``handles_cancel=True`` watch it and answer themselves (e.g. a chat turn ends with
+    ``stopReason: "cancelled"``), others are simply cancelled and answered with -32800."""
+
+    __slots__ = ("id", "method", "connection", "cancel_requested", "_scope", "_handles_cancel")
+
+    def __init__(self, request_id: RequestId, method: str, connection: JsonRpcConnection, handles_cancel: bool) -> None:
+        self.id = request_id
+        self.method = method
+        self.connection = connection
+        self.cancel_requested = trio.Event()
+        self._scope: trio.CancelScope | None = None
+        self._handles_cancel = handles_cancel
+
+    def _cancel(self) -> None:
+        self.cancel_requested.set()
+        if not self._handles_cancel and self._scope is not None:
+            self._scope.cancel()
+
+
+RequestHandler = Callable[[Any, RequestContext], Awaitable[Any]]
+NotificationHandler = Callable[[Any], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Method:
+    handler: Callable[..., Awaitable[Any]]
+    is_request: bool
+    handles_cancel: bool
+
+
+class MethodTable:
+    """Method name → handler. Request handlers run concurrently, each in its own task; notification handlers
+    are awaited in the reader, in arrival order, so they must be quick (hand work off through a channel)."""
+
+    def __init__(self) -> None:
+        self._methods: dict[str, _Method] = {}
+
+    def request(self, name: str, handler: RequestHandler, *, handles_cancel: bool = False) -> None:
+        self._methods[name] = _Method(handler, True, handles_cancel)
+
+    def notification(self, name: str, handler: NotificationHandler) -> None:
+        self._methods[name] = _Method(handler, False, False)
+
+    def get(self, name: str) -> _Method | None:
+        return self._methods.get(name)
+
+
+class Wire(Protocol):
+    """A duplex transport carrying JSON-RPC: either a byte stream with newline framing or a message transport."""
+
+    async def read(self, protocol: JsonRpcProtocol) -> list[jsonrpc.Event] | None:
+        """The next events, or None at end of input."""
+
+    async def write(self, messages: list[bytes]) -> None:
+        """Write whole encoded messages (each ending in a newline)."""
+
+    async def aclose(self) -> None: ...
+
+
+class StreamWire:
+    """Newline-delimited JSON over a pair of Trio byte streams (stdio, pipes, unix sockets)."""
+
+    def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, read_size: int = 65536):
+        self._receive = receive
+        self._send = send
+        self._read_size = read_size
+
+    async def read(self, protocol: JsonRpcProtocol) -> list[jsonrpc.Event] | None:
+        try:
+            data = await self._receive.receive_some(self._read_size)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+        if not data:
+            return None
+        return protocol.receive_data(data)
+
+    async def write(self, messages: list[bytes]) -> None:
+        await self._send.send_all(messages[0] if len(messages) == 1 else b"".join(messages))
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            for stream in (self._send, self._receive):
+                try:
+                    await stream.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+
+
+class OutgoingRequest:
+    """A request we sent. ``result()`` waits for the answer; ``cancel()`` asks the peer to cancel it and keeps
+    waiting; ``abandon()`` cancels it and stops waiting (a late answer is ignored)."""
+
+    __slots__ = ("_connection", "id", "method", "_waiter")
+
+    def __init__(self, connection: JsonRpcConnection, request_id: RequestId, method: str, waiter: _PendingRequest):
+        self._connection = connection
+        self.id = request_id
+        self.method = method
+        self._waiter = waiter
+
+    @property
+    def answered(self) -> bool:
+        return self._waiter.done.is_set()
+
+    async def result(self) -> Any:
+        await self._waiter.done.wait()
+        if self._waiter.error is not None:
+            raise self._waiter.error
+        return self._waiter.result
+
+    def cancel(self) -> None:
+        if not self.answered:
+            self._connection._cancel_notification(self.id)
+
+    def abandon(self) -> None:
+        if not self.answered:
+            self._connection._abandon(self.id)
+
+
+class _PendingRequest:
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class JsonRpcConnection:
+    """A JSON-RPC peer over one wire. Run ``serve`` in a nursery (``await nursery.start(conn.serve)``); it
+    returns when the peer closes its side or ``aclose`` is called. ``peer_closed`` is set at end of input."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        methods: MethodTable,
+        *,
+        name: str,
+        cancel_style: CancelStyle,
+        max_message_bytes: int = 32 * 1024 * 1024,
+        tracer: Any = None,
+        outbox_high_water: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.name = name
+        self._wire = wire
+        self._methods = methods
+        self._cancel_style = cancel_style
+        self._protocol = JsonRpcProtocol(max_message_bytes=max_message_bytes)
+        self._tracer = tracer
+        if tracer is not None:
+            self._protocol.on_message = lambda raw, valid: tracer.record(name, "in", raw, valid)
+        self._log = get_logger().bind(conn=name)
+        self._waiters: dict[RequestId, _PendingRequest] = {}
+        self._incoming: dict[RequestId, RequestContext] = {}
+        self._outbox: deque[bytes] = deque()
+        self._outbox_bytes = 0
+        self._outbox_high_water = outbox_high_water
+        self._outbox_ready = trio.Event()
+        self._outbox_drained = trio.Event()
+        self._outbox_drained.set()
+        self._closed = False
+        self._nursery: trio.Nursery | None = None
+        self.peer_closed = trio.Event()  # end of input, or the peer stopped reading
+        self._stopped = trio.Event()
+        self._no_incoming = trio.Event()  # set while no incoming request is in flight
+        self._no_incoming.set()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._read_loop)
+                task_status.started()
+                await self._stopped.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._closed = True
+            self._fail_waiters(ConnectionClosed(f"{self.name}: connection closed"))
+            await self._wire.aclose()
+
+    async def aclose(self, *, timeout: float = 5.0) -> None:
+        """Close gracefully: let the requests in flight be answered and the queue be written (both bounded by
+        ``timeout``), then stop ``serve`` and close the wire."""
+        if not self._closed:
+            with trio.move_on_after(timeout) as scope:
+                scope.shield = True
+                await self._no_incoming.wait()
+                await self._outbox_drained.wait()
+        self._closed = True
+        self._stopped.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending_ids(self) -> set[RequestId]:
+        """Ids of our requests still waiting for an answer."""
+        return set(self._waiters)
+
+    # -- outgoing -------------------------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any = None) -> Any:
+        """Send a request and wait for its result. Raises ``RpcError`` for an error answer, ``ConnectionClosed``
+        if the peer goes away first. If the caller is cancelled, the peer is told (cancel notification) and the
+        answer, whenever it comes, is ignored."""
+        call = await self.start_request(method, params)
+        try:
+            return await call.result()
+        except BaseException:
+            if not call.answered:
+                call.abandon()
+            raise
+
+    async def start_request(self, method: str, params: Any = None) -> OutgoingRequest:
+        """Send a request without waiting for the answer: for callers that cancel a request and still want its
+        answer (an editor cancelling a chat turn gets ``stopReason: "cancelled"``)."""
+        if self._closed:
+            raise ConnectionClosed(f"{self.name}: connection closed")
+        request_id, data = self._protocol.request(method, params)
+        waiter = _PendingRequest()
+        self._waiters[request_id] = waiter
+        call = OutgoingRequest(self, request_id, method, waiter)
+        try:
+            await self._send(data)
+        except BaseException:
+            call.abandon()
+            raise
+        return call
+
+    def _cancel_notification(self, request_id: RequestId) -> None:
+        if not self._closed:
+            self._enqueue(JsonRpcProtocol.notify(self._cancel_style.method, {self._cancel_style.id_field: request_id}))
+
+    def _abandon(self, request_id: RequestId) -> None:
+        if self._waiters.pop(request_id, None) is not None:
+            self._protocol.forget(request_id)
+            self._cancel_notification(request_id)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        if self._closed:
+            raise ConnectionClosed(f"{self.name}: connection closed")
+        await self._send(JsonRpcProtocol.notify(method, params))
+
+    def notify_nowait(self, method: str, params: Any = None) -> None:
+        """Queue a notification without waiting for outbox room: for cancel paths that must not block."""
+        if not self._closed:
+            self._enqueue(JsonRpcProtocol.notify(method, params))
+
+    async def _send(self, data: bytes) -> None:
+        self._enqueue(data)
+        if self._outbox_bytes > self._outbox_high_water:
+            await self._outbox_drained.wait()
+            if self._closed:
+                raise ConnectionClosed(f"{self.name}: connection closed")
+
+    def _enqueue(self, data: bytes) -> None:
+        if self._tracer is not None:
+            self._tracer.record(self.name, "out", data)
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
+        self._outbox_ready.set()
+        if self._outbox_drained.is_set():
+            self._outbox_drained = trio.Event()
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready = trio.Event()
+            while self._outbox:
+                batch = list(self._outbox)
+                self._outbox.clear()
+                self._outbox_bytes = 0
+                try:
+                    await self._wire.write(batch)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self._log.debug("write failed; peer gone", error=str(exc))
+                    self._closed = True
+                    self.peer_closed.set()
+                    self._outbox_drained.set()
+                    self._fail_waiters(ConnectionClosed(f"{self.name}: peer stopped reading"))
+                    return
+            self._outbox_drained.set()
+
+    # -- incoming -------------------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                events = await self._wire.read(self._protocol)
+                if events is None:
+                    break
+                for event in events:
+                    await self._dispatch(event)
+        finally:
+            self.peer_closed.set()
+            self._fail_waiters(ConnectionClosed(f"{self.name}: peer closed the connection"))
+
+    async def _dispatch(self, event: jsonrpc.Event) -> None:
+        kind = type(event)
+        if kind is Notification:
+            await self._on_notification(event)
+        elif kind is Request:
+            self._on_request(event)
+        elif kind is Response or kind is ErrorResponse:
+            waiter = self._waiters.pop(event.id, None)
+            if waiter is not None:
+                if kind is Response:
+                    waiter.result = event.result
+                else:
+                    waiter.error = event.error
+                waiter.done.set()
+        elif kind is InvalidMessage:
+            self._log.warning("invalid message from peer", error=event.error.message)
+            self._enqueue(JsonRpcProtocol.respond_error(event.reply_id, event.error))
+        elif kind is StrayResponse:
+            self._log.debug("response to no pending request", id=event.id)
+
+    async def _on_notification(self, event: Notification) -> None:
+        if event.method == self._cancel_style.method:
+            params = event.params if isinstance(event.params, dict) else {}
+            context = self._incoming.get(params.get(self._cancel_style.id_field))  # type: ignore[arg-type]
+            if context is not None:
+                context._cancel()
+            return
+        method = self._methods.get(event.method)
+        if method is None or method.is_request:
+            self._log.debug("ignoring unknown notification", method=event.method)
+            return
+        try:
+            await method.handler(event.params)
+        except InvalidParams as exc:
+            self._log.warning("bad notification params", method=event.method, error=exc.message)
+        except Exception:
+            self._log.exception("notification handler failed", method=event.method)
+
+    def _on_request(self, event: Request) -> None:
+        method = self._methods.get(event.method)
+        if method is None or not method.is_request:
+            self._enqueue(
+                JsonRpcProtocol.respond_error(
+                    event.id, RpcError(METHOD_NOT_FOUND, f"Method not found: {event.method}", {"method": event.method})
+                )
+            )
+            return
+        if event.id in self._incoming:
+            self._enqueue(
+                JsonRpcProtocol.respond_error(
+                    event.id,
+                    RpcError(jsonrpc.INVALID_REQUEST, f"Invalid Request: id {event.id!r} is already in use by a request in flight"),
+                )
+            )
+            return
+        context = RequestContext(event.id, event.method, self, method.handles_cancel)
+        self._incoming[event.id] = context
+        if self._no_incoming.is_set():
+            self._no_incoming = trio.Event()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_handler, method, event, context)
+
+    async def _run_handler(self, method: _Method, event: Request, context: RequestContext) -> None:
+        reply: bytes | None = None
+        try:
+            with trio.CancelScope() as scope:
+                context._scope = scope
+                result = await method.handler(event.params, context)
+                reply = JsonRpcProtocol.respond(event.id, result)
+            if scope.cancelled_caught:
+                reply = JsonRpcProtocol.respond_error(event.id, RpcError(REQUEST_CANCELLED, "Request cancelled"))
+        except RpcError as exc:
+            reply = JsonRpcProtocol.respond_error(event.id, exc)
+        except Exception as exc:
+            self._log.exception("request handler failed", method=event.method)
+            reply = JsonRpcProtocol.respond_error(
+                event.id, RpcError(INTERNAL_ERROR, f"Internal error in {event.method}: {type(exc).__name__}: {exc}")
+            )
+        finally:
+            # On the way out of a cancelled connection there is no reply (``reply`` is None) and nobody to send
+            # it to; otherwise the reply is queued in the same step the request stops counting as in flight.
+            self._incoming.pop(event.id, None)
+            if reply is not None and not self._closed:
+                self._enqueue(reply)
+            if not self._incoming:
+                self._no_incoming.set()
+
+    def _fail_waiters(self, error: BaseException) -> None:
+        waiters, self._waiters = self._waiters, {}
+        for waiter in waiters.values():
+            waiter.error = error
+            waiter.done.set()

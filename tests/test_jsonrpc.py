@@ -1,0 +1,169 @@
+"""The sans-IO JSON-RPC core: framing, classification, ids, errors — including property-based fuzzing."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.jsonrpc import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorResponse,
+    InvalidMessage,
+    JsonRpcProtocol,
+    LineFramer,
+    Notification,
+    Request,
+    Response,
+    StrayResponse,
+)
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
+json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+    st.text(max_size=8), inner, max_size=4), max_leaves=12)
+messages = st.builds(
+    lambda i, method, params: {"jsonrpc": "2.0", "id": i, "method": method, "params": params},
+    st.integers(0, 2**31) | st.uuids().map(str),
+    st.text(min_size=1, max_size=20),
+    st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+)
+
+
+def encode_all(items: list[dict]) -> bytes:
+    return b"".join(json.dumps(m).encode() + b"\n" for m in items)
+
+
+@given(st.lists(messages, max_size=8), st.data())
+def test_any_chunking_yields_the_same_messages(items: list[dict], data: st.DataObject) -> None:
+    stream = encode_all(items)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    protocol = JsonRpcProtocol()
+    events = []
+    previous = 0
+    for cut in [*cuts, len(stream)]:
+        events += protocol.receive_data(stream[previous:cut])
+        previous = cut
+    assert [(e.id, e.method, e.params) for e in events] == [(m["id"], m["method"], m["params"]) for m in items]
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_garbage_never_raises_and_every_line_gets_an_event(data: bytes) -> None:
+    protocol = JsonRpcProtocol(max_message_bytes=100)
+    events = protocol.receive_data(data + b"\n")
+    lines = [line for line in (data + b"\n").split(b"\n")[:-1] if line.strip() or len(line) > 100]
+    assert len(events) == len(lines)
+    for event in events:
+        assert isinstance(event, (Request, Notification, InvalidMessage, StrayResponse))
+
+
+@given(st.lists(st.text(max_size=50), max_size=5))
+def test_text_lines_that_are_not_json_objects_get_parse_or_invalid_request_errors(lines: list[str]) -> None:
+    protocol = JsonRpcProtocol()
+    for line in lines:
+        if not line.strip() or "\n" in line or "\r" in line:
+            continue
+        event = protocol.receive_message(line)
+        try:
+            value = json.loads(line)
+        except ValueError:
+            assert isinstance(event, InvalidMessage) and event.error.code == PARSE_ERROR
+            continue
+        if not isinstance(value, dict):
+            assert isinstance(event, InvalidMessage) and event.error.code == INVALID_REQUEST
+
+
+def test_malformed_json_is_a_parse_error_with_null_id() -> None:
+    event = JsonRpcProtocol().receive_message(b'{"jsonrpc": "2.0", "id": 1, "method":')
+    assert isinstance(event, InvalidMessage)
+    assert event.error.code == PARSE_ERROR and event.reply_id is None
+
+
+def test_a_batch_is_refused_clearly() -> None:
+    event = JsonRpcProtocol().receive_message(b'[{"jsonrpc":"2.0","id":1,"method":"x"}]')
+    assert isinstance(event, InvalidMessage) and event.error.code == INVALID_REQUEST
+    assert "batch" in event.error.message
+
+
+def test_invalid_request_keeps_the_id_when_it_can() -> None:
+    event = JsonRpcProtocol().receive_message(b'{"jsonrpc":"2.0","id":7,"method":5}')
+    assert isinstance(event, InvalidMessage) and event.reply_id == 7
+
+
+def test_boolean_and_float_ids_are_invalid() -> None:
+    protocol = JsonRpcProtocol()
+    for raw in (b'{"jsonrpc":"2.0","id":true,"method":"m"}', b'{"jsonrpc":"2.0","id":1.5,"method":"m"}'):
+        event = protocol.receive_message(raw)
+        assert isinstance(event, InvalidMessage) and event.error.code == INVALID_REQUEST
+
+
+def test_wrong_jsonrpc_version_is_invalid() -> None:
+    event = JsonRpcProtocol().receive_message(b'{"jsonrpc":"1.0","id":1,"method":"m"}')
+    assert isinstance(event, InvalidMessage) and "2.0" in event.error.message
+
+
+def test_responses_match_only_our_pending_ids_and_directions_stay_apart() -> None:
+    protocol = JsonRpcProtocol(first_id=0)
+    our_id, _ = protocol.request("session/new", {})
+    assert our_id == 0
+    # The peer's own request with the same id 0 is a request, not an answer to ours.
+    peer_request = protocol.receive_message(b'{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{}}')
+    assert isinstance(peer_request, Request) and peer_request.id == 0
+    assert protocol.pending == {0: "session/new"}
+    # A string "0" is not our integer 0.
+    assert isinstance(protocol.receive_message(b'{"jsonrpc":"2.0","id":"0","result":{}}'), StrayResponse)
+    answer = protocol.receive_message(b'{"jsonrpc":"2.0","id":0,"result":{"sessionId":"s"}}')
+    assert isinstance(answer, Response) and answer.method == "session/new"
+    assert isinstance(protocol.receive_message(b'{"jsonrpc":"2.0","id":0,"result":{}}'), StrayResponse)
+
+
+def test_error_responses_carry_code_message_and_data() -> None:
+    protocol = JsonRpcProtocol()
+    request_id, _ = protocol.request("m")
+    event = protocol.receive_message(json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "nope", "data": {"x": 1}}}))
+    assert isinstance(event, ErrorResponse)
+    assert (event.error.code, event.error.message, event.error.data) == (-32000, "nope", {"x": 1})
+
+
+def test_malformed_error_objects_still_become_errors() -> None:
+    protocol = JsonRpcProtocol()
+    request_id, _ = protocol.request("m")
+    event = protocol.receive_message(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": "bad"}))
+    assert isinstance(event, ErrorResponse) and "bad" in event.error.message
+
+
+def test_over_long_line_is_reported_once_and_the_next_line_still_parses() -> None:
+    protocol = JsonRpcProtocol(max_message_bytes=50)
+    long_line = b'{"jsonrpc":"2.0","method":"x","params":{"p":"' + b"a" * 200 + b'"}}'
+    events = []
+    for start in range(0, len(long_line), 7):  # arriving in small pieces
+        events += protocol.receive_data(long_line[start:start + 7])
+    assert events == []  # nothing until the line ends, and nothing buffered beyond the limit
+    assert protocol._framer.buffered <= len(long_line)
+    events = protocol.receive_data(b'\n{"jsonrpc":"2.0","method":"ok"}\n')
+    assert isinstance(events[0], InvalidMessage) and "exceeds the maximum of 50 bytes" in events[0].error.message
+    assert isinstance(events[1], Notification) and events[1].method == "ok"
+
+
+def test_framer_memory_stays_bounded_while_discarding() -> None:
+    framer = LineFramer(100)
+    for _ in range(1000):
+        assert framer.feed(b"x" * 1000) == []
+    assert len(framer._buffer) == 0
+    out = framer.feed(b"\nabc\n")
+    assert isinstance(out[0], LineFramer.LineTooLong) and out[0].size == 1_000_000
+    assert out[1] == b"abc"
+
+
+def test_crlf_and_blank_lines_are_tolerated() -> None:
+    events = JsonRpcProtocol().receive_data(b'\r\n\n{"jsonrpc":"2.0","method":"a"}\r\n   \n')
+    assert [e.method for e in events] == ["a"]
+
+
+def test_encoding_is_one_compact_line() -> None:
+    data = JsonRpcProtocol.notify("lm/part", {"text": "line one\nline two"})
+    assert data.endswith(b"\n") and data.count(b"\n") == 1
+    assert json.loads(data) == {"jsonrpc": "2.0", "method": "lm/part", "params": {"text": "line one\nline two"}}

@@ -1,0 +1,225 @@
+"""The Trio JSON-RPC shell over in-memory streams: both directions at once, cancellation, errors, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio
+import trio.testing
+
+from bridge.jsonrpc import RpcError
+from bridge.rpc import (
+    ACP_CANCEL,
+    EDITOR_CANCEL,
+    ConnectionClosed,
+    InvalidParams,
+    JsonRpcConnection,
+    MethodTable,
+    StreamWire,
+)
+
+
+def connection_pair(left: MethodTable, right: MethodTable, *, style=EDITOR_CANCEL, max_message_bytes=1 << 20):
+    a, b = trio.testing.memory_stream_pair()
+    return (JsonRpcConnection(StreamWire(a, a), left, name="left", cancel_style=style, max_message_bytes=max_message_bytes),
+            JsonRpcConnection(StreamWire(b, b), right, name="right", cancel_style=style))
+
+
+async def test_requests_flow_both_ways_concurrently(nursery: trio.Nursery) -> None:
+    gate = trio.Event()
+    left_methods, right_methods = MethodTable(), MethodTable()
+
+    async def slow(params, context):
+        await gate.wait()
+        return {"slow": params["n"]}
+
+    async def fast(params, context):
+        return {"fast": params["n"]}
+
+    right_methods.request("slow", slow)
+    right_methods.request("fast", fast)
+    left_methods.request("ping", fast)
+    left, right = connection_pair(left_methods, right_methods)
+    await nursery.start(left.serve)
+    await nursery.start(right.serve)
+
+    results = {}
+
+    async def call(conn, method, n):
+        results[(method, n)] = await conn.request(method, {"n": n})
+
+    async with trio.open_nursery() as calls:
+        calls.start_soon(call, left, "slow", 1)
+        calls.start_soon(call, left, "fast", 2)
+        calls.start_soon(call, right, "ping", 3)
+        await trio.testing.wait_all_tasks_blocked()
+        # the slow request does not hold up the others, in either direction
+        assert results == {("fast", 2): {"fast": 2}, ("ping", 3): {"fast": 3}}
+        gate.set()
+    assert results[("slow", 1)] == {"slow": 1}
+
+
+async def test_unknown_method_invalid_params_and_handler_failures_are_errors(nursery: trio.Nursery) -> None:
+    methods = MethodTable()
+
+    async def needs_name(params, context):
+        if not isinstance(params.get("name"), str):
+            raise InvalidParams("name", "must be a string")
+        return params["name"]
+
+    async def broken(params, context):
+        raise RuntimeError("kaboom")
+
+    methods.request("hello", needs_name)
+    methods.request("broken", broken)
+    left, right = connection_pair(MethodTable(), methods)
+    await nursery.start(left.serve)
+    await nursery.start(right.serve)
+    with pytest.raises(RpcError) as missing:
+        await left.request("nope", {})
+    assert missing.value.code == -32601 and "nope" in missing.value.message
+    with pytest.raises(RpcError) as bad:
+        await left.request("hello", {"name": 3})
+    assert bad.value.code == -32602 and bad.value.data == {"field": "name"}
+    with pytest.raises(RpcError) as failed:
+        await left.request("broken", {})
+    assert failed.value.code == -32603 and "kaboom" in failed.value.message
+    assert await left.request("hello", {"name": "still alive"}) == "still alive"
+
+
+async def test_peer_cancel_cancels_the_handler_and_answers_request_cancelled(nursery: trio.Nursery) -> None:
+    methods = MethodTable()
+    cancelled = trio.Event()
+
+    async def forever(params, context):
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    methods.request("forever", forever)
+    left, right = connection_pair(MethodTable(), methods)
+    await nursery.start(left.serve)
+    await nursery.start(right.serve)
+    call = await left.start_request("forever", {})
+    await trio.testing.wait_all_tasks_blocked()
+    call.cancel()
+    with pytest.raises(RpcError) as answer:
+        await call.result()
+    assert answer.value.code == -32800
+    assert cancelled.is_set()
+
+
+async def test_handlers_that_handle_cancel_answer_themselves(nursery: trio.Nursery) -> None:
+    methods = MethodTable()
+
+    async def turn(params, context):
+        await context.cancel_requested.wait()
+        return {"stopReason": "cancelled"}
+
+    methods.request("turn", turn, handles_cancel=True)
+    left, right = connection_pair(MethodTable(), methods)
+    await nursery.start(left.serve)
+    await nursery.start(right.serve)
+    call = await left.start_request("turn", {})
+    await trio.testing.wait_all_tasks_blocked()
+    call.cancel()
+    assert await call.result() == {"stopReason": "cancelled"}
+
+
+async def test_cancelling_our_request_tells_the_peer_in_its_dialect(nursery: trio.Nursery) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    left = JsonRpcConnection(StreamWire(a, a), MethodTable(), name="acp", cancel_style=ACP_CANCEL)
+    await nursery.start(left.serve)
+    with trio.move_on_after(0.5) as scope:  # bounded: the far end never answers
+        async with trio.open_nursery() as inner:
+            inner.start_soon(left.request, "session/new", {"cwd": "/"})
+            line = await b.receive_some()
+            request = json.loads(line)
+            inner.cancel_scope.cancel()
+    assert not scope.cancelled_caught
+    cancel = json.loads(await b.receive_some())
+    assert cancel == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": request["id"]}}
+
+
+async def test_bad_input_gets_error_replies_and_the_connection_keeps_working(nursery: trio.Nursery) -> None:
+    methods = MethodTable()
+
+    async def echo(params, context):
+        return params
+
+    methods.request("echo", echo)
+    a, b = trio.testing.memory_stream_pair()
+    server = JsonRpcConnection(StreamWire(a, a), methods, name="server", cancel_style=EDITOR_CANCEL, max_message_bytes=200)
+    await nursery.start(server.serve)
+    await b.send_all(b'{not json\n[1,2]\n"str"\n' + b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"x":"' + b"y" * 500
+                     + b'"}}\n{"jsonrpc":"2.0","id":2,"method":"echo","params":{"ok":true}}\n')
+    replies = []
+    buffer = b""
+    while len(replies) < 5:
+        buffer += await b.receive_some()
+        *lines, buffer = buffer.split(b"\n")
+        replies += [json.loads(line) for line in lines]
+    assert [r.get("error", {}).get("code") for r in replies[:4]] == [-32700, -32600, -32600, -32600]
+    assert all(r["id"] is None for r in replies[:4])
+    assert "exceeds the maximum of 200 bytes" in replies[3]["error"]["message"]
+    assert replies[4] == {"jsonrpc": "2.0", "id": 2, "result": {"ok": True}}
+
+
+async def test_peer_going_away_fails_pending_requests(nursery: trio.Nursery) -> None:
+    a, b = trio.testing.memory_stream_pair()
+    left = JsonRpcConnection(StreamWire(a, a), MethodTable(), name="left", cancel_style=EDITOR_CANCEL)
+    await nursery.start(left.serve)
+
+    async def close_soon():
+        await b.receive_some()
+        await b.aclose()
+
+    nursery.start_soon(close_soon)
+    with pytest.raises(ConnectionClosed):
+        await left.request("anything", {})
+    await left.peer_closed.wait()
+
+
+async def test_duplicate_in_flight_id_is_refused(nursery: trio.Nursery) -> None:
+    methods = MethodTable()
+    gate = trio.Event()
+
+    async def wait(params, context):
+        await gate.wait()
+        return "first"
+
+    methods.request("wait", wait)
+    a, b = trio.testing.memory_stream_pair()
+    server = JsonRpcConnection(StreamWire(a, a), methods, name="server", cancel_style=EDITOR_CANCEL)
+    await nursery.start(server.serve)
+    await b.send_all(b'{"jsonrpc":"2.0","id":9,"method":"wait"}\n{"jsonrpc":"2.0","id":9,"method":"wait"}\n')
+    reply = json.loads(await b.receive_some())
+    assert reply["id"] == 9 and reply["error"]["code"] == -32600 and "already in use" in reply["error"]["message"]
+    gate.set()
+    assert json.loads(await b.receive_some()) == {"jsonrpc": "2.0", "id": 9, "result": "first"}
+
+
+async def test_graceful_close_answers_requests_in_flight_first(nursery: trio.Nursery) -> None:
+    methods = MethodTable()
+    release = trio.Event()
+
+    async def slow(params, context):
+        await release.wait()
+        return "answered"
+
+    methods.request("slow", slow)
+    left, right = connection_pair(MethodTable(), methods)
+    await nursery.start(left.serve)
+    await nursery.start(right.serve)
+    call = await left.start_request("slow", {})
+    await trio.testing.wait_all_tasks_blocked()
+
+    async def close_right():
+        await right.aclose()
+
+    nursery.start_soon(close_right)
+    await trio.testing.wait_all_tasks_blocked()
+    release.set()
+    assert await call.result() == "answered"
