@@ -1,0 +1,335 @@
+"""Configuration: which ACP agents exist and how the bridge behaves, read from a TOML file.
+
+Owns finding the file (``--config``, ``$LMBRIDGE_CONFIG``, ``$XDG_CONFIG_HOME/lmbridge/config.toml``), checking
+every key, and turning mistakes into a ``ConfigError`` that names the file, the line and the key. Agents given by
+an editor in ``initialize`` are checked by the same code (``agent_from_mapping``). The built-in ``demo`` agent is
+always present.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "AgentConfig",
+    "SessionSettings",
+    "PermissionSettings",
+    "Config",
+    "DEMO_AGENT_ID",
+    "PERMISSION_POLICIES",
+    "find_config_file",
+    "load_config",
+    "agent_from_mapping",
+]
+
+DEMO_AGENT_ID = "demo"
+PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
+MCP_TRANSPORTS = ("stdio", "http", "acp")
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class ConfigError(Exception):
+    """A configuration mistake. The message names the file, the line (when known) and the key."""
+
+    def __init__(self, message: str, *, path: Path | None = None, line: int | None = None, key: str | None = None):
+        where = []
+        if path is not None:
+            where.append(str(path) + (f":{line}" if line else ""))
+        if key:
+            where.append(f"key {key!r}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        self.path = path
+        self.line = line
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    id: str
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    authenticate: str | None = None
+    permission_policy: str | None = None  # None: the bridge-wide policy
+    mcp_transport: str = "stdio"
+    max_input_tokens: int = 200_000
+    max_output_tokens: int = 32_000
+    image_input: bool = False
+    initialize_timeout: float = 60.0
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.command, *self.args]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    idle_ttl: float = 1800.0  # seconds an idle session is kept
+    max_sessions: int = 64  # across all agents; the least recently used idle session is closed past it
+    agent_idle_ttl: float = 600.0  # seconds an agent process with no sessions is kept running
+    tool_batch_window: float = 0.05  # seconds to gather parallel tool calls into one response
+    cancel_drain_timeout: float = 10.0  # seconds to wait for an agent to acknowledge session/cancel
+    stop_grace: float = 3.0  # seconds between SIGTERM and SIGKILL when stopping an agent
+    state_file: str | None = None  # conversation fingerprint → ACP session id, for session/load after restart
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionSettings:
+    policy: str = "ask"
+    tool_name: str = "acp_agent_action"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    agents: Mapping[str, AgentConfig]
+    sessions: SessionSettings = SessionSettings()
+    permissions: PermissionSettings = PermissionSettings()
+    path: Path | None = None
+
+    def with_agents(self, extra: Mapping[str, AgentConfig]) -> Config:
+        return replace(self, agents={**self.agents, **extra})
+
+
+def demo_agent() -> AgentConfig:
+    return AgentConfig(
+        id=DEMO_AGENT_ID,
+        name="lmbridge demo agent",
+        command=sys.executable,
+        args=("-m", "bridge.demo_agent"),
+        image_input=True,
+        initialize_timeout=30.0,
+    )
+
+
+def find_config_file(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The config file to read: the explicit path (must exist), else ``$LMBRIDGE_CONFIG`` (must exist), else
+    ``$XDG_CONFIG_HOME/lmbridge/config.toml`` (or ``~/.config/...``) when it exists, else None."""
+    environ = os.environ if environ is None else environ
+    for source, value in (("--config", explicit), ("$LMBRIDGE_CONFIG", environ.get("LMBRIDGE_CONFIG"))):
+        if value:
+            path = Path(value).expanduser()
+            if not path.is_file():
+                raise ConfigError(f"config file given by {source} does not exist", path=path)
+            return path
+    base = environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    candidate = Path(base) / "lmbridge" / "config.toml"
+    return candidate if candidate.is_file() else None
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    path = find_config_file(explicit, environ)
+    if path is None:
+        return Config(agents={DEMO_AGENT_ID: demo_agent()})
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file: {exc}", path=path) from exc
+    return parse_config(text, path)
+
+
+def parse_config(text: str, path: Path | None = None) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = _line_from_toml_error(str(exc))
+        raise ConfigError(f"invalid TOML: {exc}", path=path, line=line) from exc
+    locate = _Locator(text, path)
+    _check_keys(data, {"agents", "sessions", "permissions"}, locate, table="")
+
+    agents: dict[str, AgentConfig] = {DEMO_AGENT_ID: demo_agent()}
+    raw_agents = data.get("agents", {})
+    if not isinstance(raw_agents, dict):
+        raise locate.error("must be a table of agents, e.g. [agents.myagent]", "agents")
+    for agent_id, raw in raw_agents.items():
+        if agent_id == DEMO_AGENT_ID:
+            raise locate.error("'demo' is the built-in demo agent; choose another id", f"agents.{agent_id}")
+        agents[agent_id] = _agent(agent_id, raw, locate)
+
+    sessions = _settings(SessionSettings, data.get("sessions", {}), locate, "sessions")
+    permissions = _settings(PermissionSettings, data.get("permissions", {}), locate, "permissions")
+    if permissions.policy not in PERMISSION_POLICIES:
+        raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", "permissions.policy")
+    return Config(agents=agents, sessions=sessions, permissions=permissions, path=path)
+
+
+def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> AgentConfig:
+    """Check one agent definition given as a mapping (from TOML or from an editor's ``initialize``)."""
+    return _agent(agent_id, raw, _Locator(None, None), prefix=where)
+
+
+_AGENT_KEYS = {
+    "name": str,
+    "command": str,
+    "args": list,
+    "env": dict,
+    "cwd": str,
+    "authenticate": str,
+    "permission_policy": str,
+    "mcp_transport": str,
+    "max_input_tokens": int,
+    "max_output_tokens": int,
+    "image_input": bool,
+    "initialize_timeout": (int, float),
+}
+# Editors send JSON, where camelCase is the norm; accept both spellings there.
+_CAMEL = {"permissionPolicy": "permission_policy", "mcpTransport": "mcp_transport", "maxInputTokens": "max_input_tokens",
+          "maxOutputTokens": "max_output_tokens", "imageInput": "image_input", "initializeTimeout": "initialize_timeout"}
+
+
+def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") -> AgentConfig:
+    table = f"{prefix}.{agent_id}"
+    if not _AGENT_ID.match(agent_id):
+        raise locate.error("agent ids are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", table)
+    if not isinstance(raw, dict):
+        raise locate.error("must be a table with at least 'command'", table)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        name = _CAMEL.get(key, key)
+        expected = _AGENT_KEYS.get(name)
+        if expected is None:
+            raise locate.error(f"unknown key (known keys: {', '.join(sorted(_AGENT_KEYS))})", f"{table}.{key}")
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise locate.error(f"must be {_type_name(expected)}, got {_type_name(type(value))}", f"{table}.{key}")
+        values[name] = value
+    if not values.get("command"):
+        raise locate.error("is required: the program that speaks ACP on stdio", f"{table}.command")
+    args = values.get("args", [])
+    if not all(isinstance(a, str) for a in args):
+        raise locate.error("must be a list of strings", f"{table}.args")
+    env = values.get("env", {})
+    if not all(isinstance(v, str) for v in env.values()):
+        raise locate.error("values must be strings", f"{table}.env")
+    if values.get("permission_policy") not in (None, *PERMISSION_POLICIES):
+        raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", f"{table}.permission_policy")
+    if values.get("mcp_transport", "stdio") not in MCP_TRANSPORTS:
+        raise locate.error(f"must be one of {', '.join(MCP_TRANSPORTS)}", f"{table}.mcp_transport")
+    cwd = values.get("cwd")
+    if cwd is not None:
+        cwd = os.path.expanduser(cwd)
+        if not os.path.isabs(cwd):
+            raise locate.error("must be an absolute path", f"{table}.cwd")
+    for key in ("max_input_tokens", "max_output_tokens"):
+        if key in values and values[key] <= 0:
+            raise locate.error("must be positive", f"{table}.{key}")
+    if "initialize_timeout" in values and values["initialize_timeout"] <= 0:
+        raise locate.error("must be positive", f"{table}.initialize_timeout")
+    return AgentConfig(
+        id=agent_id,
+        name=values.get("name", agent_id),
+        command=os.path.expanduser(values["command"]),
+        args=tuple(args),
+        env=dict(env),
+        cwd=cwd,
+        authenticate=values.get("authenticate"),
+        permission_policy=values.get("permission_policy"),
+        mcp_transport=values.get("mcp_transport", "stdio"),
+        max_input_tokens=values.get("max_input_tokens", AgentConfig.max_input_tokens),
+        max_output_tokens=values.get("max_output_tokens", AgentConfig.max_output_tokens),
+        image_input=values.get("image_input", False),
+        initialize_timeout=float(values.get("initialize_timeout", AgentConfig.initialize_timeout)),
+    )
+
+
+def _settings(cls: type, raw: Any, locate: _Locator, table: str) -> Any:
+    if not isinstance(raw, dict):
+        raise locate.error("must be a table", table)
+    defaults = cls()
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if not hasattr(defaults, key):
+            known = ", ".join(f for f in cls.__dataclass_fields__)
+            raise locate.error(f"unknown key (known keys: {known})", f"{table}.{key}")
+        default = getattr(defaults, key)
+        if isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+            expected = "a positive number"
+            value = float(value) if ok else value
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+            expected = "a positive integer"
+        else:
+            ok = isinstance(value, str)
+            expected = "a string"
+        if not ok:
+            raise locate.error(f"must be {expected}", f"{table}.{key}")
+        values[key] = value
+    return cls(**values)
+
+
+def _check_keys(data: dict[str, Any], known: set[str], locate: _Locator, table: str) -> None:
+    for key in data:
+        if key not in known:
+            raise locate.error(f"unknown table or key (known: {', '.join(sorted(known))})", key)
+
+
+def _type_name(kind: Any) -> str:
+    names = {str: "a string", list: "a list", dict: "a table", int: "an integer", bool: "true or false",
+             float: "a number"}
+    if isinstance(kind, tuple):
+        return "a number"
+    return names.get(kind, kind.__name__)
+
+
+def _line_from_toml_error(message: str) -> int | None:
+    match = re.search(r"at line (\d+)", message)
+    return int(match.group(1)) if match else None
+
+
+class _Locator:
+    """Finds the line of a dotted key in the TOML text, so errors can point at it. Best effort: it understands
+    ``[a.b]`` headers and ``key = value`` lines, which is how config files are written."""
+
+    def __init__(self, text: str | None, path: Path | None) -> None:
+        self._lines = text.splitlines() if text is not None else []
+        self._path = path
+
+    def error(self, message: str, dotted_key: str) -> ConfigError:
+        return ConfigError(message, path=self._path, line=self.line_of(dotted_key), key=dotted_key)
+
+    def line_of(self, dotted_key: str) -> int | None:
+        parts = dotted_key.split(".")
+        header_line = None
+        # The longest table header that prefixes the key, then the key line inside that table.
+        for cut in range(len(parts), 0, -1):
+            table = parts[:cut]
+            for number, line in enumerate(self._lines, start=1):
+                if _header_parts(line) == table:
+                    header_line = number
+                    rest = parts[cut:]
+                    if not rest:
+                        return number
+                    found = self._key_after(number, rest[0])
+                    return found or number
+        if len(parts) >= 1:
+            return self._key_after(0, parts[-1]) or header_line
+        return header_line
+
+    def _key_after(self, start: int, key: str) -> int | None:
+        pattern = re.compile(rf"^\s*(\"{re.escape(key)}\"|{re.escape(key)})\s*=")
+        for number in range(start, len(self._lines)):
+            line = self._lines[number]
+            if number > start and line.lstrip().startswith("[") and start:
+                return None
+            if pattern.match(line):
+                return number + 1
+        return None
+
+
+def _header_parts(line: str) -> list[str] | None:
+    stripped = line.strip()
+    if not stripped.startswith("[") or stripped.startswith("[["):
+        return None
+    end = stripped.find("]")
+    if end < 0:
+        return None
+    return [part.strip().strip('"') for part in stripped[1:end].split(".")]
