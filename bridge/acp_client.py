@@ -1,0 +1,430 @@
+"""The ACP client side: one agent process, its JSON-RPC connection, and the ACP sessions multiplexed over it.
+
+Owns: spawning the agent in its own process group, the ``initialize``/``authenticate`` handshake, the
+``session/*`` requests the bridge sends, routing what the agent sends (``session/update``,
+``session/request_permission``) to the session that owns it, the agent's stderr (logged, and its tail kept for
+error replies), and stopping the whole process group (SIGTERM, then SIGKILL after a grace period: codex-acp
+ignores stdin EOF, npm launchers orphan their children).
+
+It does not decide anything about turns or history: that is ``session/``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from . import __version__
+from .config import AgentConfig
+from .jsonrpc import RpcError
+from .logs import get_logger
+from .rpc import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, RequestContext, StreamWire
+
+__all__ = [
+    "ACP_PROTOCOL_VERSION",
+    "AGENT_START_FAILED",
+    "AGENT_EXITED",
+    "AgentStartError",
+    "AgentExitedError",
+    "SessionEndpoint",
+    "AgentProcess",
+    "StderrTail",
+]
+
+ACP_PROTOCOL_VERSION = 1
+AGENT_START_FAILED = -32001
+AGENT_EXITED = -32002
+
+
+class StderrTail:
+    """The last lines an agent wrote to stderr, bounded in lines and in bytes per line."""
+
+    def __init__(self, max_lines: int = 40, max_line_chars: int = 1000) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
+        self._max_line_chars = max_line_chars
+
+    def add(self, line: str) -> None:
+        if len(line) > self._max_line_chars:
+            line = line[: self._max_line_chars] + "…"
+        self._lines.append(line)
+
+    def text(self) -> str:
+        return "\n".join(self._lines)
+
+
+class AgentStartError(RpcError):
+    """The agent could not be started or did not complete ``initialize``: -32001 with the stderr tail."""
+
+    def __init__(self, agent_id: str, problem: str, stderr: str = "", exit_code: int | None = None) -> None:
+        message = f"agent {agent_id!r} failed to start: {problem}"
+        if stderr:
+            message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
+        super().__init__(AGENT_START_FAILED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code})
+
+
+class AgentExitedError(RpcError):
+    """The agent process exited while a turn depended on it: -32002 with the stderr tail."""
+
+    def __init__(self, agent_id: str, exit_code: int | None, stderr: str) -> None:
+        how = f"with code {exit_code}" if exit_code is not None and exit_code >= 0 else (
+            f"on signal {-exit_code}" if exit_code is not None else "(connection lost)")
+        message = f"agent {agent_id!r} exited {how} during the turn; the next request starts a new session"
+        if stderr:
+            message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
+        super().__init__(AGENT_EXITED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code})
+
+
+class SessionEndpoint(Protocol):
+    """What an ACP session (the session actor) receives from its agent."""
+
+    async def on_agent_update(self, params: dict[str, Any]) -> None: ...
+
+    async def on_permission_request(self, params: dict[str, Any], context: RequestContext) -> dict[str, Any]: ...
+
+    def on_agent_exit(self, error: AgentExitedError) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """What the agent told us in ``initialize``, reduced to what the bridge uses."""
+
+    protocol_version: int
+    capabilities: dict[str, Any]
+    auth_methods: list[Any]
+    agent_info: dict[str, Any]
+
+    @property
+    def session_capabilities(self) -> dict[str, Any]:
+        value = self.capabilities.get("sessionCapabilities")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def can_close(self) -> bool:
+        return self.session_capabilities.get("close") is not None
+
+    @property
+    def can_resume(self) -> bool:
+        return self.session_capabilities.get("resume") is not None
+
+    @property
+    def can_load(self) -> bool:
+        return self.capabilities.get("loadSession") is True
+
+    def mcp(self, transport: str) -> bool:
+        value = self.capabilities.get("mcpCapabilities")
+        return isinstance(value, dict) and value.get(transport) is True
+
+    def prompt(self, kind: str) -> bool:
+        value = self.capabilities.get("promptCapabilities")
+        return isinstance(value, dict) and value.get(kind) is True
+
+
+# Updates that arrive for a session id nobody has attached yet (the agent may notify right after answering
+# session/new, before the caller registered, and session/load replays history before it answers) are held here.
+_EARLY_SESSIONS = 32
+_EARLY_UPDATES_PER_SESSION = 4096
+
+
+class AgentProcess:
+    """One running agent. ``run`` (started with ``nursery.start``) spawns it, completes the handshake, then
+    serves until the process exits or ``stop`` is called; it raises ``AgentStartError`` if the start fails."""
+
+    def __init__(self, config: AgentConfig, *, stop_grace: float = 3.0, tracer: Any = None,
+                 max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        self.config = config
+        self.id = config.id
+        self.info: AgentInfo | None = None
+        self.stderr = StderrTail()
+        self.exit_code: int | None = None
+        self.exited = trio.Event()
+        self._stop_grace = stop_grace
+        self._tracer = tracer
+        self._max_message_bytes = max_message_bytes
+        self._log = get_logger().bind(agent=config.id)
+        self._process: trio.Process | None = None
+        self._conn: JsonRpcConnection | None = None
+        self._sessions: dict[str, SessionEndpoint] = {}
+        self._early: collections.OrderedDict[str, list[dict[str, Any]]] = collections.OrderedDict()
+        self._stop_requested = trio.Event()
+        self._stderr_done = trio.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and not self.exited.is_set() and not self._stop_requested.is_set()
+
+    async def run(self, *, task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED) -> None:
+        config = self.config
+        env = {**os.environ, **config.env}
+        try:
+            self._process = await trio.lowlevel.open_process(
+                config.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, env=env, cwd=config.cwd)
+        except FileNotFoundError:
+            raise AgentStartError(config.id, f"command not found: {config.command!r} (check [agents.{config.id}].command "
+                                  "and PATH)") from None
+        except OSError as exc:
+            raise AgentStartError(config.id, f"cannot run {config.command!r}: {exc.strerror or exc}") from None
+        process = self._process
+        self._log.info("agent process started", pid=process.pid, command=config.command)
+        assert process.stdin is not None and process.stdout is not None
+        methods = MethodTable()
+        methods.notification("session/update", self._on_update)
+        methods.request("session/request_permission", self._on_permission_request, handles_cancel=True)
+        self._conn = JsonRpcConnection(StreamWire(process.stdout, process.stdin), methods, name=f"agent:{config.id}",
+                                       cancel_style=ACP_CANCEL, tracer=self._tracer,
+                                       max_message_bytes=self._max_message_bytes)
+        start_error: AgentStartError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self._conn.serve)
+                nursery.start_soon(self._pump_stderr)
+                nursery.start_soon(self._watch_exit)
+                try:
+                    await self._handshake()
+                except AgentStartError as exc:
+                    # Raised outside the nursery: inside, Trio would wrap it in an ExceptionGroup.
+                    start_error = exc
+                else:
+                    task_status.started(self)
+                    with trio.CancelScope() as watch:
+                        nursery.start_soon(self._cancel_when, watch, self._conn.peer_closed)
+                        nursery.start_soon(self._cancel_when, watch, self.exited)
+                        await self._stop_requested.wait()
+                    # The pipe usually closes a moment before the exit status is known; wait for it briefly so
+                    # the sessions' error replies carry the exit code.
+                    with trio.move_on_after(0.5):
+                        await self.exited.wait()
+                    self._notify_exit()
+                await self._terminate()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._terminate()
+                self._notify_exit()
+        if start_error is not None:
+            raise start_error
+
+    async def _cancel_when(self, scope: trio.CancelScope, event: trio.Event) -> None:
+        await event.wait()
+        scope.cancel()
+
+    async def stop(self) -> None:
+        """Ask the agent to stop (EOF, SIGTERM, SIGKILL after the grace period) and wait until it is gone."""
+        self._stop_requested.set()
+        if self._process is not None:
+            with trio.CancelScope(shield=True):
+                await self._terminate()
+
+    async def _handshake(self) -> None:
+        config = self.config
+        assert self._conn is not None
+        params = {
+            "protocolVersion": ACP_PROTOCOL_VERSION,
+            "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+            "clientInfo": {"name": "lmbridge", "title": "lmbridge", "version": __version__},
+        }
+        try:
+            with trio.fail_after(config.initialize_timeout):
+                result = await self._conn.request("initialize", params)
+        except trio.TooSlowError:
+            raise await self._start_error(f"no answer to initialize within {config.initialize_timeout:g} s") from None
+        except ConnectionClosed:
+            raise await self._start_error("it exited before answering initialize") from None
+        except RpcError as exc:
+            raise await self._start_error(f"initialize failed: {exc.message}") from None
+        if not isinstance(result, dict):
+            raise await self._start_error(f"initialize returned {type(result).__name__}, expected an object")
+        version = result.get("protocolVersion")
+        if version != ACP_PROTOCOL_VERSION:
+            raise await self._start_error(f"it speaks ACP protocol version {version!r}; lmbridge speaks "
+                                          f"{ACP_PROTOCOL_VERSION}")
+        capabilities = result.get("agentCapabilities")
+        auth_methods = result.get("authMethods")
+        agent_info = result.get("agentInfo")
+        self.info = AgentInfo(
+            protocol_version=version,
+            capabilities=capabilities if isinstance(capabilities, dict) else {},
+            auth_methods=auth_methods if isinstance(auth_methods, list) else [],
+            agent_info=agent_info if isinstance(agent_info, dict) else {},
+        )
+        self._log.info("agent initialized", agent_info=self.info.agent_info.get("name"),
+                       load=self.info.can_load, resume=self.info.can_resume, close=self.info.can_close)
+        if config.authenticate:
+            offered = [m.get("id") for m in self.info.auth_methods if isinstance(m, dict)]
+            if offered and config.authenticate not in offered:
+                self._log.warning("configured authenticate method not offered by the agent",
+                                  method=config.authenticate, offered=offered)
+            try:
+                with trio.fail_after(config.initialize_timeout):
+                    await self._conn.request("authenticate", {"methodId": config.authenticate})
+            except trio.TooSlowError:
+                raise await self._start_error(f"no answer to authenticate within {config.initialize_timeout:g} s") from None
+            except ConnectionClosed:
+                raise await self._start_error("it exited during authenticate") from None
+            except RpcError as exc:
+                raise await self._start_error(f"authenticate with method {config.authenticate!r} failed: {exc.message}") from None
+
+    async def _start_error(self, problem: str) -> AgentStartError:
+        # Give the process a moment to finish writing stderr and exit, so the error quotes all of it.
+        with trio.move_on_after(1.0):
+            await self._stderr_done.wait()
+        with trio.move_on_after(0.5):
+            await self.exited.wait()
+        return AgentStartError(self.id, problem, self.stderr.text(), self.exit_code)
+
+    async def _pump_stderr(self) -> None:
+        assert self._process is not None and self._process.stderr is not None
+        buffer = b""
+        try:
+            while True:
+                try:
+                    data = await self._process.stderr.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    break
+                if not data:
+                    break
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    self._stderr_line(line)
+                if len(buffer) > 65536:  # a "line" that never ends: log it in pieces
+                    self._stderr_line(buffer)
+                    buffer = b""
+            if buffer:
+                self._stderr_line(buffer)
+        finally:
+            self._stderr_done.set()
+
+    def _stderr_line(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip("\r")
+        if line.strip():
+            self.stderr.add(line)
+            self._log.info("agent stderr", line=line)
+
+    async def _watch_exit(self) -> None:
+        assert self._process is not None
+        code = await self._process.wait()
+        self.exit_code = code
+        self.exited.set()
+        level = self._log.info if self._stop_requested.is_set() else self._log.warning
+        level("agent process exited", pid=self._process.pid, exit_code=code)
+
+    async def _terminate(self) -> None:
+        """Stop the whole process group: close stdin, SIGTERM, then SIGKILL after the grace period. Also sweeps
+        the group after the leader exited, for launchers that leave children behind."""
+        process = self._process
+        if process is None:
+            return
+        self._stop_requested.set()
+        if process.stdin is not None:
+            try:
+                await process.stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+        pgid = process.pid  # start_new_session: the agent leads its own group
+        if _group_alive(pgid) or process.returncode is None:
+            _signal_group(pgid, signal.SIGTERM)
+            with trio.move_on_after(self._stop_grace):
+                while process.returncode is None or _group_alive(pgid):
+                    if process.returncode is None:
+                        with trio.move_on_after(0.05):
+                            await process.wait()
+                    else:
+                        await trio.sleep(0.05)  # polling the group: there is no event for "group empty"
+            if process.returncode is None or _group_alive(pgid):
+                self._log.warning("agent did not stop after SIGTERM; sending SIGKILL", grace=self._stop_grace)
+                _signal_group(pgid, signal.SIGKILL)
+                await process.wait()
+
+    def _notify_exit(self) -> None:
+        error = AgentExitedError(self.id, self.exit_code, self.stderr.text())
+        sessions, self._sessions = self._sessions, {}
+        for endpoint in sessions.values():
+            endpoint.on_agent_exit(error)
+
+    # -- sessions -------------------------------------------------------------------------------------------
+
+    def attach(self, session_id: str, endpoint: SessionEndpoint) -> list[dict[str, Any]]:
+        """Route this session's traffic to ``endpoint``; returns updates that arrived before it was attached."""
+        self._sessions[session_id] = endpoint
+        return self._early.pop(session_id, [])
+
+    def detach(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    @property
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """Send an ACP request; ``AgentExitedError`` if the agent is gone or goes away meanwhile."""
+        if self._conn is None or not self.alive:
+            raise AgentExitedError(self.id, self.exit_code, self.stderr.text())
+        try:
+            return await self._conn.request(method, params)
+        except ConnectionClosed:
+            with trio.move_on_after(1.0):
+                await self.exited.wait()
+            raise AgentExitedError(self.id, self.exit_code, self.stderr.text()) from None
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        if self._conn is not None and self.alive:
+            self._conn.notify_nowait(method, params)
+
+    async def _on_update(self, params: Any) -> None:
+        if not isinstance(params, dict) or not isinstance(params.get("sessionId"), str):
+            self._log.warning("session/update without a sessionId; ignored")
+            return
+        session_id = params["sessionId"]
+        endpoint = self._sessions.get(session_id)
+        if endpoint is not None:
+            await endpoint.on_agent_update(params)
+            return
+        held = self._early.get(session_id)
+        if held is None:
+            if len(self._early) >= _EARLY_SESSIONS:
+                dropped, _ = self._early.popitem(last=False)
+                self._log.warning("dropping updates for a session that was never opened", session=dropped)
+            held = self._early[session_id] = []
+        if len(held) < _EARLY_UPDATES_PER_SESSION:
+            held.append(params)
+
+    async def _on_permission_request(self, params: Any, context: RequestContext) -> Any:
+        if not isinstance(params, dict):
+            raise RpcError(-32602, "Invalid params: expected an object")
+        endpoint = self._sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
+        if endpoint is None:
+            self._log.warning("permission request for an unknown session; answering cancelled",
+                              session=params.get("sessionId"))
+            return {"outcome": {"outcome": "cancelled"}}
+        return await endpoint.on_permission_request(params, context)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+

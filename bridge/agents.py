@@ -1,0 +1,148 @@
+"""The agent pool: at most one running process per configured agent, started on first use, stopped when idle.
+
+Owns the agent processes (all of them run in the pool's nursery), starting them once even when several requests
+need one at the same moment, restarting an agent whose process died, and stopping agents that have had no
+session for ``agent_idle_ttl`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from .acp_client import AgentProcess, AgentStartError
+from .config import AgentConfig
+from .jsonrpc import INVALID_PARAMS, RpcError
+
+__all__ = ["AgentPool", "UnknownAgent"]
+
+
+class UnknownAgent(RpcError):
+    def __init__(self, agent_id: str, known: list[str]) -> None:
+        super().__init__(INVALID_PARAMS, f"Invalid params: modelId: unknown model {agent_id!r}; known models: "
+                         f"{', '.join(sorted(known))}", {"field": "modelId"})
+
+
+class _Start:
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+
+class AgentPool:
+    def __init__(self, configs: Mapping[str, AgentConfig], *, stop_grace: float = 3.0, idle_ttl: float = 600.0,
+                 tracer: Any = None, log: Any) -> None:
+        self.configs: dict[str, AgentConfig] = dict(configs)
+        self._stop_grace = stop_grace
+        self._idle_ttl = idle_ttl
+        self._tracer = tracer
+        self._log = log
+        self._running: dict[str, AgentProcess] = {}
+        self._starting: dict[str, _Start] = {}
+        self._idle_since: dict[str, float] = {}
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+        self._prewarmed = False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._reap_idle)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def config(self, agent_id: str) -> AgentConfig:
+        config = self.configs.get(agent_id)
+        if config is None:
+            raise UnknownAgent(agent_id, list(self.configs))
+        return config
+
+    def add(self, configs: Mapping[str, AgentConfig]) -> None:
+        """Agents defined by an editor (``initialize.agents``); a running agent keeps its old definition until
+        its process stops."""
+        self.configs.update(configs)
+
+    @property
+    def processes(self) -> list[AgentProcess]:
+        return [p for p in self._running.values() if p.alive]
+
+    async def acquire(self, agent_id: str) -> AgentProcess:
+        config = self.config(agent_id)
+        while True:
+            if self._closed:
+                raise AgentStartError(agent_id, "lmbridge is shutting down")
+            process = self._running.get(agent_id)
+            if process is not None and process.alive:
+                self._idle_since.pop(agent_id, None)
+                return process
+            start = self._starting.get(agent_id)
+            if start is not None:
+                await start.done.wait()
+                if start.error is not None:
+                    raise start.error
+                continue
+            return await self._start(config)
+
+    async def _start(self, config: AgentConfig) -> AgentProcess:
+        assert self._nursery is not None
+        start = self._starting[config.id] = _Start()
+        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer)
+        begun = trio.current_time()
+        if not self._prewarmed:
+            # The first non-text update needs acp.schema (about 0.8 s to import): load it in a worker thread
+            # while the agent starts, instead of stalling every session on first use.
+            self._prewarmed = True
+            self._nursery.start_soon(_prewarm_imports)
+        try:
+            await self._nursery.start(process.run)
+        except BaseException as exc:
+            start.error = exc
+            raise
+        finally:
+            del self._starting[config.id]
+            start.done.set()
+        self._running[config.id] = process
+        self._log.info("agent ready", agent=config.id, pid=process.pid,
+                       start_seconds=round(trio.current_time() - begun, 3))
+        return process
+
+    async def stop_all(self) -> None:
+        """Stop every agent process group and wait until they are gone."""
+        self._closed = True
+        async with trio.open_nursery() as nursery:
+            for process in list(self._running.values()):
+                nursery.start_soon(process.stop)
+
+    async def _reap_idle(self) -> None:
+        ttl = self._idle_ttl
+        interval = max(min(ttl / 4, 30.0), 0.01) if math.isfinite(ttl) else 60.0
+        while True:
+            await trio.sleep(interval)
+            now = trio.current_time()
+            for agent_id, process in list(self._running.items()):
+                if not process.alive:
+                    del self._running[agent_id]
+                    self._idle_since.pop(agent_id, None)
+                    continue
+                if process.session_count:
+                    self._idle_since.pop(agent_id, None)
+                    continue
+                since = self._idle_since.setdefault(agent_id, now)
+                if now - since >= ttl:
+                    self._log.info("stopping an idle agent", agent=agent_id, idle_seconds=round(now - since))
+                    del self._running[agent_id]
+                    self._idle_since.pop(agent_id, None)
+                    assert self._nursery is not None
+                    self._nursery.start_soon(process.stop)
+
+
+async def _prewarm_imports() -> None:
+    def load() -> None:
+        from session.render import parse_update
+
+        parse_update({"sessionUpdate": "plan", "entries": []})
+
+    await trio.to_thread.run_sync(load, abandon_on_cancel=True)
