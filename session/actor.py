@@ -1,0 +1,309 @@
+"""The Trio session actor: one task per ACP session that merges everything about it into one event stream.
+
+Owns the shell around ``SessionMachine``: it receives agent updates, permission requests and tool invocations
+(from the agent connection and the synthetic MCP server), editor turns and cancels (from the router), and prompt
+completions (from its own prompt task); feeds them to the machine in arrival order; and carries out the actions:
+sending ``session/prompt``/``session/cancel``, streaming parts to the editor turn's sink, answering the waiting
+permission requests and tool calls.
+
+Everyone waiting on the actor has a cancel path: an editor turn whose caller is cancelled sends ``EditorCancel``; a
+permission request or tool call whose caller gives up sends ``InvocationWithdrawn``; a closed actor answers at once.
+Agent updates go through a bounded number of slots, so a flood from the agent waits for a slow editor instead of
+growing memory; everything else is never blocked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+from .machine import (
+    AgentExited,
+    AgentUpdate,
+    AnswerPermission,
+    EditorCancel,
+    EditorTurn,
+    Emit,
+    EndTurn,
+    InvocationWithdrawn,
+    PermissionRequest,
+    PromptFailed,
+    PromptFinished,
+    ResolveInvocation,
+    SendCancel,
+    SendPrompt,
+    SessionClosed,
+    SessionMachine,
+    State,
+    Tick,
+    ToolInvocation,
+)
+from .permissions import cancelled_outcome
+
+__all__ = ["AgentLink", "TurnOutcome", "SessionActor", "PartSink", "STOP_REASONS"]
+
+STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+_SESSION_ENDED = "The session ended; the tool call was withdrawn."
+_UPDATE_SLOTS = 256
+
+PartSink = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class AgentLink(Protocol):
+    """The agent connection as the actor sees it (``bridge.acp_client.AgentProcess`` provides it)."""
+
+    id: str
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    def notify(self, method: str, params: dict[str, Any]) -> None: ...
+
+    def detach(self, session_id: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    stop_reason: str | None
+    error: Exception | None = None
+    reroute: bool = False
+    emitted: tuple[dict[str, Any], ...] = ()
+    pending_calls: tuple[str, ...] = ()
+    usage: dict[str, Any] | None = None
+
+    @classmethod
+    def from_action(cls, action: EndTurn) -> TurnOutcome:
+        return cls(action.stop_reason, action.error, action.reroute, action.emitted, action.pending_calls,
+                   action.usage)
+
+
+class _Turn:
+    __slots__ = ("sink", "done", "outcome", "broken")
+
+    def __init__(self, sink: PartSink) -> None:
+        self.sink = sink
+        self.done = trio.Event()
+        self.outcome: TurnOutcome | None = None
+        self.broken = False  # the editor stopped listening: skip further parts
+
+
+class _Waiter:
+    """A permission request or tool call waiting for the machine's answer; ``fallback`` is its answer when the
+    session ends before the machine could give one."""
+
+    __slots__ = ("done", "value", "fallback")
+
+    def __init__(self, fallback: Any) -> None:
+        self.done = trio.Event()
+        self.value: Any = None
+        self.fallback = fallback
+
+    def give_up(self) -> None:
+        _answer(self, self.fallback)
+
+
+class InvalidAgentReply(Exception):
+    pass
+
+
+class SessionActor:
+    def __init__(self, agent: AgentLink, session_id: str, machine: SessionMachine, *, log: Any) -> None:
+        self.agent = agent
+        self.session_id = session_id
+        self.machine = machine
+        self._log = log.bind(session=session_id)
+        self._inbox_send, self._inbox = trio.open_memory_channel[object](math.inf)
+        self._update_slots = trio.Semaphore(_UPDATE_SLOTS)
+        self._turns: dict[Hashable, _Turn] = {}
+        self._closing_reason: str | None = None
+        self.closed = False
+        self.finished = trio.Event()
+        self.last_active = trio.current_time()
+
+    # -- running ---------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await self._loop()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.closed = True
+            self.agent.detach(self.session_id)
+            self._inbox_send.close()
+            self._answer_leftovers()
+            self.finished.set()
+
+    async def _loop(self) -> None:
+        machine = self.machine
+        while machine.state is not State.CLOSED:
+            deadline = machine.deadline
+            event: object = Tick()
+            with trio.move_on_at(deadline if deadline is not None else math.inf):
+                event = await self._inbox.receive()
+            if type(event) is AgentUpdate:
+                self._update_slots.release()
+            elif type(event) is _CloseRequest:
+                await self._execute(machine.close(event.reason))
+                continue
+            await self._execute(machine.handle(event, trio.current_time()))
+
+    def _answer_leftovers(self) -> None:
+        while True:
+            try:
+                event = self._inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if type(event) is EditorTurn:
+                self._finish_turn(EndTurn(event.turn, reroute=True))
+            elif type(event) is PermissionRequest:
+                event.request.give_up()
+            elif type(event) is ToolInvocation:
+                event.invocation.give_up()
+        for turn_id in list(self._turns):
+            self._finish_turn(EndTurn(turn_id, reroute=True))
+
+    async def _execute(self, actions: list[object]) -> None:
+        for action in actions:
+            kind = type(action)
+            if kind is Emit:
+                turn = self._turns.get(action.turn)
+                if turn is not None and not turn.broken:
+                    try:
+                        await turn.sink(action.part)
+                    except Exception as exc:  # the editor is gone: stop streaming to it, cancel the turn
+                        self._log.info("editor stopped listening; cancelling the turn", error=str(exc))
+                        turn.broken = True
+                        self._inbox_send.send_nowait(EditorCancel(action.turn))
+            elif kind is EndTurn:
+                self._finish_turn(action)
+            elif kind is SendPrompt:
+                self._nursery.start_soon(self._prompt, action.blocks)
+            elif kind is SendCancel:
+                self.agent.notify("session/cancel", {"sessionId": self.session_id})
+            elif kind is AnswerPermission:
+                _answer(action.request, action.outcome)
+            elif kind is ResolveInvocation:
+                _answer(action.invocation, (action.result, action.reason))
+            elif kind is SessionClosed:
+                self._log.info("session closed", reason=action.reason)
+                self.closed = True
+        self.last_active = trio.current_time()
+
+    def _finish_turn(self, action: EndTurn) -> None:
+        turn = self._turns.pop(action.turn, None)
+        if turn is not None:
+            turn.outcome = TurnOutcome.from_action(action)
+            turn.done.set()
+
+    async def _prompt(self, blocks: list[dict[str, Any]]) -> None:
+        try:
+            result = await self.agent.request("session/prompt", {"sessionId": self.session_id, "prompt": blocks})
+            stop_reason = result.get("stopReason") if isinstance(result, dict) else None
+            if stop_reason not in STOP_REASONS:
+                raise InvalidAgentReply(f"the agent answered session/prompt with stopReason {stop_reason!r}")
+            usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+            event: object = PromptFinished(stop_reason, usage)
+        except Exception as exc:
+            event = PromptFailed(exc)
+        try:
+            self._inbox_send.send_nowait(event)
+        except trio.ClosedResourceError:
+            pass
+
+    # -- what the router calls -------------------------------------------------------------------------------
+
+    async def run_turn(self, turn: EditorTurn, sink: PartSink, cancel_requested: trio.Event) -> TurnOutcome:
+        """Run one editor turn on this session. Always returns an outcome: ``reroute`` if the session closed
+        before it could take the turn. If the caller is cancelled, the turn is cancelled in the session."""
+        handle = self._turns[turn.turn] = _Turn(sink)
+        if self.closed or not self._send_nowait(turn):
+            del self._turns[turn.turn]
+            return TurnOutcome(None, reroute=True)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._cancel_on, cancel_requested, EditorCancel(turn.turn))
+                await handle.done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if not handle.done.is_set():
+                handle.broken = True
+                self._send_nowait(EditorCancel(turn.turn))
+        assert handle.outcome is not None
+        return handle.outcome
+
+    def close(self, reason: str) -> None:
+        """Close the session: every waiting turn, permission request and tool call is answered."""
+        self._send_nowait(_CloseRequest(reason))
+
+    # -- what the agent side calls (SessionEndpoint) ---------------------------------------------------------
+
+    async def on_agent_update(self, params: dict[str, Any]) -> None:
+        update = params.get("update")
+        if not isinstance(update, dict):
+            self._log.warning("session/update without an update object; ignored")
+            return
+        await self._update_slots.acquire()
+        try:
+            self._inbox_send.send_nowait(AgentUpdate(update))
+        except trio.ClosedResourceError:
+            self._update_slots.release()
+
+    async def on_permission_request(self, params: dict[str, Any], context: Any) -> dict[str, Any]:
+        waiter = _Waiter(cancelled_outcome())
+        if not self._send_nowait(PermissionRequest(waiter, params)):
+            return waiter.fallback
+        await self._wait(waiter, context.cancel_requested)
+        return waiter.value
+
+    async def invoke_tool(self, name: str, arguments: Any, cancel_requested: trio.Event) -> tuple[dict[str, Any] | None, str]:
+        """A tool call from the synthetic MCP server: blocks until the editor's result arrives or the call is
+        withdrawn. Returns ``(tool_result part, "")`` or ``(None, reason)``."""
+        waiter = _Waiter((None, _SESSION_ENDED))
+        if not self._send_nowait(ToolInvocation(waiter, name, arguments)):
+            return waiter.fallback
+        await self._wait(waiter, cancel_requested)
+        return waiter.value
+
+    def on_agent_exit(self, error: Exception) -> None:
+        self._send_nowait(AgentExited(error))
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+
+    async def _wait(self, waiter: _Waiter, cancel_requested: trio.Event) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._cancel_on, cancel_requested, InvocationWithdrawn(waiter))
+                await waiter.done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if not waiter.done.is_set() and not self._send_nowait(InvocationWithdrawn(waiter)):
+                waiter.give_up()
+
+    async def _cancel_on(self, event: trio.Event, message: object) -> None:
+        await event.wait()
+        if not self._send_nowait(message) and type(message) is InvocationWithdrawn:
+            message.invocation.give_up()
+
+    def _send_nowait(self, event: object) -> bool:
+        try:
+            self._inbox_send.send_nowait(event)
+        except trio.ClosedResourceError:
+            return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _CloseRequest:
+    reason: str
+
+
+def _answer(waiter: Any, value: Any) -> None:
+    if isinstance(waiter, _Waiter) and not waiter.done.is_set():
+        waiter.value = value
+        waiter.done.set()

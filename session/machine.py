@@ -1,0 +1,613 @@
+"""The session state machine, sans-IO: one ACP session seen from the bridge.
+
+Owns the rules that make a long-lived, asynchronous agent session look like request/response model turns:
+what goes out live, what waits for the next turn, when a turn ends, and what a cancel does. It is fed events
+(``handle(event, now)``) and returns actions for the shell (``session.actor``) to carry out; it never waits, reads
+a clock or does I/O, so every interleaving can be tested directly.
+
+States (``State``) and the transitions allowed between them (``TRANSITIONS``):
+
+    IDLE ──EditorTurn(prompt)──▶ STREAMING ──tool call / permission + batch window──▶ AWAITING_TOOL_RESULTS
+     ▲  ◀──PromptFinished──────────┤  ▲                                                AWAITING_PERMISSION
+     │                              │  └──────────EditorTurn(results)──────────────────────┘   │
+     │                    EditorCancel / superseded / moved on                              moved on
+     │                              ▼                                                          │
+     └──────PromptFinished──── CANCELLING ◀───────────────────────────────────────────────────┘
+                 (drained)          │ drain timeout, AgentExited (from anywhere)
+                                    ▼
+                                  CLOSED
+
+Invariants (checked by the property tests):
+- every editor turn gets exactly one ``EndTurn``; nothing is emitted for a turn after it;
+- agent output produced while no turn is open is buffered and emitted first in the next turn — text and thinking
+  coalesced, never dropped; only output that arrives *after* ``session/cancel`` (the drain) is discarded;
+- every permission request and tool invocation gets exactly one answer;
+- at most one ``session/prompt`` is in flight.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .messages import ACP_UPDATE_MIME_TYPE
+from .permissions import PermissionPolicy, cancelled_outcome
+from .render import ActivityRenderer, acp_update_part
+
+__all__ = [
+    "State",
+    "TRANSITIONS",
+    "TurnOptions",
+    "EditorTurn",
+    "EditorCancel",
+    "AgentUpdate",
+    "PermissionRequest",
+    "ToolInvocation",
+    "InvocationWithdrawn",
+    "PromptFinished",
+    "PromptFailed",
+    "AgentExited",
+    "Tick",
+    "SendPrompt",
+    "SendCancel",
+    "Emit",
+    "EndTurn",
+    "AnswerPermission",
+    "ResolveInvocation",
+    "SessionClosed",
+    "SessionMachine",
+    "IllegalTransition",
+]
+
+
+class State(enum.Enum):
+    IDLE = "idle"  # no prompt running, no editor turn open
+    STREAMING = "streaming"  # a prompt is running and an editor turn is open: output goes out live
+    AWAITING_TOOL_RESULTS = "awaiting_tool_results"  # the turn ended with tool_calls; the prompt waits on editor tools
+    AWAITING_PERMISSION = "awaiting_permission"  # the same, waiting on permission answers only
+    CANCELLING = "cancelling"  # session/cancel sent; draining until the prompt's stopReason
+    CLOSED = "closed"  # the agent exited or the session was closed: every new turn is sent elsewhere
+
+
+_AWAITING = (State.AWAITING_TOOL_RESULTS, State.AWAITING_PERMISSION)
+
+TRANSITIONS: Mapping[State, frozenset[State]] = {
+    State.IDLE: frozenset({State.STREAMING, State.CLOSED}),
+    State.STREAMING: frozenset({State.IDLE, *_AWAITING, State.CANCELLING, State.CLOSED}),
+    State.AWAITING_TOOL_RESULTS: frozenset({State.STREAMING, State.IDLE, State.CANCELLING, State.CLOSED}),
+    State.AWAITING_PERMISSION: frozenset({State.STREAMING, State.IDLE, State.CANCELLING, State.CLOSED}),
+    State.CANCELLING: frozenset({State.IDLE, State.STREAMING, State.CLOSED}),
+    State.CLOSED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A bug in the machine: a transition not in ``TRANSITIONS``."""
+
+
+# -- events ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    thinking: bool = False  # the editor renders thinking parts
+    acp_updates: bool = False  # the editor wants raw ACP updates as data parts
+    permission_tool: bool = True  # the editor offers the permission tool in this request
+
+
+@dataclass(frozen=True, slots=True)
+class EditorTurn:
+    turn: Hashable
+    prompt: list[dict[str, Any]] | None  # ACP content blocks for a new session/prompt; None: nothing new to say
+    tool_results: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # callId → editor tool_result part
+    moved_on: bool = False  # the history shows the user moved on: cancel what is pending first
+    options: TurnOptions = TurnOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class EditorCancel:
+    turn: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class AgentUpdate:
+    update: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRequest:
+    request: Hashable
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocation:
+    invocation: Hashable
+    name: str  # the editor's tool name
+    arguments: Any
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationWithdrawn:
+    """The agent gave up on a tool call or permission request (MCP cancel, ACP cancel_request)."""
+
+    invocation: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFinished:
+    stop_reason: str
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFailed:
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class AgentExited:
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time passed (the shell sends this when ``deadline`` is reached)."""
+
+
+# -- actions -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendPrompt:
+    blocks: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class SendCancel:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    turn: Hashable
+    part: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    turn: Hashable
+    stop_reason: str | None = None  # None when ``error`` is set or the turn must be re-routed
+    error: Exception | None = None
+    reroute: bool = False  # this session cannot serve the turn (closed): route it again, to a new session
+    emitted: tuple[dict[str, Any], ...] = ()  # what the editor received in this turn (its provisional response)
+    pending_calls: tuple[str, ...] = ()  # callIds the editor should answer in its next request
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerPermission:
+    request: Hashable
+    outcome: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveInvocation:
+    invocation: Hashable
+    result: dict[str, Any] | None  # the editor's tool_result part, or None when withdrawn
+    reason: str = ""  # why it was withdrawn, in words the model can read
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClosed:
+    reason: str
+
+
+Action = SendPrompt | SendCancel | Emit | EndTurn | AnswerPermission | ResolveInvocation | SessionClosed
+
+
+# -- the machine -------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Pending:
+    call_id: str
+    key: Hashable
+    part: dict[str, Any]
+    permission: dict[str, Any] | None  # the request params, for permission calls
+    emitted: bool = False
+
+
+@dataclass(slots=True)
+class _OpenTurn:
+    turn: Hashable
+    options: TurnOptions
+    emitted: list[dict[str, Any]] = field(default_factory=list)
+
+
+_MAX_BUFFERED_DATA_PARTS = 1000
+WITHDRAWN_NO_RESULT = ("The editor's next request carried no result for this tool call (the user skipped it or "
+                       "moved on); the call was withdrawn.")
+WITHDRAWN_CANCELLED = "The user cancelled the request; the tool call was withdrawn."
+WITHDRAWN_MOVED_ON = "The user moved on without running this tool; the call was withdrawn."
+WITHDRAWN_AGENT_GONE = "The session ended; the tool call was withdrawn."
+
+
+class SessionMachine:
+    def __init__(
+        self,
+        *,
+        new_call_id: Callable[[], str],
+        permission_policy: PermissionPolicy = PermissionPolicy(),
+        bridged_tools: Callable[[], set[str]] = set,
+        batch_window: float = 0.05,
+        drain_timeout: float = 10.0,
+    ) -> None:
+        self.state = State.IDLE
+        self._new_call_id = new_call_id
+        self._policy = permission_policy
+        self._bridged_tools = bridged_tools
+        self._batch_window = batch_window
+        self._drain_timeout = drain_timeout
+        self._renderer = ActivityRenderer()
+        self._turn: _OpenTurn | None = None
+        self._queued: EditorTurn | None = None  # waits for the drain of a cancelled prompt
+        self._next_prompt: list[dict[str, Any]] | None = None  # sent when the running prompt finishes
+        self._finished: PromptFinished | PromptFailed | None = None  # a prompt that ended while no turn was open
+        self._prompt_running = False
+        self._pending: dict[str, _Pending] = {}
+        self._by_key: dict[Hashable, str] = {}
+        self._buffer: list[dict[str, Any]] = []
+        self._buffered_data_parts = 0
+        self._window_deadline: float | None = None
+        self._drain_deadline: float | None = None
+        self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
+        self.drained_updates = 0  # updates discarded after session/cancel (for logs and tests)
+
+    # -- introspection --------------------------------------------------------------------------------------
+
+    @property
+    def deadline(self) -> float | None:
+        """When the shell must send ``Tick`` (the batching window or the drain timeout), if ever."""
+        if self.state is State.STREAMING:
+            return self._window_deadline
+        if self.state is State.CANCELLING:
+            return self._drain_deadline
+        return None
+
+    @property
+    def prompt_running(self) -> bool:
+        return self._prompt_running
+
+    @property
+    def open_turn(self) -> Hashable | None:
+        return self._turn.turn if self._turn is not None else None
+
+    @property
+    def pending_call_ids(self) -> list[str]:
+        return list(self._pending)
+
+    @property
+    def buffered(self) -> list[dict[str, Any]]:
+        return list(self._buffer)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing running, nothing owed to anyone: the session may be closed without losing anything."""
+        return (self.state is State.IDLE and not self._pending and self._queued is None and not self._buffer
+                and self._finished is None)
+
+    # -- the one entry point ---------------------------------------------------------------------------------
+
+    def handle(self, event: object, now: float) -> list[Action]:
+        out: list[Action] = []
+        handler = self._handlers[type(event)]
+        handler(self, event, now, out)
+        return out
+
+    def _to(self, state: State) -> None:
+        if state is not self.state and state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"{self.state.name} → {state.name}")
+        self.state = state
+
+    # -- editor events ---------------------------------------------------------------------------------------
+
+    def _on_turn(self, event: EditorTurn, now: float, out: list[Action]) -> None:
+        if self.state is State.CLOSED:
+            out.append(EndTurn(event.turn, reroute=True))
+            return
+        self._options = event.options
+        if self.state is State.STREAMING:
+            # A newer request for this conversation supersedes the one still running.
+            self._cancel_prompt(now, out, WITHDRAWN_CANCELLED)
+            self._queued = event
+            return
+        if self.state is State.CANCELLING:
+            if self._queued is not None:
+                out.append(EndTurn(self._queued.turn, stop_reason="cancelled"))
+            self._queued = event
+            return
+        if event.moved_on:
+            if self._prompt_running:
+                self._cancel_prompt(now, out, WITHDRAWN_MOVED_ON)
+                self._queued = EditorTurn(event.turn, event.prompt, {}, False, event.options)
+                return
+            self._withdraw_all(WITHDRAWN_MOVED_ON, out)
+            self._next_prompt = None
+        self._begin(event, now, out)
+
+    def _begin(self, event: EditorTurn, now: float, out: list[Action]) -> None:
+        """Open the turn: answer what the editor answered, withdraw what it did not, flush the buffer, then
+        prompt (now, or once the running prompt is done)."""
+        for call_id in list(self._pending):
+            pending = self._pending[call_id]
+            result = event.tool_results.get(call_id)
+            if result is None and not pending.emitted:
+                continue  # announced only in this turn's buffer flush, below
+            self._forget(call_id)
+            if pending.permission is not None:
+                if result is None:
+                    outcome = self._policy.outcome_for_result(pending.permission, {"content": [], "isError": True})[0]
+                else:
+                    outcome = self._policy.outcome_for_result(pending.permission, result)[0]
+                out.append(AnswerPermission(pending.key, outcome))
+            else:
+                out.append(ResolveInvocation(pending.key, result, "" if result is not None else WITHDRAWN_NO_RESULT))
+        turn = self._turn = _OpenTurn(event.turn, event.options)
+        buffered, self._buffer = self._buffer, []
+        self._buffered_data_parts = 0
+        for part in buffered:
+            self._emit(turn, part, out)
+        unsent = [p for p in self._pending.values() if not p.emitted]
+        for pending in unsent:
+            pending.emitted = True
+            self._emit(turn, pending.part, out)
+        if unsent:
+            self._window_deadline = now + self._batch_window
+
+        if self._prompt_running:
+            if event.prompt:
+                self._next_prompt = (self._next_prompt or []) + event.prompt
+            self._to(State.STREAMING)
+            return
+        finished, self._finished = self._finished, None
+        # Text that came with tool results for a prompt that has since finished is still owed to the agent.
+        prompt = (self._next_prompt or []) + (event.prompt or [])
+        self._next_prompt = None
+        if prompt:
+            self._send_prompt(prompt, out)
+            self._to(State.STREAMING)
+            return
+        # Nothing to ask the agent: the turn is what was waiting for it.
+        if unsent or any(p.emitted for p in self._pending.values()):
+            self._end_turn(out, stop_reason="tool_calls")
+        elif isinstance(finished, PromptFailed):
+            self._end_turn(out, error=finished.error)
+        else:
+            self._end_turn(out, stop_reason=finished.stop_reason if finished else "end_turn",
+                           usage=finished.usage if finished else None)
+
+    def _on_cancel(self, event: EditorCancel, now: float, out: list[Action]) -> None:
+        if self._queued is not None and self._queued.turn == event.turn:
+            out.append(EndTurn(event.turn, stop_reason="cancelled"))
+            self._queued = None
+            return
+        if self._turn is None or self._turn.turn != event.turn:
+            return  # already answered
+        self._cancel_prompt(now, out, WITHDRAWN_CANCELLED)
+
+    def _cancel_prompt(self, now: float, out: list[Action], reason: str) -> None:
+        """Cancel the running prompt: send ``session/cancel``, answer pending permission requests ``cancelled``
+        (ACP requires it), withdraw tool calls, answer the open turn ``cancelled``, and drain until the agent's
+        stopReason arrives."""
+        if self._prompt_running:
+            out.append(SendCancel())
+        self._withdraw_all(reason, out)
+        if self._turn is not None:
+            self._end_turn(out, stop_reason="cancelled")
+        self._next_prompt = None
+        if self._prompt_running:
+            self._drain_deadline = now + self._drain_timeout
+            self._to(State.CANCELLING)
+        else:
+            self._to(State.IDLE)
+
+    # -- agent events ----------------------------------------------------------------------------------------
+
+    def _on_update(self, event: AgentUpdate, now: float, out: list[Action]) -> None:
+        if self.state is State.CLOSED:
+            return
+        if self.state is State.CANCELLING:
+            self.drained_updates += 1
+            return
+        parts = self._renderer.render(event.update)
+        turn = self._turn
+        if turn is not None:
+            for part in parts:
+                self._emit(turn, part, out)
+            if turn.options.acp_updates:
+                self._emit(turn, acp_update_part(event.update), out)
+        else:
+            for part in parts:
+                self._buffer_part(part)
+            if self._options.acp_updates and self._buffered_data_parts < _MAX_BUFFERED_DATA_PARTS:
+                self._buffered_data_parts += 1
+                self._buffer.append(acp_update_part(event.update))
+
+    def _on_permission(self, event: PermissionRequest, now: float, out: list[Action]) -> None:
+        if self.state in (State.CANCELLING, State.CLOSED):
+            out.append(AnswerPermission(event.request, cancelled_outcome()))
+            return
+        automatic = self._policy.automatic(event.params, tool_offered=self._options.permission_tool,
+                                           bridged_tools=self._bridged_tools())
+        if automatic is not None:
+            out.append(AnswerPermission(event.request, automatic))
+            return
+        call_id = self._new_call_id()
+        part = {"type": "tool_call", "callId": call_id, "name": self._policy.tool_name,
+                "input": self._policy.tool_input(event.params)}
+        self._add_pending(_Pending(call_id, event.request, part, event.params), now, out)
+
+    def _on_invocation(self, event: ToolInvocation, now: float, out: list[Action]) -> None:
+        if self.state in (State.CANCELLING, State.CLOSED):
+            reason = WITHDRAWN_CANCELLED if self.state is State.CANCELLING else WITHDRAWN_AGENT_GONE
+            out.append(ResolveInvocation(event.invocation, None, reason))
+            return
+        call_id = self._new_call_id()
+        part = {"type": "tool_call", "callId": call_id, "name": event.name, "input": event.arguments}
+        self._add_pending(_Pending(call_id, event.invocation, part, None), now, out)
+
+    def _add_pending(self, pending: _Pending, now: float, out: list[Action]) -> None:
+        self._pending[pending.call_id] = pending
+        self._by_key[pending.key] = pending.call_id
+        if self._turn is not None:
+            pending.emitted = True
+            self._emit(self._turn, pending.part, out)
+            if self._window_deadline is None:
+                self._window_deadline = now + self._batch_window
+        # else: announced by the next turn's buffer flush
+
+    def _on_withdrawn(self, event: InvocationWithdrawn, now: float, out: list[Action]) -> None:
+        call_id = self._by_key.get(event.invocation)
+        if call_id is None:
+            return
+        pending = self._pending[call_id]
+        self._forget(call_id)
+        if pending.permission is not None:
+            out.append(AnswerPermission(pending.key, cancelled_outcome()))
+        else:
+            out.append(ResolveInvocation(pending.key, None, "withdrawn by the agent"))
+
+    def _on_finished(self, event: PromptFinished | PromptFailed, now: float, out: list[Action]) -> None:
+        if not self._prompt_running:
+            return
+        self._prompt_running = False
+        if self.state is State.STREAMING:
+            if self._next_prompt and isinstance(event, PromptFinished):
+                prompt, self._next_prompt = self._next_prompt, None
+                self._send_prompt(prompt, out)
+                return
+            self._next_prompt = None
+            if any(p.emitted for p in self._pending.values()):
+                self._end_turn(out, stop_reason="tool_calls")
+            elif isinstance(event, PromptFailed):
+                self._end_turn(out, error=event.error)
+            else:
+                self._end_turn(out, stop_reason=event.stop_reason, usage=event.usage)
+            self._to(State.IDLE)
+        elif self.state is State.CANCELLING:
+            self._drain_deadline = None
+            self._to(State.IDLE)
+            queued, self._queued = self._queued, None
+            if queued is not None:
+                self._begin(queued, now, out)
+        elif self.state in _AWAITING:
+            self._finished = event
+            self._to(State.IDLE)
+
+    def _on_exit(self, event: AgentExited, now: float, out: list[Action]) -> None:
+        if self.state is State.CLOSED:
+            return
+        if self._turn is not None:
+            self._end_turn(out, error=event.error)
+        if self._queued is not None:
+            out.append(EndTurn(self._queued.turn, reroute=True))
+            self._queued = None
+        self._withdraw_all(WITHDRAWN_AGENT_GONE, out)
+        self._prompt_running = False
+        self._to(State.CLOSED)
+        out.append(SessionClosed("the agent exited"))
+
+    def _on_tick(self, event: Tick, now: float, out: list[Action]) -> None:
+        if self.state is State.STREAMING and self._window_deadline is not None and now >= self._window_deadline:
+            self._end_turn(out, stop_reason="tool_calls")
+            tools_pending = any(p.permission is None for p in self._pending.values())
+            self._to(State.AWAITING_TOOL_RESULTS if tools_pending else State.AWAITING_PERMISSION)
+        elif self.state is State.CANCELLING and self._drain_deadline is not None and now >= self._drain_deadline:
+            if self._queued is not None:
+                out.append(EndTurn(self._queued.turn, reroute=True))
+                self._queued = None
+            self._prompt_running = False
+            self._to(State.CLOSED)
+            out.append(SessionClosed(f"the agent did not finish its cancelled prompt within {self._drain_timeout:g} s"))
+
+    def close(self, reason: str) -> list[Action]:
+        """Close the session on the bridge's initiative (idle timeout, shutdown): answer everything owed."""
+        out: list[Action] = []
+        if self.state is State.CLOSED:
+            return out
+        if self._turn is not None:
+            self._end_turn(out, stop_reason="cancelled")
+        if self._queued is not None:
+            out.append(EndTurn(self._queued.turn, stop_reason="cancelled"))
+            self._queued = None
+        self._withdraw_all(WITHDRAWN_AGENT_GONE, out)
+        if self._prompt_running:
+            out.append(SendCancel())
+            self._prompt_running = False
+        self._next_prompt = None
+        self._to(State.CLOSED)
+        out.append(SessionClosed(reason))
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+
+    def _send_prompt(self, blocks: list[dict[str, Any]], out: list[Action]) -> None:
+        self._prompt_running = True
+        out.append(SendPrompt(blocks))
+
+    def _emit(self, turn: _OpenTurn, part: dict[str, Any], out: list[Action]) -> None:
+        kind = part["type"]
+        if kind == "thinking" and not turn.options.thinking:
+            return
+        if kind == "data" and part["mimeType"] == ACP_UPDATE_MIME_TYPE and not turn.options.acp_updates:
+            return
+        turn.emitted.append(part)
+        out.append(Emit(turn.turn, part))
+
+    def _buffer_part(self, part: dict[str, Any]) -> None:
+        kind = part["type"]
+        if kind in ("text", "thinking") and self._buffer and self._buffer[-1]["type"] == kind:
+            self._buffer[-1] = {"type": kind, "value": self._buffer[-1]["value"] + part["value"]}
+        else:
+            self._buffer.append(part)
+
+    def _end_turn(self, out: list[Action], *, stop_reason: str | None = None, error: Exception | None = None,
+                  usage: dict[str, Any] | None = None) -> None:
+        turn = self._turn
+        assert turn is not None
+        self._turn = None
+        self._window_deadline = None
+        pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
+        if usage is None and self._renderer.usage is not None:
+            usage = {"used": self._renderer.usage.used, "size": self._renderer.usage.size}
+        out.append(EndTurn(turn.turn, stop_reason=None if error else stop_reason, error=error,
+                           emitted=tuple(turn.emitted), pending_calls=pending if not error else (), usage=usage))
+
+    def _withdraw_all(self, reason: str, out: list[Action]) -> None:
+        for call_id in list(self._pending):
+            pending = self._pending[call_id]
+            self._forget(call_id)
+            if pending.permission is not None:
+                out.append(AnswerPermission(pending.key, cancelled_outcome()))
+            else:
+                out.append(ResolveInvocation(pending.key, None, reason))
+
+    def _forget(self, call_id: str) -> None:
+        pending = self._pending.pop(call_id)
+        self._by_key.pop(pending.key, None)
+
+    _handlers: dict[type, Callable[..., None]] = {
+        EditorTurn: _on_turn,
+        EditorCancel: _on_cancel,
+        AgentUpdate: _on_update,
+        PermissionRequest: _on_permission,
+        ToolInvocation: _on_invocation,
+        InvocationWithdrawn: _on_withdrawn,
+        PromptFinished: _on_finished,
+        PromptFailed: _on_finished,
+        AgentExited: _on_exit,
+        Tick: _on_tick,
+    }

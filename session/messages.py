@@ -1,0 +1,178 @@
+"""Editor messages and parts (protocol v1): validation, normalisation and digests. Pure functions on the JSON
+form — messages stay the dicts the editor sent, so an unchanged history can be compared at C speed.
+
+Owns: what a valid message is (``check_message`` raises ``MessageError`` naming the field), the normal form used
+to decide whether two renderings of a message are the same (``normalize``), and per-message digests.
+
+Normalisation, so re-renderings by editors still compare equal: adjacent text parts are merged and trailing
+whitespace is ignored; ``thinking`` parts and ignorable ``data`` parts (cache-control, stateful markers, our own
+ACP-update parts) are dropped; tool-call inputs compare as parsed JSON (a string holding JSON equals the object);
+message ``name`` is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+__all__ = [
+    "ROLES",
+    "PART_TYPES",
+    "IGNORABLE_DATA_MIME_TYPES",
+    "ACP_UPDATE_MIME_TYPE",
+    "MessageError",
+    "check_message",
+    "check_part",
+    "normalize",
+    "normalize_parts",
+    "digest",
+    "text_of",
+]
+
+ROLES = ("user", "assistant", "system")
+PART_TYPES = ("text", "thinking", "tool_call", "tool_result", "data")
+ACP_UPDATE_MIME_TYPE = "application/vnd.lmbridge.acp-update+json"
+# Data parts that carry no conversation content: prompt-cache hints and stateful markers editors attach.
+IGNORABLE_DATA_MIME_TYPES = frozenset({
+    "cache_control",
+    "stateful_marker",
+    "application/vnd.vscode.cache-control",
+    "application/vnd.vscode.stateful-marker",
+    ACP_UPDATE_MIME_TYPE,
+})
+
+
+class MessageError(ValueError):
+    """A malformed message or part; ``field`` is a path such as ``messages[3].content[0].callId``."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def check_message(message: Any, where: str) -> list[dict[str, Any]]:
+    """Check one message; returns its known parts (unknown part types are skipped, for forward compatibility)."""
+    if not isinstance(message, dict):
+        raise MessageError(where, "must be an object with role and content")
+    role = message.get("role")
+    if role not in ROLES:
+        raise MessageError(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    content = message.get("content")
+    if isinstance(content, str):  # a courtesy: a bare string is one text part
+        return [{"type": "text", "value": content}]
+    if not isinstance(content, list):
+        raise MessageError(f"{where}.content", "must be a list of parts")
+    name = message.get("name")
+    if name is not None and not isinstance(name, str):
+        raise MessageError(f"{where}.name", "must be a string")
+    parts = []
+    for index, part in enumerate(content):
+        if check_part(part, f"{where}.content[{index}]"):
+            parts.append(part)
+    return parts
+
+
+def check_part(part: Any, where: str) -> bool:
+    """Check one part. True for a known, valid part; False for an unknown type (ignored); raises if malformed."""
+    if not isinstance(part, dict):
+        raise MessageError(where, "must be an object with a type")
+    kind = part.get("type")
+    if not isinstance(kind, str):
+        raise MessageError(f"{where}.type", "must be a string")
+    if kind == "text" or kind == "thinking":
+        _string(part, "value", where)
+        if kind == "thinking" and part.get("id") is not None and not isinstance(part.get("id"), str):
+            raise MessageError(f"{where}.id", "must be a string")
+    elif kind == "tool_call":
+        _string(part, "callId", where, nonempty=True)
+        _string(part, "name", where, nonempty=True)
+        if "input" not in part:
+            raise MessageError(f"{where}.input", "is required (use {} for no arguments)")
+    elif kind == "tool_result":
+        _string(part, "callId", where, nonempty=True)
+        content = part.get("content")
+        if not isinstance(content, list):
+            raise MessageError(f"{where}.content", "must be a list of text or data parts")
+        for index, inner in enumerate(content):
+            inner_where = f"{where}.content[{index}]"
+            if check_part(inner, inner_where) and inner["type"] not in ("text", "data"):
+                raise MessageError(f"{inner_where}.type", "a tool result holds text and data parts only")
+        if part.get("isError") is not None and not isinstance(part.get("isError"), bool):
+            raise MessageError(f"{where}.isError", "must be true or false")
+    elif kind == "data":
+        _string(part, "mimeType", where, nonempty=True)
+        _string(part, "data", where)
+    else:
+        return False
+    return True
+
+
+def _string(part: dict[str, Any], key: str, where: str, *, nonempty: bool = False) -> None:
+    value = part.get(key)
+    if not isinstance(value, str):
+        raise MessageError(f"{where}.{key}", "is required and must be a string")
+    if nonempty and not value:
+        raise MessageError(f"{where}.{key}", "must not be empty")
+
+
+def normalize(message: dict[str, Any]) -> tuple[Any, ...]:
+    """The comparable form of a checked message: ``(role, parts...)`` with parts as tuples."""
+    return (message["role"], *normalize_parts(_parts(message)))
+
+
+def _parts(message: dict[str, Any]) -> list[Any]:
+    content = message["content"]
+    return [{"type": "text", "value": content}] if isinstance(content, str) else content
+
+
+def normalize_parts(parts: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    text: list[str] = []
+
+    def flush() -> None:
+        if text:
+            merged = "".join(text).rstrip()
+            if merged:
+                out.append(("text", merged))
+            text.clear()
+
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text":
+            text.append(part["value"])
+            continue
+        if kind == "thinking" or kind not in PART_TYPES:
+            continue
+        if kind == "data" and part["mimeType"] in IGNORABLE_DATA_MIME_TYPES:
+            continue
+        flush()
+        if kind == "tool_call":
+            out.append(("tool_call", part["callId"], part["name"], _canonical_json(part.get("input"))))
+        elif kind == "tool_result":
+            out.append(("tool_result", part["callId"], bool(part.get("isError")),
+                        tuple(normalize_parts(part["content"]))))
+        elif kind == "data":
+            out.append(("data", part["mimeType"], hashlib.blake2b(part["data"].encode(), digest_size=16).hexdigest()))
+    flush()
+    return out
+
+
+def _canonical_json(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(normal: tuple[Any, ...]) -> bytes:
+    """16-byte digest of a normalised message."""
+    return hashlib.blake2b(repr(normal).encode(), digest_size=16).digest()
+
+
+def text_of(parts: list[dict[str, Any]]) -> str:
+    """The text parts of a part list, joined."""
+    return "".join(part["value"] for part in parts if part.get("type") == "text")

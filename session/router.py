@@ -1,0 +1,319 @@
+"""Routing editor turns to ACP sessions, across many concurrent conversations.
+
+Owns: the conversation index of each agent, the live sessions (each with its actor, all in the router's nursery),
+opening sessions (``session/new`` with the conversation's seed), retiring them (idle TTL, an LRU cap,
+``session/close`` where the agent supports it), and the bookkeeping between turns (committing history, recording
+the provisional response and the tool calls the editor owes us).
+
+A turn is always answered: when its session closes under it, the turn is routed again — to a new session seeded
+with the conversation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import trio
+
+from .actor import PartSink, SessionActor, TurnOutcome
+from .history import ConversationIndex, Conversation, HistoryMatch, MatchKind
+from .machine import EditorTurn, SessionMachine, TurnOptions
+from .permissions import PermissionPolicy
+from .transcript import prompt_blocks, trailing_input, transcript
+
+__all__ = ["AgentHandle", "AgentProvider", "ChatRequest", "RouterSettings", "SessionRouter", "RoutingError",
+           "SessionSetup"]
+
+
+class AgentHandle(Protocol):
+    id: str
+    info: Any
+    alive: bool
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any: ...
+
+    def notify(self, method: str, params: dict[str, Any]) -> None: ...
+
+    def attach(self, session_id: str, endpoint: Any) -> list[dict[str, Any]]: ...
+
+    def detach(self, session_id: str) -> None: ...
+
+
+class AgentProvider(Protocol):
+    async def acquire(self, agent_id: str) -> AgentHandle:
+        """A running, initialised agent process for ``agent_id`` (started if needed)."""
+
+
+class SessionSetup(Protocol):
+    """Extra per-session set-up around ``session/new`` (the synthetic MCP server plugs in here)."""
+
+    async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]: ...
+
+    def bridged_tools(self, session: LiveSession) -> set[str]: ...
+
+    async def session_closed(self, session: LiveSession) -> None: ...
+
+    def turn_started(self, session: LiveSession, request: ChatRequest) -> None: ...
+
+
+class RoutingError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    agent_id: str
+    messages: list[Any]
+    cwd: str
+    options: TurnOptions = TurnOptions()
+    tools: tuple[dict[str, Any], ...] = ()  # the editor's tools for this request (minus the permission tool)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    idle_ttl: float = 1800.0
+    max_sessions: int = 64
+    tool_batch_window: float = 0.05
+    cancel_drain_timeout: float = 10.0
+    permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
+
+
+@dataclass(eq=False)
+class LiveSession:
+    key: str
+    agent_id: str
+    conversation: Conversation
+    ready: trio.Event = field(default_factory=trio.Event)
+    session_id: str | None = None
+    agent: AgentHandle | None = None
+    actor: SessionActor | None = None
+    last_used: float = 0.0
+    close_reason: str | None = None
+    retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
+    extra: dict[str, Any] = field(default_factory=dict)  # owned by the SessionSetup
+
+
+class _NoopSetup:
+    async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]:
+        return []
+
+    def bridged_tools(self, session: LiveSession) -> set[str]:
+        return set()
+
+    async def session_closed(self, session: LiveSession) -> None:
+        return None
+
+    def turn_started(self, session: LiveSession, request: ChatRequest) -> None:
+        return None
+
+
+class SessionRouter:
+    def __init__(self, agents: AgentProvider, settings: RouterSettings, *, log: Any,
+                 setup: SessionSetup | None = None) -> None:
+        self._agents = agents
+        self._settings = settings
+        self._log = log
+        self._setup = setup or _NoopSetup()
+        self._indexes: dict[str, ConversationIndex] = {}
+        self._sessions: dict[str, LiveSession] = {}
+        self._turn_ids = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Owns the session actors and the reaper; returns after ``close_all``."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._reap_idle)
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def close_all(self, reason: str) -> None:
+        """Close every session (answering everything they owe, then ``session/close``) and wait until done."""
+        sessions = list(self._sessions.values())
+        for session in sessions:
+            self._close(session, reason)
+        for session in sessions:
+            if session.actor is not None:
+                await session.retired.wait()
+
+    @property
+    def sessions(self) -> list[LiveSession]:
+        return list(self._sessions.values())
+
+    # -- turns -----------------------------------------------------------------------------------------------
+
+    async def chat(self, request: ChatRequest, sink: PartSink, cancel_requested: trio.Event) -> TurnOutcome:
+        """Route and run one editor turn. Raises ``session.messages.MessageError`` for a malformed history and
+        whatever opening a session raises (the agent failing to start)."""
+        turn_id = next(self._turn_ids)
+        for _attempt in range(4):
+            index = self._indexes.setdefault(request.agent_id, ConversationIndex())
+            match = index.match(request.messages)
+            if match.kind is MatchKind.NO_MATCH:
+                session, turn = await self._new_session_turn(index, match, request, turn_id)
+            else:
+                session = self._sessions.get(match.conversation.key)
+                if session is None:  # its session is gone; its record will be too
+                    index.forget(match.conversation)
+                    continue
+                if not session.ready.is_set():
+                    await session.ready.wait()
+                    continue  # the history may have moved meanwhile: match again
+                turn = self._continue_turn(index, match, request, turn_id, session)
+            assert session.actor is not None
+            session.last_used = trio.current_time()
+            self._setup.turn_started(session, request)
+            outcome = await session.actor.run_turn(turn, sink, cancel_requested)
+            if outcome.reroute:
+                self._log.info("session closed under a turn; routing it again", session=session.session_id)
+                self._forget(session)
+                continue
+            if session.actor.closed:
+                self._forget(session)
+            else:
+                index.set_provisional(session.conversation, list(outcome.emitted))
+                index.add_pending_calls(session.conversation, outcome.pending_calls)
+            return outcome
+        raise RoutingError("could not route the request: its sessions kept closing")
+
+    async def _new_session_turn(self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest,
+                                turn_id: int) -> tuple[LiveSession, EditorTurn]:
+        key = f"{request.agent_id}:{uuid.uuid4().hex}"
+        conversation = index.create(key)
+        index.commit(conversation, request.messages, 0)
+        session = LiveSession(key, request.agent_id, conversation)
+        self._sessions[key] = session  # visible at once: a concurrent request for it waits for ``ready``
+        try:
+            await self._open(session, request)
+        except BaseException:
+            self._forget(session)
+            raise
+        finally:
+            session.ready.set()
+        agent = session.agent
+        assert agent is not None
+        images = bool(agent.info and agent.info.prompt("image"))
+        prior = request.messages[: match.start]
+        blocks = prompt_blocks(match.new_messages, images=images)
+        if prior:
+            blocks.insert(0, {"type": "text", "text": transcript(prior)})
+        return session, EditorTurn(turn_id, blocks or None, {}, False, request.options)
+
+    def _continue_turn(self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int,
+                       session: LiveSession) -> EditorTurn:
+        conversation = session.conversation
+        new = match.new_messages
+        moved_on = match.kind is MatchKind.MOVED_ON
+        if not new:
+            # The same history again (a retry, or a duplicate of a request still running): ask again.
+            new = trailing_input(request.messages)
+            moved_on = True
+        agent = session.agent
+        images = bool(agent and agent.info and agent.info.prompt("image"))
+        if match.kind is MatchKind.CONTINUATION and not moved_on:
+            # Results for calls the agent no longer waits on are dropped: the agent has moved past them.
+            new = [_without_tool_results(message) for message in new]
+        blocks = prompt_blocks(new, images=images)
+        index.resolve_calls(conversation, list(conversation.pending_calls))
+        index.commit(conversation, request.messages, match.agreed)
+        return EditorTurn(turn_id, blocks or None, match.tool_results, moved_on, request.options)
+
+    # -- sessions --------------------------------------------------------------------------------------------
+
+    async def _open(self, session: LiveSession, request: ChatRequest) -> None:
+        assert self._nursery is not None
+        self._make_room()
+        agent = await self._agents.acquire(request.agent_id)
+        session.agent = agent
+        servers = await self._setup.mcp_servers(session, request)
+        result = await agent.request("session/new", {"cwd": request.cwd, "mcpServers": servers})
+        session_id = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(session_id, str) or not session_id:
+            raise RoutingError(f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}")
+        session.session_id = session_id
+        settings = self._settings
+        machine = SessionMachine(
+            new_call_id=lambda: f"lmb_{uuid.uuid4().hex}",
+            permission_policy=settings.permission_policy(request.agent_id),
+            bridged_tools=lambda: self._setup.bridged_tools(session),
+            batch_window=settings.tool_batch_window,
+            drain_timeout=settings.cancel_drain_timeout,
+        )
+        actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
+        session.actor = actor
+        await self._nursery.start(self._run_actor, session)
+        for params in agent.attach(session_id, actor):
+            await actor.on_agent_update(params)
+        self._log.info("session opened", agent=request.agent_id, session=session_id, cwd=request.cwd)
+
+    async def _run_actor(self, session: LiveSession, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        actor = session.actor
+        assert actor is not None and session.agent is not None and session.session_id is not None
+        try:
+            await actor.run(task_status=task_status)
+        finally:
+            self._forget(session)
+            with trio.CancelScope(shield=True):
+                agent = session.agent
+                if session.close_reason is not None and agent.alive and agent.info and agent.info.can_close:
+                    with trio.move_on_after(5):
+                        try:
+                            await agent.request("session/close", {"sessionId": session.session_id})
+                        except Exception as exc:
+                            self._log.info("session/close failed", session=session.session_id, error=str(exc))
+                await self._setup.session_closed(session)
+                session.retired.set()
+
+    def _close(self, session: LiveSession, reason: str) -> None:
+        session.close_reason = reason
+        if session.actor is not None:
+            session.actor.close(reason)
+        else:
+            self._forget(session)
+
+    def _forget(self, session: LiveSession) -> None:
+        if self._sessions.get(session.key) is session:
+            del self._sessions[session.key]
+        index = self._indexes.get(session.agent_id)
+        if index is not None and index.get(session.key) is session.conversation:
+            index.forget(session.conversation)
+
+    def _make_room(self) -> None:
+        """Keep under the LRU cap: close the least recently used sessions that owe nothing to anyone."""
+        limit = self._settings.max_sessions
+        live = [s for s in self._sessions.values() if s.actor is not None and s.close_reason is None]
+        excess = len(live) + 1 - limit
+        if excess <= 0:
+            return
+        idle = sorted((s for s in live if s.actor.machine.idle), key=lambda s: s.last_used)
+        for session in idle[:excess]:
+            self._log.info("closing the least recently used session", session=session.session_id, cap=limit)
+            self._close(session, "session cap reached")
+
+    async def _reap_idle(self) -> None:
+        ttl = self._settings.idle_ttl
+        interval = max(min(ttl / 4, 30.0), 0.01)
+        while True:
+            await trio.sleep(interval)
+            now = trio.current_time()
+            for session in list(self._sessions.values()):
+                actor = session.actor
+                if actor is None or session.close_reason is not None:
+                    continue
+                idle_for = now - max(session.last_used, actor.last_active)
+                if idle_for >= ttl and actor.machine.open_turn is None:
+                    self._log.info("closing an idle session", session=session.session_id, idle_seconds=round(idle_for))
+                    self._close(session, "idle timeout")
+
+
+def _without_tool_results(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": [p for p in content if not (isinstance(p, dict) and p.get("type") == "tool_result")]}
