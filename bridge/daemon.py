@@ -1,0 +1,97 @@
+"""The daemon core shared by ``lmbridge stdio`` and ``lmbridge serve``: the agent pool and the session router,
+plus what every editor connection asks of them.
+
+Owns the order of shutdown: sessions are closed first (every turn, permission request and tool call answered),
+then agent process groups are stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from .agents import AgentPool
+from .config import AgentConfig, Config
+from .rpc import InvalidParams
+
+__all__ = ["Daemon"]
+
+
+class Daemon:
+    def __init__(self, config: Config, *, log: Any, tracer: Any = None) -> None:
+        from session.permissions import PermissionPolicy, permission_tool_schema
+        from session.router import RouterSettings, SessionRouter
+
+        self.config = config
+        self.log = log
+        self.tracer = tracer
+        sessions = config.sessions
+        permissions = config.permissions
+        self.pool = AgentPool(config.agents, stop_grace=sessions.stop_grace, idle_ttl=sessions.agent_idle_ttl,
+                              tracer=tracer, log=log)
+
+        def policy_for(agent_id: str) -> PermissionPolicy:
+            agent = self.pool.configs.get(agent_id)
+            policy = (agent.permission_policy if agent else None) or permissions.policy
+            return PermissionPolicy(policy=policy, tool_name=permissions.tool_name)
+
+        self.router = SessionRouter(
+            self.pool,
+            RouterSettings(idle_ttl=sessions.idle_ttl, max_sessions=sessions.max_sessions,
+                           tool_batch_window=sessions.tool_batch_window,
+                           cancel_drain_timeout=sessions.cancel_drain_timeout, permission_policy=policy_for),
+            log=log,
+        )
+        self.permission_tool = permission_tool_schema(permissions.tool_name)
+        self.stopped = trio.Event()
+        self.started_at = 0.0
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.started_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.pool.run)
+            await nursery.start(self.router.run)
+            task_status.started()
+            await self.stopped.wait()
+            nursery.cancel_scope.cancel()
+
+    async def shutdown(self) -> None:
+        """Close all sessions, stop all agents. Idempotent."""
+        if self.stopped.is_set():
+            return
+        with trio.CancelScope(shield=True):
+            await self.router.close_all("shutdown")
+            await self.pool.stop_all()
+        self.stopped.set()
+        self.log.info("stopped")
+
+    # -- what editor connections use -------------------------------------------------------------------------
+
+    def agent_configs(self) -> list[AgentConfig]:
+        return list(self.pool.configs.values())
+
+    def agent_config(self, agent_id: str) -> AgentConfig:
+        return self.pool.config(agent_id)
+
+    def add_agents(self, configs: Mapping[str, AgentConfig]) -> None:
+        self.pool.add(configs)
+
+    async def chat(self, editor: Any, model_id: str, messages: list[Any], tools: list[dict[str, Any]],
+                   sink: Any, cancel_requested: trio.Event) -> Any:
+        from session.machine import TurnOptions
+        from session.messages import MessageError
+        from session.router import ChatRequest
+
+        permission_name = self.permission_tool["name"]
+        offered = any(tool["name"] == permission_name for tool in tools)
+        bridged = tuple(tool for tool in tools if tool["name"] != permission_name)
+        options = TurnOptions(thinking=editor.thinking, acp_updates=editor.acp_updates, permission_tool=offered)
+        request = ChatRequest(model_id, messages, editor.cwd, options, bridged)
+        try:
+            return await self.router.chat(request, sink, cancel_requested)
+        except MessageError as exc:
+            raise InvalidParams(exc.field, exc.problem) from None

@@ -1,0 +1,269 @@
+"""Editor protocol v1: the methods an editor extension calls, over any JSON-RPC connection (stdio or WebSocket).
+
+Owns checking every editor request (a bad field gets -32602 naming it), the per-connection state (initialized,
+workspace folders, capabilities), turning ``lm/chat`` into a routed turn whose parts stream back as ``lm/part``
+notifications, and mapping outcomes to results and errors. The contract itself is documented in
+docs/protocol.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import trio
+
+from . import __version__
+from .acp_client import AgentExitedError, AgentStartError
+from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
+from .rpc import InvalidParams, JsonRpcConnection, MethodTable, RequestContext
+from .config import ConfigError, agent_from_mapping
+
+__all__ = ["PROTOCOL_VERSION", "AGENT_ERROR", "EditorConnection", "estimate_tokens"]
+
+PROTOCOL_VERSION = 1
+AGENT_ERROR = -32003  # the agent answered the prompt with an error, or with something that is not an answer
+
+
+class EditorConnection:
+    """One editor's connection. ``methods`` is registered on its ``JsonRpcConnection`` by the caller."""
+
+    def __init__(self, daemon: Any, *, name: str = "editor", default_cwd: str | None = None) -> None:
+        self.daemon = daemon
+        self.name = name
+        self.methods = MethodTable()
+        self.methods.request("initialize", self._initialize)
+        self.methods.request("lm/models", self._models)
+        self.methods.request("lm/chat", self._chat, handles_cancel=True)
+        self.methods.request("lm/countTokens", self._count_tokens)
+        self.methods.request("shutdown", self._shutdown)
+        self.connection: JsonRpcConnection | None = None
+        self.initialized = False
+        self.client_info: dict[str, Any] = {}
+        self.workspace_folders: list[str] = []
+        self.thinking = False
+        self.acp_updates = False
+        self.shutdown_requested = trio.Event()
+        self._default_cwd = default_cwd or os.getcwd()
+        self._log = daemon.log.bind(conn=name)
+        self._turn_events: set[trio.Event] = set()  # the cancel events of the turns running now
+
+    @property
+    def cwd(self) -> str:
+        return self.workspace_folders[0] if self.workspace_folders else self._default_cwd
+
+    def cancel_turns(self) -> None:
+        """Ask every running turn of this connection to end (they answer ``cancelled``)."""
+        for event in list(self._turn_events):
+            event.set()
+
+    # -- methods --------------------------------------------------------------------------------------------
+
+    async def _initialize(self, params: Any, context: RequestContext) -> dict[str, Any]:
+        params = _object(params, "params")
+        version = params.get("protocolVersion")
+        if version != PROTOCOL_VERSION:
+            raise InvalidParams("protocolVersion", f"unsupported version {version!r}; this bridge speaks {PROTOCOL_VERSION}")
+        client_info = params.get("clientInfo")
+        if client_info is not None:
+            client_info = _object(client_info, "clientInfo")
+            for key in ("name", "version"):
+                if key in client_info and not isinstance(client_info[key], str):
+                    raise InvalidParams(f"clientInfo.{key}", "must be a string")
+            self.client_info = client_info
+        folders = params.get("workspaceFolders")
+        if folders is not None:
+            if not isinstance(folders, list):
+                raise InvalidParams("workspaceFolders", "must be a list of absolute paths")
+            for index, folder in enumerate(folders):
+                if not isinstance(folder, str) or not os.path.isabs(folder):
+                    raise InvalidParams(f"workspaceFolders[{index}]", "must be an absolute path")
+            self.workspace_folders = list(folders)
+        capabilities = params.get("capabilities")
+        if capabilities is not None:
+            capabilities = _object(capabilities, "capabilities")
+            for key in ("thinking", "acpUpdates"):
+                if key in capabilities and not isinstance(capabilities[key], bool):
+                    raise InvalidParams(f"capabilities.{key}", "must be true or false")
+            self.thinking = capabilities.get("thinking", False)
+            self.acp_updates = capabilities.get("acpUpdates", False)
+        agents = params.get("agents")
+        if agents is not None:
+            agents = _object(agents, "agents")
+            configs = {}
+            for agent_id, raw in agents.items():
+                try:
+                    configs[agent_id] = agent_from_mapping(agent_id, raw)
+                except ConfigError as exc:
+                    raise InvalidParams(exc.key or f"agents.{agent_id}", str(exc).split(": ", 1)[-1]) from None
+            if "demo" in configs:
+                raise InvalidParams("agents.demo", "'demo' is the built-in demo agent; choose another id")
+            self.daemon.add_agents(configs)
+        self.initialized = True
+        self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "serverInfo": {"name": "lmbridge", "version": __version__},
+            "permissionTool": self.daemon.permission_tool,
+        }
+
+    def _require_initialized(self) -> None:
+        if not self.initialized:
+            raise RpcError(INVALID_REQUEST, "Invalid Request: call initialize first")
+
+    async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
+        self._require_initialized()
+        models = []
+        for config in self.daemon.agent_configs():
+            models.append({
+                "id": config.id,
+                "name": config.name,
+                "family": "acp",
+                "version": __version__,
+                "maxInputTokens": config.max_input_tokens,
+                "maxOutputTokens": config.max_output_tokens,
+                "capabilities": {"toolCalling": True, "imageInput": config.image_input},
+            })
+        return {"models": models}
+
+    async def _chat(self, params: Any, context: RequestContext) -> dict[str, Any]:
+        self._require_initialized()
+        params = _object(params, "params")
+        model_id = params.get("modelId")
+        if not isinstance(model_id, str):
+            raise InvalidParams("modelId", "is required and must be a string")
+        self.daemon.agent_config(model_id)  # unknown model → -32602
+        messages = params.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidParams("messages", "must be a non-empty list of messages")
+        options = params.get("options")
+        options = _object(options, "options") if options is not None else {}
+        tools = _tools(options.get("tools"))
+        tool_mode = options.get("toolMode")
+        if tool_mode not in (None, "auto", "required"):
+            raise InvalidParams("options.toolMode", "must be \"auto\" or \"required\"")
+        if "modelOptions" in options and not isinstance(options["modelOptions"], dict):
+            raise InvalidParams("options.modelOptions", "must be an object")
+        connection = context.connection
+        request_id = context.id
+
+        async def sink(part: dict[str, Any]) -> None:
+            await connection.notify("lm/part", {"requestId": request_id, "part": part})
+
+        cancel = context.cancel_requested
+        self._turn_events.add(cancel)
+        started = trio.current_time()
+        try:
+            outcome = await self.daemon.chat(self, model_id, messages, tools, sink, cancel)
+        finally:
+            self._turn_events.discard(cancel)
+        seconds = round(trio.current_time() - started, 3)
+        if outcome.error is not None:
+            self._log.info("turn failed", model=model_id, seconds=seconds, error=str(outcome.error))
+            raise _as_rpc_error(outcome.error)
+        self._log.info("turn done", model=model_id, seconds=seconds, stop_reason=outcome.stop_reason,
+                       parts=len(outcome.emitted))
+        result: dict[str, Any] = {"stopReason": outcome.stop_reason}
+        if outcome.usage:
+            result["usage"] = outcome.usage
+        return result
+
+    async def _count_tokens(self, params: Any, context: RequestContext) -> dict[str, Any]:
+        self._require_initialized()
+        params = _object(params, "params")
+        model_id = params.get("modelId")
+        if not isinstance(model_id, str):
+            raise InvalidParams("modelId", "is required and must be a string")
+        self.daemon.agent_config(model_id)
+        if "text" in params:
+            if not isinstance(params["text"], str):
+                raise InvalidParams("text", "must be a string")
+            return {"count": estimate_tokens(params["text"])}
+        if "message" in params:
+            from session.messages import MessageError, check_message
+
+            try:
+                parts = check_message(params["message"], "message")
+            except MessageError as exc:
+                raise InvalidParams(exc.field, exc.problem) from None
+            return {"count": _MESSAGE_OVERHEAD + sum(_part_tokens(part) for part in parts)}
+        raise InvalidParams("text", "give either text or message")
+
+    async def _shutdown(self, params: Any, context: RequestContext) -> None:
+        self.shutdown_requested.set()
+        await self.daemon.stopped.wait()
+        return None
+
+
+def _object(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidParams(field, "must be an object")
+    return value
+
+
+def _tools(raw: Any) -> list[dict[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidParams("options.tools", "must be a list of tools")
+    tools = []
+    for index, tool in enumerate(raw):
+        where = f"options.tools[{index}]"
+        if not isinstance(tool, dict):
+            raise InvalidParams(where, "must be an object with name, description and inputSchema")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidParams(f"{where}.name", "is required and must be a non-empty string")
+        description = tool.get("description", "")
+        if not isinstance(description, str):
+            raise InvalidParams(f"{where}.description", "must be a string")
+        schema = tool.get("inputSchema", {"type": "object"})
+        if not isinstance(schema, (dict, bool)):
+            raise InvalidParams(f"{where}.inputSchema", "must be a JSON Schema object")
+        tools.append({"name": name, "description": description, "inputSchema": schema})
+    return tools
+
+
+def _as_rpc_error(error: Exception) -> RpcError:
+    if isinstance(error, (AgentExitedError, AgentStartError)):
+        return error
+    if isinstance(error, RpcError):
+        return RpcError(AGENT_ERROR, f"the agent answered the prompt with an error: {error.message}",
+                        {"agentError": error.to_dict()})
+    if type(error).__name__ == "InvalidAgentReply":
+        return RpcError(AGENT_ERROR, str(error))
+    return RpcError(INTERNAL_ERROR, f"Internal error: {type(error).__name__}: {error}")
+
+
+# -- token estimate ----------------------------------------------------------------------------------------------
+#
+# lmbridge cannot know the tokenizer of the model behind an agent, so lm/countTokens is an estimate, tuned to be a
+# little high rather than low (editors use it to decide what fits): one token per 4 ASCII characters (BPE
+# tokenizers average 3.5-4.5 on English and code), one per non-ASCII character (CJK and most symbols take one
+# or more), 85 per image, and 4 per message for role and framing.
+
+_MESSAGE_OVERHEAD = 4
+_IMAGE_TOKENS = 85
+
+
+def estimate_tokens(text: str) -> int:
+    if not text:
+        return 0
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
+
+
+def _part_tokens(part: dict[str, Any]) -> int:
+    import json
+
+    kind = part["type"]
+    if kind in ("text", "thinking"):
+        return estimate_tokens(part["value"])
+    if kind == "tool_call":
+        return estimate_tokens(part["name"]) + estimate_tokens(json.dumps(part.get("input"), ensure_ascii=False))
+    if kind == "tool_result":
+        return sum(_part_tokens(inner) for inner in part["content"])
+    if kind == "data":
+        return _IMAGE_TOKENS if part["mimeType"].startswith("image/") else estimate_tokens(part["data"]) // 2
+    return 0
