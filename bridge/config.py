@@ -141,7 +141,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line = _line_from_toml_error(str(exc))
+        line = _line_from_toml_error(str(exc)) or (len(text.splitlines()) if "end of document" in str(exc) else None)
         raise ConfigError(f"invalid TOML: {exc}", path=path, line=line) from exc
     locate = _Locator(text, path)
     _check_keys(data, {"agents", "sessions", "permissions"}, locate, table="")
@@ -223,21 +223,11 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
             raise locate.error("must be positive", f"{table}.{key}")
     if "initialize_timeout" in values and values["initialize_timeout"] <= 0:
         raise locate.error("must be positive", f"{table}.initialize_timeout")
-    return AgentConfig(
-        id=agent_id,
-        name=values.get("name", agent_id),
-        command=os.path.expanduser(values["command"]),
-        args=tuple(args),
-        env=dict(env),
-        cwd=cwd,
-        authenticate=values.get("authenticate"),
-        permission_policy=values.get("permission_policy"),
-        mcp_transport=values.get("mcp_transport", "stdio"),
-        max_input_tokens=values.get("max_input_tokens", AgentConfig.max_input_tokens),
-        max_output_tokens=values.get("max_output_tokens", AgentConfig.max_output_tokens),
-        image_input=values.get("image_input", False),
-        initialize_timeout=float(values.get("initialize_timeout", AgentConfig.initialize_timeout)),
-    )
+    values.update(id=agent_id, name=values.get("name", agent_id), command=os.path.expanduser(values["command"]),
+                  args=tuple(args), env=dict(env), cwd=cwd)
+    if "initialize_timeout" in values:
+        values["initialize_timeout"] = float(values["initialize_timeout"])
+    return AgentConfig(**values)
 
 
 def _settings(cls: type, raw: Any, locate: _Locator, table: str) -> Any:
@@ -298,30 +288,28 @@ class _Locator:
 
     def line_of(self, dotted_key: str) -> int | None:
         parts = dotted_key.split(".")
-        header_line = None
-        # The longest table header that prefixes the key, then the key line inside that table.
-        for cut in range(len(parts), 0, -1):
-            table = parts[:cut]
-            for number, line in enumerate(self._lines, start=1):
-                if _header_parts(line) == table:
-                    header_line = number
-                    rest = parts[cut:]
-                    if not rest:
-                        return number
-                    found = self._key_after(number, rest[0])
-                    return found or number
-        if len(parts) >= 1:
-            return self._key_after(0, parts[-1]) or header_line
-        return header_line
+        lines = self._lines
+        # A header naming the key itself, or a table inside it: [agents.a] for "agents.a" or "agents".
+        for number, line in enumerate(lines, start=1):
+            header = _header_parts(line)
+            if header is not None and header[: len(parts)] == parts:
+                return number
+        # "key = value" inside the longest table that prefixes the key; the table's header if the key is absent.
+        for cut in range(len(parts) - 1, 0, -1):
+            for number, line in enumerate(lines, start=1):
+                if _header_parts(line) == parts[:cut]:
+                    return self._key_after(number, parts[cut]) or number
+        return self._key_after(0, parts[0])
 
-    def _key_after(self, start: int, key: str) -> int | None:
+    def _key_after(self, header_line: int, key: str) -> int | None:
+        """The line of ``key = ...`` in the table whose header is on ``header_line`` (0: the top level)."""
         pattern = re.compile(rf"^\s*(\"{re.escape(key)}\"|{re.escape(key)})\s*=")
-        for number in range(start, len(self._lines)):
-            line = self._lines[number]
-            if number > start and line.lstrip().startswith("[") and start:
+        for index in range(header_line, len(self._lines)):
+            line = self._lines[index]
+            if line.lstrip().startswith("["):
                 return None
             if pattern.match(line):
-                return number + 1
+                return index + 1
         return None
 
 

@@ -2,8 +2,9 @@
 
 Owns the directive language that tests, ``lmbridge demo``, benchmarks and users use to make an agent do exactly
 what they want. Lines of the prompt starting with ``/`` are directives, executed in order; other lines are
-echoed back (``echo: <text>``). A text block starting with the bridge's transcript header is context only: it
-is remembered for ``/recall`` but never executed.
+echoed back (``echo: <text>``). A text block the bridge wrote as context (the transcript of an earlier
+conversation, the editor's instructions: they start with ``[lmbridge]``) is remembered for ``/recall`` but never
+executed.
 
     /say TEXT               stream TEXT (and a newline) in several chunks
     /stream N               N numbered chunks ("1 2 3 ...")
@@ -34,7 +35,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from session.transcript import TRANSCRIPT_HEADER
+from session.transcript import CONTEXT_PREFIX
 
 __all__ = ["Step", "parse_script", "chunk_text", "main"]
 
@@ -237,7 +238,7 @@ class DemoAgent:
         for block in prompt:
             kind = getattr(block, "type", None)
             if kind == "text":
-                if block.text.startswith(TRANSCRIPT_HEADER):
+                if block.text.startswith(CONTEXT_PREFIX):
                     others.append(block.text)
                 else:
                     own_texts.append(block.text)

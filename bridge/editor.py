@@ -33,7 +33,7 @@ class EditorConnection:
         self.daemon = daemon
         self.name = name
         self.methods = MethodTable()
-        self.methods.request("initialize", self._initialize)
+        self.methods.request("initialize", self._initialize, inline=True)
         self.methods.request("lm/models", self._models)
         self.methods.request("lm/chat", self._chat, handles_cancel=True)
         self.methods.request("lm/countTokens", self._count_tokens)

@@ -105,6 +105,7 @@ class _Method:
     handler: Callable[..., Awaitable[Any]]
     is_request: bool
     handles_cancel: bool
+    inline: bool = False
 
 
 class MethodTable:
@@ -114,8 +115,10 @@ class MethodTable:
     def __init__(self) -> None:
         self._methods: dict[str, _Method] = {}
 
-    def request(self, name: str, handler: RequestHandler, *, handles_cancel: bool = False) -> None:
-        self._methods[name] = _Method(handler, True, handles_cancel)
+    def request(self, name: str, handler: RequestHandler, *, handles_cancel: bool = False, inline: bool = False) -> None:
+        """``inline`` handlers run in the reader, before the next message is looked at: for quick requests that
+        later ones depend on (``initialize``: a client may send its first chat right behind it)."""
+        self._methods[name] = _Method(handler, True, handles_cancel, inline)
 
     def notification(self, name: str, handler: NotificationHandler) -> None:
         self._methods[name] = _Method(handler, False, False)
@@ -383,7 +386,7 @@ class JsonRpcConnection:
         if kind is Notification:
             await self._on_notification(event)
         elif kind is Request:
-            self._on_request(event)
+            await self._on_request(event)
         elif kind is Response or kind is ErrorResponse:
             waiter = self._waiters.pop(event.id, None)
             if waiter is not None:
@@ -416,7 +419,7 @@ class JsonRpcConnection:
         except Exception:
             self._log.exception("notification handler failed", method=event.method)
 
-    def _on_request(self, event: Request) -> None:
+    async def _on_request(self, event: Request) -> None:
         method = self._methods.get(event.method)
         if method is None or not method.is_request:
             self._enqueue(
@@ -437,6 +440,9 @@ class JsonRpcConnection:
         self._incoming[event.id] = context
         if self._no_incoming.is_set():
             self._no_incoming = trio.Event()
+        if method.inline:
+            await self._run_handler(method, event, context)
+            return
         assert self._nursery is not None
         self._nursery.start_soon(self._run_handler, method, event, context)
 

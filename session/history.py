@@ -129,7 +129,8 @@ class ConversationIndex:
         if best is None:
             for index in range(tail):
                 check_message(messages[index], f"messages[{index}]")
-            return HistoryMatch(MatchKind.NO_MATCH, None, 0, tail, messages[tail:], {})
+            start = _latest_input(messages, tail)
+            return HistoryMatch(MatchKind.NO_MATCH, None, 0, start, messages[start:], {})
 
         size = len(best.committed)
         end = size
@@ -262,6 +263,15 @@ def _tail_start(messages: list[Any]) -> int:
         if isinstance(message, dict) and message.get("role") == "assistant":
             return index + 1
     return 0
+
+
+def _latest_input(messages: list[Any], tail: int) -> int:
+    """Where the new input of an unknown conversation starts: its last user message. Earlier user messages after
+    the last answer were never answered (the turn failed, or the user wrote twice): they are context, not orders."""
+    for index in range(len(messages) - 1, tail - 1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return tail
 
 
 def _anchor_index(messages: list[Any]) -> int:

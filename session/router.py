@@ -199,10 +199,14 @@ class SessionRouter:
         agent = session.agent
         assert agent is not None
         images = bool(agent.info and agent.info.prompt("image"))
-        prior = request.messages[: match.start]
-        blocks = prompt_blocks(match.new_messages, images=images)
+        # The seed: the editor's instructions, the conversation so far as a transcript, then the new input.
+        system = [m for m in request.messages if m.get("role") == "system"]
+        prior = [m for m in request.messages[: match.start] if m.get("role") != "system"]
+        new = [m for m in match.new_messages if m.get("role") != "system"]
+        blocks = prompt_blocks(system, images=images)
         if prior:
-            blocks.insert(0, {"type": "text", "text": transcript(prior)})
+            blocks.append({"type": "text", "text": transcript(prior)})
+        blocks += prompt_blocks(new, images=images)
         return session, EditorTurn(turn_id, blocks or None, {}, False, request.options)
 
     def _continue_turn(self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int,

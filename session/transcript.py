@@ -1,8 +1,8 @@
 """What the agent is told: editor messages → ACP prompt content blocks, and the compact transcript that seeds a new
 ACP session with a conversation it has not seen.
 
-Owns both text formats. The transcript's first line is ``TRANSCRIPT_HEADER`` so that agents built for tests (the
-demo agent) can tell prior context from the new request; it lists user and assistant text, tool calls and tool
+Owns both text formats. Blocks the bridge writes as context start with ``CONTEXT_PREFIX`` so that agents built for
+tests (the demo agent) can tell them from the user's words. The transcript lists user and assistant text, tool calls and tool
 results, one entry per part, with long tool payloads shortened.
 """
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["TRANSCRIPT_HEADER", "EDITOR_INSTRUCTIONS_HEADER", "transcript", "prompt_blocks", "trailing_input"]
+__all__ = ["CONTEXT_PREFIX", "TRANSCRIPT_HEADER", "EDITOR_INSTRUCTIONS_HEADER", "transcript", "prompt_blocks",
+           "trailing_input"]
 
-TRANSCRIPT_HEADER = "[lmbridge] The conversation so far (you are continuing it):"
-EDITOR_INSTRUCTIONS_HEADER = "[lmbridge] Instructions from the editor:"
+CONTEXT_PREFIX = "[lmbridge]"  # starts every block that is context written by the bridge, not the user's words
+TRANSCRIPT_HEADER = f"{CONTEXT_PREFIX} The conversation so far (you are continuing it):"
+EDITOR_INSTRUCTIONS_HEADER = f"{CONTEXT_PREFIX} Instructions from the editor:"
 _MAX_PAYLOAD_CHARS = 2000
 _ROLE_LABEL = {"user": "User", "assistant": "Assistant", "system": "System"}
 

@@ -1,0 +1,124 @@
+"""Shared fixtures: a test agents file, a live ``lmbridge stdio`` subprocess driven like an editor, and a check
+that no agent process outlives its bridge."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from bridge.client import ChatResult, EditorClient, spawn_stdio
+
+PYTHON = sys.executable
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "value": text}]}
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries ``marker`` (every agent the tests start has one)."""
+    needle = f"LMBRIDGE_TEST_MARKER={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                status = (entry / "status").read_text()
+                if "\nState:\tZ" not in status:  # zombies are already dead
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def marker() -> str:
+    return uuid.uuid4().hex
+
+
+@pytest.fixture
+def agents_toml(tmp_path: Path, marker: str) -> Path:
+    path = tmp_path / "agents.toml"
+    path.write_text(f"""
+[agents.scripted]
+name = "Scripted test agent"
+command = "{PYTHON}"
+args = ["-m", "bridge.demo_agent"]
+env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
+
+[agents.missing]
+command = "/nonexistent/lmbridge-test-agent"
+
+[agents.failing]
+command = "{PYTHON}"
+args = ["-c", "import sys; sys.stderr.write('fatal: no credentials configured\\\\n'); sys.exit(3)"]
+
+[agents.silent]
+command = "{PYTHON}"
+args = ["-c", "import time; time.sleep(120)"]
+env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
+initialize_timeout = 1
+
+[sessions]
+stop_grace = 2
+""")
+    return path
+
+
+class Bridge:
+    """A live ``lmbridge stdio`` with an initialized editor client."""
+
+    def __init__(self, client: EditorClient, process: trio.Process, stderr_path: Path) -> None:
+        self.client = client
+        self.process = process
+        self.stderr_path = stderr_path
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    async def chat(self, messages: list[dict[str, Any]] | str, model: str = "scripted", **kwargs: Any) -> ChatResult:
+        if isinstance(messages, str):
+            messages = [user(messages)]
+        with trio.fail_after(30):
+            return await self.client.chat(model, messages, **kwargs)
+
+
+@asynccontextmanager
+async def open_bridge(tmp_path: Path, config: Path | None, *extra: str, initialize: dict[str, Any] | None = None,
+                      env: dict[str, str] | None = None) -> AsyncIterator[Bridge]:
+    stderr_path = tmp_path / f"bridge-{uuid.uuid4().hex[:6]}.stderr"
+    args = ["--log-level", "debug", *extra]
+    if config is not None:
+        args += ["--config", str(config)]
+    with open(stderr_path, "wb") as stderr:
+        async with spawn_stdio(args, stderr=stderr, env=env) as (client, process):
+            with trio.fail_after(30):
+                await client.initialize(**(initialize or {}))
+            yield Bridge(client, process, stderr_path)
+
+
+@pytest.fixture
+async def bridge(tmp_path: Path, agents_toml: Path, marker: str) -> AsyncIterator[Bridge]:
+    async with open_bridge(tmp_path, agents_toml) as live:
+        yield live
+    assert live.process.returncode == 0, live.stderr[-3000:]
+    assert processes_with_marker(marker) == [], "an agent process outlived the bridge"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Tests never read the developer's own config or state.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.delenv("LMBRIDGE_CONFIG", raising=False)
+    os.environ.pop("LMBRIDGE_LOG_LEVEL", None)

@@ -1,0 +1,108 @@
+"""The agents file: where it is found, what it may say, and errors that name the file, the line and the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge.config import ConfigError, agent_from_mapping, find_config_file, load_config, parse_config
+
+
+def test_without_a_file_only_the_demo_agent_exists(tmp_path: Path) -> None:
+    config = load_config(None, {"XDG_CONFIG_HOME": str(tmp_path)})
+    assert list(config.agents) == ["demo"]
+    assert config.agents["demo"].argv[1:] == ["-m", "bridge.demo_agent"]
+
+
+def test_search_order_is_flag_then_env_then_xdg(tmp_path: Path) -> None:
+    xdg = tmp_path / "xdg" / "lmbridge"
+    xdg.mkdir(parents=True)
+    (xdg / "config.toml").write_text("")
+    env_file = tmp_path / "env.toml"
+    env_file.write_text("")
+    flag_file = tmp_path / "flag.toml"
+    flag_file.write_text("")
+    environ = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "LMBRIDGE_CONFIG": str(env_file)}
+    assert find_config_file(flag_file, environ) == flag_file
+    assert find_config_file(None, environ) == env_file
+    assert find_config_file(None, {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}) == xdg / "config.toml"
+
+
+def test_a_named_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        find_config_file(tmp_path / "nope.toml", {})
+
+
+def test_a_full_agent_definition() -> None:
+    config = parse_config("""
+[agents.claude]
+name = "Claude Code"
+command = "npx"
+args = ["-y", "@agentclientprotocol/claude-agent-acp@0.49.0"]
+env = { IS_SANDBOX = "1" }
+cwd = "/tmp"
+authenticate = "api-key"
+permission_policy = "allow_reads"
+max_input_tokens = 100000
+
+[sessions]
+idle_ttl = 60
+max_sessions = 8
+
+[permissions]
+policy = "deny"
+tool_name = "confirm_agent_action"
+""")
+    claude = config.agents["claude"]
+    assert claude.argv == ["npx", "-y", "@agentclientprotocol/claude-agent-acp@0.49.0"]
+    assert claude.env == {"IS_SANDBOX": "1"} and claude.cwd == "/tmp" and claude.authenticate == "api-key"
+    assert claude.permission_policy == "allow_reads" and claude.max_input_tokens == 100000
+    assert config.sessions.idle_ttl == 60.0 and config.sessions.max_sessions == 8
+    assert config.permissions.policy == "deny" and config.permissions.tool_name == "confirm_agent_action"
+    assert set(config.agents) == {"demo", "claude"}
+
+
+@pytest.mark.parametrize(("text", "line", "key", "words"), [
+    ('[agents.a]\ncommand = "x"\nargs = "not a list"\n', 3, "agents.a.args", "must be a list"),
+    ('[agents.a]\nname = "A"\n', 1, "agents.a.command", "is required"),
+    ('[agents.a]\ncommand = "x"\ncolour = "blue"\n', 3, "agents.a.colour", "unknown key"),
+    ('[agents.a]\ncommand = "x"\n\n[sessions]\nidle_ttl = -5\n', 5, "sessions.idle_ttl", "positive"),
+    ('[permissions]\npolicy = "sometimes"\n', 2, "permissions.policy", "ask, allow_reads, allow_all, deny"),
+    ('[agents.demo]\ncommand = "x"\n', 1, "agents.demo", "built-in"),
+    ('[agents.a]\ncommand = "x"\ncwd = "relative/dir"\n', 3, "agents.a.cwd", "absolute"),
+    ('[agents.a]\ncommand = "x"\nenv = { K = 1 }\n', 3, "agents.a.env", "strings"),
+    ('[agent.a]\ncommand = "x"\n', 1, "agent", "unknown table"),
+])
+def test_mistakes_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, words: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path, {})
+    assert error.value.path == path and error.value.line == line and error.value.key == key
+    assert str(error.value).startswith(f"{path}:{line}, key {key!r}: ")
+    assert words in str(error.value)
+
+
+def test_invalid_toml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[agents.a]\ncommand = "x"\nargs = [\n')
+    with pytest.raises(ConfigError) as error:
+        load_config(path, {})
+    assert error.value.line is not None and "invalid TOML" in str(error.value)
+
+
+def test_editor_supplied_agents_accept_camel_case() -> None:
+    agent = agent_from_mapping("mine", {"command": "my-agent", "permissionPolicy": "deny", "imageInput": True})
+    assert agent.permission_policy == "deny" and agent.image_input is True
+
+
+def test_the_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[agents.a]\ncommand = 5\n')
+    done = subprocess.run([sys.executable, "-m", "bridge", "stdio", "--config", str(path)], capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"lmbridge: configuration error: {path}:2, key 'agents.a.command': must be a string, got an integer"

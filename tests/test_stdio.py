@@ -1,0 +1,251 @@
+"""Editor protocol v1 through the real wire: ``lmbridge stdio`` as a subprocess, the demo agent as its subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+import trio
+
+from conftest import Bridge, open_bridge, processes_with_marker, user
+
+
+async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Path, agents_toml: Path) -> None:
+    async with open_bridge(tmp_path, agents_toml) as live:
+        info = await live.client.request("initialize", {"protocolVersion": 1, "clientInfo": {"name": "t", "version": "1"}})
+        models = await live.client.models()
+    assert info["protocolVersion"] == 1
+    assert info["serverInfo"]["name"] == "lmbridge"
+    assert info["permissionTool"]["name"] == "acp_agent_action"
+    assert info["permissionTool"]["inputSchema"]["required"] == ["title", "options"]
+    by_id = {m["id"]: m for m in models}
+    assert {"demo", "scripted", "missing"} <= set(by_id)
+    assert by_id["scripted"]["name"] == "Scripted test agent"
+    assert by_id["demo"]["capabilities"] == {"toolCalling": True, "imageInput": True}
+
+
+async def test_a_text_turn_streams_parts_before_its_stop_reason(bridge: Bridge) -> None:
+    result = await bridge.chat("/say the quick brown fox")
+    assert result.error is None and result.stop_reason == "end_turn"
+    assert len(result.parts) >= 4  # streamed in several chunks, not one blob
+    assert result.text == "the quick brown fox\n"
+    assert bridge.client.stray_parts == []
+
+
+async def test_plain_text_gets_the_deterministic_echo(bridge: Bridge) -> None:
+    result = await bridge.chat("hello there")
+    assert result.text == "echo: hello there\n"
+
+
+async def test_the_second_turn_of_a_conversation_reuses_the_acp_session(bridge: Bridge) -> None:
+    history = [user("first message")]
+    first = await bridge.chat(history)
+    history += [first.assistant_message(), user("/recall")]
+    second = await bridge.chat(history)
+    assert second.text == 'earlier prompts: ["first message"]\n'
+    assert bridge.stderr.count("session opened") == 1
+
+
+async def test_cancel_ends_the_turn_promptly_and_the_next_turn_is_clean(bridge: Bridge) -> None:
+    history = [user("/stream 3\n/sleep 20000\n/say never")]
+    turn = await bridge.client.start_chat("scripted", history)
+    with trio.fail_after(20):
+        await turn.first_part.wait()
+    with trio.fail_after(2):  # promptly: not after the agent's 20 s sleep
+        turn.cancel()
+        result = await turn.result()
+    assert result.stop_reason == "cancelled"
+    assert "never" not in result.text
+    history += [result.assistant_message(), user("/say after the cancel")]
+    after = await bridge.chat(history)
+    assert after.stop_reason == "end_turn" and after.text == "after the cancel\n"
+
+
+async def test_cancel_before_any_output_is_still_answered(bridge: Bridge) -> None:
+    turn = await bridge.client.start_chat("scripted", [user("/sleep 20000")])
+    turn.cancel()
+    with trio.fail_after(20):  # includes the agent's cold start
+        result = await turn.result()
+    assert result.stop_reason == "cancelled" and result.parts == []
+
+
+async def test_unknown_method_is_method_not_found_and_the_bridge_carries_on(bridge: Bridge) -> None:
+    with pytest.raises(Exception) as error:
+        await bridge.client.request("lm/teleport", {})
+    assert getattr(error.value, "code", None) == -32601
+    assert (await bridge.chat("/say still here")).text == "still here\n"
+
+
+async def test_unknown_model_is_invalid_params_naming_modelid(bridge: Bridge) -> None:
+    result = await bridge.chat("hi", model="gpt-imaginary")
+    assert result.error is not None and result.error.code == -32602
+    assert result.error.data == {"field": "modelId"}
+    assert "gpt-imaginary" in result.error.message and "scripted" in result.error.message
+
+
+@pytest.mark.parametrize(("messages", "field"), [
+    ([], "messages"),
+    ([{"role": "robot", "content": []}], "messages[0].role"),
+    ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].value"),
+    ([{"role": "user", "content": [{"type": "tool_result", "callId": "x", "content": "no"}]}],
+     "messages[0].content[0].content"),
+])
+async def test_malformed_messages_get_invalid_params_naming_the_field(bridge: Bridge, messages: list, field: str) -> None:
+    result = await bridge.chat(messages)
+    assert result.error is not None and result.error.code == -32602
+    assert result.error.data == {"field": field}
+
+
+async def test_unknown_part_types_are_ignored(bridge: Bridge) -> None:
+    message = {"role": "user", "content": [{"type": "hologram", "x": 1}, {"type": "text", "value": "/say fine"}]}
+    result = await bridge.chat([message])
+    assert result.text == "fine\n"
+
+
+async def test_requests_before_initialize_are_refused(tmp_path: Path, agents_toml: Path) -> None:
+    from bridge.client import spawn_stdio
+
+    async with spawn_stdio(["--config", str(agents_toml)]) as (client, _process):
+        with pytest.raises(Exception) as error:
+            await client.models()
+        assert "initialize" in str(error.value)
+        with pytest.raises(Exception) as version:
+            await client.initialize(protocolVersion=2)
+        assert getattr(version.value, "data", None) == {"field": "protocolVersion"}
+
+
+async def test_agent_command_not_found_is_agent_failed_to_start(bridge: Bridge) -> None:
+    result = await bridge.chat("hi", model="missing")
+    assert result.error is not None and result.error.code == -32001
+    assert "command not found" in result.error.message and "/nonexistent/lmbridge-test-agent" in result.error.message
+
+
+async def test_agent_that_exits_at_start_reports_its_stderr(bridge: Bridge) -> None:
+    result = await bridge.chat("hi", model="failing")
+    assert result.error is not None and result.error.code == -32001
+    assert "fatal: no credentials configured" in result.error.data["stderr"]
+    assert result.error.data["exitCode"] == 3
+    assert "fatal: no credentials configured" in result.error.message
+
+
+async def test_agent_that_never_answers_initialize_times_out(bridge: Bridge, marker: str) -> None:
+    with trio.fail_after(15):
+        result = await bridge.chat("hi", model="silent")
+    assert result.error is not None and result.error.code == -32001
+    assert "no answer to initialize within 1 s" in result.error.message
+    assert processes_with_marker(marker) == [] or await _gone_soon(marker)
+
+
+async def _gone_soon(marker: str) -> bool:
+    with trio.fail_after(10):
+        while processes_with_marker(marker):
+            await trio.sleep(0.05)  # polling /proc: there is no event for another process's exit
+    return True
+
+
+async def test_agent_crash_mid_turn_is_agent_exited_then_the_next_turn_starts_afresh(bridge: Bridge) -> None:
+    history = [user("/say before the crash\n/crash")]
+    crashed = await bridge.chat(history)
+    assert crashed.error is not None and crashed.error.code == -32002
+    assert "crashing on purpose" in crashed.error.data["stderr"]
+    assert crashed.text.startswith("before the crash")
+    history += [user("/say recovered\n/recall")]
+    recovered = await bridge.chat(history)
+    assert recovered.error is None, recovered.error
+    assert recovered.text.startswith("recovered\nearlier prompts: []")
+    assert bridge.stderr.count("session opened") == 2
+
+
+async def test_count_tokens_is_an_estimate(bridge: Bridge) -> None:
+    assert await bridge.client.count_tokens("scripted", text="") == 0
+    assert await bridge.client.count_tokens("scripted", text="abcd" * 25) == 25
+    assert await bridge.client.count_tokens("scripted", text="日本語") == 3
+    counted = await bridge.client.count_tokens("scripted", message=user("abcd" * 10))
+    assert counted == 10 + 4
+
+
+async def test_eof_stops_turns_sessions_and_agents_and_exits_zero(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+    async with open_bridge(tmp_path, agents_toml) as live:
+        turn = await live.client.start_chat("scripted", [user("/stream 2\n/sleep 20000")])
+        with trio.fail_after(20):
+            await turn.first_part.wait()
+        assert processes_with_marker(marker), "the agent should be running"
+        await live.process.stdin.aclose()
+        with trio.fail_after(10):
+            result = await turn.result()
+            code = await live.process.wait()
+    assert result.stop_reason == "cancelled"
+    assert code == 0
+    assert processes_with_marker(marker) == []
+
+
+async def test_shutdown_request_answers_then_exits_with_no_process_left(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+    async with open_bridge(tmp_path, agents_toml) as live:
+        turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
+        with trio.fail_after(20):
+            await turn.first_part.wait()
+        with trio.fail_after(10):
+            assert await live.client.request("shutdown", None) is None
+            result = await turn.result()
+            code = await live.process.wait()
+    assert result.stop_reason == "cancelled" and code == 0
+    assert processes_with_marker(marker) == []
+
+
+async def test_sigterm_is_an_orderly_shutdown(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+    async with open_bridge(tmp_path, agents_toml) as live:
+        turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
+        with trio.fail_after(20):
+            await turn.first_part.wait()
+        live.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            result = await turn.result()
+            code = await live.process.wait()
+    assert result.stop_reason == "cancelled" and code == 0
+    assert processes_with_marker(marker) == []
+
+
+async def test_trace_dir_records_every_connection_as_private_ndjson(tmp_path: Path, agents_toml: Path) -> None:
+    traces = tmp_path / "traces"
+    async with open_bridge(tmp_path, agents_toml, "--trace-dir", str(traces)) as live:
+        await live.chat("/say traced")
+    files = sorted(traces.iterdir())
+    assert {f.name.rsplit("-", 1)[-1] for f in files} == {"editor.ndjson", "agent_scripted.ndjson"}
+    assert stat.S_IMODE(traces.stat().st_mode) == 0o700
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        assert {line["dir"] for line in lines} == {"in", "out"}
+        assert all(isinstance(line["ts"], float) and "msg" in line for line in lines)
+    editor_lines = [json.loads(line) for line in next(f for f in files if f.name.endswith("editor.ndjson")).read_text().splitlines()]
+    assert any(line["msg"].get("method") == "lm/part" for line in editor_lines)
+
+
+async def test_logs_go_to_stderr_and_stdout_carries_protocol_only(tmp_path: Path, agents_toml: Path) -> None:
+    process = await trio.lowlevel.open_process(
+        [os.environ.get("PYTHON", __import__("sys").executable), "-m", "bridge", "stdio", "--config", str(agents_toml),
+         "--log-level", "debug"],
+        stdin=__import__("subprocess").PIPE, stdout=__import__("subprocess").PIPE, stderr=__import__("subprocess").PIPE)
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 2, "method": "lm/chat", "params": {"modelId": "scripted", "messages": [user("/say hi")]}},
+    ]
+    await process.stdin.send_all(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    out = b""
+    with trio.fail_after(30):
+        while b'"id":2,' not in out:
+            out += await process.stdout.receive_some()
+        await process.stdin.aclose()
+        while chunk := await process.stdout.receive_some():
+            out += chunk
+        err = b""
+        while chunk := await process.stderr.receive_some():
+            err += chunk
+        assert await process.wait() == 0
+    for line in out.splitlines():
+        assert json.loads(line)["jsonrpc"] == "2.0"
+    assert b"lmbridge stdio ready" in err and b"session opened" in err
