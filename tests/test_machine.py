@@ -1,0 +1,366 @@
+"""The session state machine, sans-IO: scenarios that pin the rules, and random interleavings of every event that
+check the invariants — nothing lost, every turn answered exactly once, every waiter answered exactly once."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from session.machine import (
+    TRANSITIONS,
+    AgentExited,
+    AgentUpdate,
+    AnswerPermission,
+    EditorCancel,
+    EditorTurn,
+    Emit,
+    EndTurn,
+    IllegalTransition,
+    InvocationWithdrawn,
+    PermissionRequest,
+    PromptFailed,
+    PromptFinished,
+    ResolveInvocation,
+    SendCancel,
+    SendPrompt,
+    SessionClosed,
+    SessionMachine,
+    State,
+    Tick,
+    ToolInvocation,
+    TurnOptions,
+)
+from session.permissions import PermissionPolicy
+
+
+def text(value: str) -> AgentUpdate:
+    return AgentUpdate({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": value}})
+
+
+def thought(value: str) -> AgentUpdate:
+    return AgentUpdate({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": value}})
+
+
+PROMPT = [{"type": "text", "text": "hi"}]
+OPTIONS = [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+           {"optionId": "no", "name": "Reject", "kind": "reject_once"}]
+
+
+def permission_params(title: str = "Run ls") -> dict[str, Any]:
+    return {"sessionId": "s", "toolCall": {"toolCallId": "t1", "title": title, "kind": "execute"}, "options": OPTIONS}
+
+
+def new_machine(**kwargs: Any) -> SessionMachine:
+    counter = itertools.count(1)
+    return SessionMachine(new_call_id=lambda: f"lmb_{next(counter)}", **kwargs)
+
+
+def of(actions: list, kind: type) -> list:
+    return [a for a in actions if isinstance(a, kind)]
+
+
+# -- scenarios --------------------------------------------------------------------------------------------------
+
+
+def test_a_turn_prompts_streams_and_ends_with_the_stop_reason() -> None:
+    machine = new_machine()
+    actions = machine.handle(EditorTurn(1, PROMPT), 0)
+    assert actions == [SendPrompt(PROMPT)] and machine.state is State.STREAMING
+    assert machine.handle(text("hello"), 0) == [Emit(1, {"type": "text", "value": "hello"})]
+    (end,) = machine.handle(PromptFinished("end_turn"), 0)
+    assert end.turn == 1 and end.stop_reason == "end_turn" and end.emitted == ({"type": "text", "value": "hello"},)
+    assert machine.state is State.IDLE and machine.idle
+
+
+def test_output_between_turns_is_buffered_coalesced_and_emitted_first() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(PromptFinished("end_turn"), 0)
+    for piece in ("late ", "update ", "arrives"):
+        assert machine.handle(text(piece), 0) == []
+    assert machine.buffered == [{"type": "text", "value": "late update arrives"}]
+    actions = machine.handle(EditorTurn(2, PROMPT), 0)
+    assert actions == [Emit(2, {"type": "text", "value": "late update arrives"}), SendPrompt(PROMPT)]
+
+
+def test_thinking_is_sent_only_to_editors_that_render_it() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT, options=TurnOptions(thinking=False)), 0)
+    assert machine.handle(thought("hmm"), 0) == []
+    machine.handle(PromptFinished("end_turn"), 0)
+    machine.handle(EditorTurn(2, PROMPT, options=TurnOptions(thinking=True)), 0)
+    assert machine.handle(thought("aha"), 0) == [Emit(2, {"type": "thinking", "value": "aha"})]
+
+
+def test_tool_calls_are_batched_in_a_window_then_end_the_turn() -> None:
+    machine = new_machine(batch_window=0.05)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    first = machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+    assert first == [Emit(1, {"type": "tool_call", "callId": "lmb_1", "name": "read_file", "input": {"path": "a"}})]
+    assert machine.deadline == pytest.approx(10.05)
+    machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.02)
+    assert machine.handle(Tick(), 10.04) == []
+    (end,) = machine.handle(Tick(), 10.05)
+    assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1", "lmb_2")
+    assert machine.state is State.AWAITING_TOOL_RESULTS
+    result = {"type": "tool_result", "callId": "lmb_1", "content": [{"type": "text", "value": "A"}]}
+    actions = machine.handle(EditorTurn(2, None, {"lmb_1": result}), 11)
+    assert ResolveInvocation("k1", result, "") in actions
+    withdrawn = [a for a in actions if isinstance(a, ResolveInvocation) and a.invocation == "k2"]
+    assert withdrawn and withdrawn[0].result is None and "no result" in withdrawn[0].reason
+    assert machine.state is State.STREAMING
+
+
+def test_cancel_answers_the_turn_at_once_answers_permissions_cancelled_and_drains() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(PermissionRequest("p1", permission_params()), 0)
+    actions = machine.handle(EditorCancel(1), 0)
+    assert actions[0] == SendCancel()
+    assert AnswerPermission("p1", {"outcome": {"outcome": "cancelled"}}) in actions
+    (end,) = of(actions, EndTurn)
+    assert end.stop_reason == "cancelled"
+    assert machine.state is State.CANCELLING
+    assert machine.handle(text("leftover"), 0) == []  # drained
+    assert machine.drained_updates == 1
+    # A new turn waits for the drain, then starts cleanly: the leftover never reaches it.
+    assert machine.handle(EditorTurn(2, PROMPT), 0) == []
+    actions = machine.handle(PromptFinished("cancelled"), 0)
+    assert actions == [SendPrompt(PROMPT)]
+    (end,) = machine.handle(PromptFinished("end_turn"), 0)
+    assert end.turn == 2 and end.stop_reason == "end_turn" and end.emitted == ()
+
+
+def test_a_newer_request_supersedes_the_running_one() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True), 0)
+    assert SendCancel() in actions and EndTurn(1, stop_reason="cancelled") in actions
+    assert machine.handle(PromptFinished("cancelled"), 0) == [SendPrompt(PROMPT)]
+
+
+def test_moving_on_while_awaiting_tools_withdraws_them_and_cancels_the_prompt() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(ToolInvocation("k1", "t", {}), 0)
+    machine.handle(Tick(), 1)
+    actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True), 1)
+    assert actions[0] == SendCancel()
+    (resolved,) = of(actions, ResolveInvocation)
+    assert resolved.result is None and "moved on" in resolved.reason
+    assert machine.state is State.CANCELLING
+
+
+def test_drain_timeout_closes_the_session_and_reroutes_the_waiting_turn() -> None:
+    machine = new_machine(drain_timeout=10)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(EditorCancel(1), 0)
+    machine.handle(EditorTurn(2, PROMPT), 1)
+    assert machine.deadline == 10
+    actions = machine.handle(Tick(), 10)
+    assert EndTurn(2, reroute=True) in actions and machine.state is State.CLOSED
+    assert of(actions, SessionClosed)
+    assert machine.handle(EditorTurn(3, PROMPT), 11) == [EndTurn(3, reroute=True)]
+
+
+def test_agent_exit_fails_the_open_turn_and_answers_every_waiter() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(ToolInvocation("k1", "t", {}), 0)
+    machine.handle(PermissionRequest("p1", permission_params()), 0)
+    boom = RuntimeError("gone")
+    actions = machine.handle(AgentExited(boom), 0)
+    (end,) = of(actions, EndTurn)
+    assert end.error is boom and end.pending_calls == ()
+    assert {a.invocation for a in of(actions, ResolveInvocation)} == {"k1"}
+    assert {a.request for a in of(actions, AnswerPermission)} == {"p1"}
+    assert machine.state is State.CLOSED
+
+
+def test_prompt_failure_becomes_the_turns_error() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    error = ValueError("agent said no")
+    (end,) = machine.handle(PromptFailed(error), 0)
+    assert end.error is error and machine.state is State.IDLE
+
+
+def test_a_prompt_that_ends_while_tools_are_awaited_is_reported_in_the_next_turn() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(ToolInvocation("k1", "t", {}), 0)
+    machine.handle(Tick(), 1)
+    machine.handle(InvocationWithdrawn("k1"), 2)  # the agent gave up on the call (its own timeout)
+    machine.handle(text("gave up waiting"), 2)
+    machine.handle(PromptFinished("max_turn_requests"), 2)
+    actions = machine.handle(EditorTurn(2, None, {}), 3)
+    assert actions[0] == Emit(2, {"type": "text", "value": "gave up waiting"})
+    assert actions[-1].stop_reason == "max_turn_requests"
+
+
+def test_user_text_sent_with_tool_results_is_prompted_after_the_running_prompt() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(ToolInvocation("k1", "t", {}), 0)
+    machine.handle(Tick(), 1)
+    result = {"type": "tool_result", "callId": "lmb_1", "content": []}
+    follow_up = [{"type": "text", "text": "and also this"}]
+    actions = machine.handle(EditorTurn(2, follow_up, {"lmb_1": result}), 2)
+    assert not of(actions, SendPrompt)
+    assert machine.handle(PromptFinished("end_turn"), 2) == [SendPrompt(follow_up)]
+    (end,) = machine.handle(PromptFinished("end_turn"), 3)
+    assert end.turn == 2
+
+
+def test_permission_policies_answer_without_asking() -> None:
+    for policy, kind, expected in [("allow_all", "execute", "yes"), ("deny", "read", "no"),
+                                   ("allow_reads", "read", "yes")]:
+        machine = new_machine(permission_policy=PermissionPolicy(policy=policy))
+        machine.handle(EditorTurn(1, PROMPT), 0)
+        params = permission_params()
+        params["toolCall"]["kind"] = kind
+        assert machine.handle(PermissionRequest("p", params), 0) == [
+            AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": expected}})]
+    machine = new_machine(permission_policy=PermissionPolicy(policy="allow_reads"))
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    (asked,) = machine.handle(PermissionRequest("p", permission_params()), 0)
+    assert asked.part["name"] == "acp_agent_action" and asked.part["input"]["title"] == "Run ls"
+
+
+def test_without_the_permission_tool_ask_means_reject() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT, options=TurnOptions(permission_tool=False)), 0)
+    assert machine.handle(PermissionRequest("p", permission_params()), 0) == [
+        AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": "no"}})]
+
+
+def test_the_transition_table_is_enforced() -> None:
+    machine = new_machine()
+    with pytest.raises(IllegalTransition):
+        machine._to(State.AWAITING_PERMISSION)
+    assert State.IDLE not in TRANSITIONS[State.CLOSED]
+
+
+# -- random interleavings ---------------------------------------------------------------------------------------
+
+
+class Harness:
+    """Drives a machine like the actor does, playing a well-behaved agent, and checks the invariants."""
+
+    def __init__(self, machine: SessionMachine) -> None:
+        self.machine = machine
+        self.now = 0.0
+        self.turns = itertools.count(1)
+        self.keys = itertools.count(1)
+        self.words = itertools.count(1)
+        self.opened: list[int] = []
+        self.ended: Counter[int] = Counter()
+        self.closed_turns: set[int] = set()
+        self.emitted_text: list[str] = []
+        self.accepted_text: list[str] = []
+        self.waiting: set[str] = set()  # keys of invocations/permissions not yet answered
+        self.answers: Counter[str] = Counter()
+        self.prompts_in_flight = 0
+        self.cancel_sent = False
+        self.emitted_calls: dict[str, str] = {}  # callId → key, for calls the editor saw
+        self.saw_cancelling = False
+
+    def feed(self, event: object) -> None:
+        before = self.machine.state
+        self.saw_cancelling = self.saw_cancelling or before is State.CANCELLING
+        if isinstance(event, AgentUpdate) and before not in (State.CANCELLING, State.CLOSED):
+            self.accepted_text.append(event.update["content"]["text"])
+        for action in self.machine.handle(event, self.now):
+            self.apply(action)
+
+    def apply(self, action: object) -> None:
+        if isinstance(action, Emit):
+            assert action.turn not in self.closed_turns, "emitted after the turn ended"
+            part = action.part
+            if part["type"] == "text":
+                self.emitted_text.append(part["value"])
+            if part["type"] == "tool_call":
+                self.emitted_calls[part["callId"]] = part["callId"]
+        elif isinstance(action, EndTurn):
+            self.ended[action.turn] += 1
+            self.closed_turns.add(action.turn)
+        elif isinstance(action, SendPrompt):
+            assert self.prompts_in_flight == 0, "two prompts in flight"
+            self.prompts_in_flight += 1
+            self.cancel_sent = False
+        elif isinstance(action, SendCancel):
+            self.cancel_sent = True
+        elif isinstance(action, (AnswerPermission, ResolveInvocation)):
+            key = action.request if isinstance(action, AnswerPermission) else action.invocation
+            self.answers[key] += 1
+            self.waiting.discard(key)
+
+    def finish_prompt(self, stop_reason: str) -> None:
+        self.prompts_in_flight -= 1
+        self.feed(PromptFinished("cancelled" if self.cancel_sent else stop_reason))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.data())
+def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
+    h = Harness(new_machine(batch_window=0.05, drain_timeout=5.0))
+    steps = ["turn"] + data.draw(st.lists(st.sampled_from(
+        ["turn", "turn", "turn", "cancel", "text", "text", "text", "tool", "tool", "permission", "permission",
+         "withdraw", "finish", "finish", "fail", "tick", "tick", "exit"]), max_size=60))
+    for step in steps:
+        machine = h.machine
+        if step == "turn":
+            turn = next(h.turns)
+            h.opened.append(turn)
+            pending = machine.pending_call_ids
+            answered = data.draw(st.lists(st.sampled_from(pending), unique=True)) if pending else []
+            results = {call_id: {"type": "tool_result", "callId": call_id,
+                                 "content": [{"type": "text", "value": "allow"}]} for call_id in answered}
+            prompt = data.draw(st.sampled_from([PROMPT, None]))
+            h.feed(EditorTurn(turn, prompt, results, data.draw(st.booleans()),
+                              TurnOptions(permission_tool=data.draw(st.booleans()))))
+        elif step == "cancel" and h.opened:
+            h.feed(EditorCancel(data.draw(st.sampled_from(h.opened))))
+        elif step == "text":
+            h.feed(text(f"w{next(h.words)} "))
+        elif step in ("tool", "permission"):
+            key = f"k{next(h.keys)}"
+            h.waiting.add(key)
+            h.feed(ToolInvocation(key, "t", {}) if step == "tool" else PermissionRequest(key, permission_params()))
+        elif step == "withdraw" and h.waiting:
+            h.feed(InvocationWithdrawn(data.draw(st.sampled_from(sorted(h.waiting)))))
+        elif step in ("finish", "fail") and h.prompts_in_flight:
+            if step == "fail":
+                h.prompts_in_flight -= 1
+                h.feed(PromptFailed(RuntimeError("x")))
+            else:
+                h.finish_prompt(data.draw(st.sampled_from(["end_turn", "max_tokens", "refusal"])))
+        elif step == "tick":
+            h.now += data.draw(st.sampled_from([0.01, 0.05, 1.0, 10.0]))
+            h.feed(Tick())
+        elif step == "exit" and data.draw(st.integers(0, 4)) == 0:
+            h.prompts_in_flight = 0
+            h.feed(AgentExited(RuntimeError("exit")))
+
+    # Let the agent finish whatever it is doing, then close: everything must be answered.
+    while h.prompts_in_flight:
+        h.finish_prompt("end_turn")
+    for action in h.machine.close("end of test"):
+        h.apply(action)
+
+    event(f"turns answered: {min(len(h.ended), 5)}+")
+    event(f"states visited include CANCELLING: {h.saw_cancelling}")
+    event(f"tool calls emitted: {bool(h.emitted_calls)}")
+    assert all(count == 1 for count in h.ended.values()), h.ended
+    assert set(h.ended) == set(h.opened), "every editor turn is answered exactly once"
+    assert h.waiting == set() and all(count == 1 for count in h.answers.values()), "every waiter answered once"
+    assert h.machine.state is State.CLOSED
+    # Nothing lost: every chunk accepted before a cancel reached the editor, in order — or is still buffered,
+    # waiting for a next turn (closing a session keeps nothing, but only after the test looked).
+    leftover = "".join(p["value"] for p in h.machine.buffered if p["type"] == "text")
+    assert "".join(h.emitted_text) + leftover == "".join(h.accepted_text)
