@@ -24,7 +24,7 @@ from . import __version__
 from .config import AgentConfig
 from .jsonrpc import RpcError
 from .logs import get_logger
-from .rpc import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, RequestContext, StreamWire
+from .rpc import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, OutgoingRequest, RequestContext, StreamWire
 
 __all__ = [
     "ACP_PROTOCOL_VERSION",
@@ -369,15 +369,23 @@ class AgentProcess:
         return len(self._sessions)
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
-        """Send an ACP request; ``AgentExitedError`` if the agent is gone or goes away meanwhile."""
-        if self._conn is None or not self.alive:
-            raise AgentExitedError(self.id, self.exit_code, self.stderr.text())
+        """Send an ACP request and wait for its result; ``AgentExitedError`` if the agent is gone or goes away
+        meanwhile. If the caller is cancelled, the agent is told (``$/cancel_request``)."""
+        reply = self.send_request(method, params)
         try:
-            return await self._conn.request(method, params)
+            return await reply.result()
+        except BaseException:
+            reply.abandon()
+            raise
+
+    def send_request(self, method: str, params: dict[str, Any]) -> AgentReply:
+        """Queue an ACP request now (in order with what is queued after it); await ``result()`` for the answer."""
+        if self._conn is None or not self.alive:
+            return AgentReply(self, None)
+        try:
+            return AgentReply(self, self._conn.start_request_nowait(method, params))
         except ConnectionClosed:
-            with trio.move_on_after(1.0):
-                await self.exited.wait()
-            raise AgentExitedError(self.id, self.exit_code, self.stderr.text()) from None
+            return AgentReply(self, None)
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         if self._conn is not None and self.alive:
@@ -410,6 +418,41 @@ class AgentProcess:
                               session=params.get("sessionId"))
             return {"outcome": {"outcome": "cancelled"}}
         return await endpoint.on_permission_request(params, context)
+
+
+class AgentReply:
+    """The answer to an ACP request, once it comes."""
+
+    def __init__(self, agent: AgentProcess, call: OutgoingRequest | None) -> None:
+        self._agent = agent
+        self._call = call
+
+    async def result(self) -> Any:
+        agent = self._agent
+        if self._call is not None:
+            try:
+                return await self._call.result()
+            except ConnectionClosed:
+                pass
+        with trio.move_on_after(1.0):  # the pipe closes a moment before the exit status is known
+            await agent.exited.wait()
+        raise AgentExitedError(agent.id, agent.exit_code, agent.stderr.text())
+
+    def abandon(self) -> None:
+        if self._call is not None and not self._call.answered:
+            self._call.abandon()
+
+    def on_answer(self, callback: Any) -> None:
+        """``callback(result, error)`` in wire order (see ``OutgoingRequest.on_answer``). When the agent went
+        away instead of answering, the callback is not called: ``result()`` reports that, with the exit status."""
+        if self._call is None:
+            return
+
+        def relay(result: Any, error: BaseException | None) -> None:
+            if not isinstance(error, ConnectionClosed):
+                callback(result, error)
+
+        self._call.on_answer(relay)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -27,9 +27,14 @@ class UnknownAgent(RpcError):
 
 
 class _Start:
+    """An agent being started, in a task of the pool's own: whoever waits for it may give up (a cancelled turn)
+    without aborting the start for the others; the pool's shutdown cancels it."""
+
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
+        self.process: AgentProcess | None = None
+        self.scope = trio.CancelScope()
 
 
 class AgentPool:
@@ -79,39 +84,49 @@ class AgentPool:
                 self._idle_since.pop(agent_id, None)
                 return process
             start = self._starting.get(agent_id)
-            if start is not None:
-                await start.done.wait()
-                if start.error is not None:
-                    raise start.error
-                continue
-            return await self._start(config)
+            if start is None:
+                start = self._begin(config)
+            await start.done.wait()
+            if start.error is not None:
+                raise start.error
+            if start.process is not None:
+                return start.process
 
-    async def _start(self, config: AgentConfig) -> AgentProcess:
+    def _begin(self, config: AgentConfig) -> _Start:
         assert self._nursery is not None
         start = self._starting[config.id] = _Start()
-        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer)
-        begun = trio.current_time()
         if not self._prewarmed:
             # The first non-text update needs acp.schema (about 0.8 s to import): load it in a worker thread
             # while the agent starts, instead of stalling every session on first use.
             self._prewarmed = True
             self._nursery.start_soon(_prewarm_imports)
+        self._nursery.start_soon(self._start, config, start)
+        return start
+
+    async def _start(self, config: AgentConfig, start: _Start) -> None:
+        assert self._nursery is not None
+        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer)
+        begun = trio.current_time()
         try:
-            await self._nursery.start(process.run)
-        except BaseException as exc:
+            with start.scope:
+                await self._nursery.start(process.run)
+                start.process = process
+                self._running[config.id] = process
+                self._log.info("agent ready", agent=config.id, pid=process.pid,
+                               start_seconds=round(trio.current_time() - begun, 3))
+            if start.process is None:
+                start.error = AgentStartError(config.id, "lmbridge is shutting down")
+        except Exception as exc:
             start.error = exc
-            raise
         finally:
             del self._starting[config.id]
             start.done.set()
-        self._running[config.id] = process
-        self._log.info("agent ready", agent=config.id, pid=process.pid,
-                       start_seconds=round(trio.current_time() - begun, 3))
-        return process
 
     async def stop_all(self) -> None:
-        """Stop every agent process group and wait until they are gone."""
+        """Stop every agent process group, including those still starting, and wait until they are gone."""
         self._closed = True
+        for start in list(self._starting.values()):
+            start.scope.cancel()
         async with trio.open_nursery() as nursery:
             for process in list(self._running.values()):
                 nursery.start_soon(process.stop)

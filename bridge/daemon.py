@@ -21,8 +21,11 @@ __all__ = ["Daemon"]
 
 class Daemon:
     def __init__(self, config: Config, *, log: Any, tracer: Any = None) -> None:
+        from pathlib import Path
+
         from session.permissions import PermissionPolicy, permission_tool_schema
         from session.router import RouterSettings, SessionRouter
+        from session.store import SessionStore, default_state_path
 
         self.config = config
         self.log = log
@@ -37,11 +40,13 @@ class Daemon:
             policy = (agent.permission_policy if agent else None) or permissions.policy
             return PermissionPolicy(policy=policy, tool_name=permissions.tool_name)
 
+        state_path = Path(sessions.state_file).expanduser() if sessions.state_file else default_state_path()
         self.router = SessionRouter(
             self.pool,
             RouterSettings(idle_ttl=sessions.idle_ttl, max_sessions=sessions.max_sessions,
                            tool_batch_window=sessions.tool_batch_window,
-                           cancel_drain_timeout=sessions.cancel_drain_timeout, permission_policy=policy_for),
+                           cancel_drain_timeout=sessions.cancel_drain_timeout, permission_policy=policy_for,
+                           store=SessionStore(state_path, log=log)),
             log=log,
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)

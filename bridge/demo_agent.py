@@ -16,9 +16,14 @@ executed.
     /permission TITLE       ask permission (allow-once, allow-always, reject-once), then say the outcome
     /sleep MS               wait (cancellable)
     /later MS TEXT          MS after this turn's response is sent, send TEXT as an out-of-turn update
+    /flush                  wait until every /later update of this session has been sent
     /recall                 say the texts of the earlier prompts of this session
     /stop REASON            end the turn with this stopReason (end_turn, max_tokens, max_turn_requests, refusal)
     /crash                  exit abruptly, mid-turn
+
+With ``$LMBRIDGE_DEMO_STATE_DIR`` set, sessions are kept there (one JSON file each, 0600) and the agent supports
+``session/load`` (which replays the earlier prompts as ``user_message_chunk`` updates) and ``session/resume`` —
+also across restarts of the agent.
 
 Run as ``python -m bridge.demo_agent``. Never prints to stdout except through the ACP connection.
 """
@@ -116,7 +121,7 @@ def _directive(name: str, arg: str) -> Step:
         if arg not in STOP_REASONS:
             raise ScriptError(f"/stop needs one of {', '.join(STOP_REASONS)}")
         return Step(name, arg)
-    if name in ("recall", "crash"):
+    if name in ("recall", "crash", "flush"):
         return Step(name)
     raise ScriptError(f"unknown directive /{name}")
 
@@ -150,6 +155,7 @@ class _Session:
     mcp_servers: list[Any]
     prompts: list[str] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    later: set[asyncio.Task[Any]] = field(default_factory=set)
     tools: Any = None  # the MCP client connection, opened on first use
 
 
@@ -161,7 +167,8 @@ class DemoAgent:
     """The agent object the SDK drives. A plain class on purpose: subclassing ``acp.Agent`` (a Protocol) would
     turn every method we do not define into one that answers ``null`` instead of "method not found"."""
 
-    def __init__(self) -> None:
+    def __init__(self, state_dir: str | None = None) -> None:
+        self._state_dir = state_dir
         self._conn: Any = None
         self._sessions: dict[str, _Session] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -185,15 +192,19 @@ class DemoAgent:
     async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
                          **_: Any) -> Any:
         from acp.schema import (AgentCapabilities, Implementation, InitializeResponse, McpCapabilities,
-                                PromptCapabilities, SessionCapabilities, SessionCloseCapabilities)
+                                PromptCapabilities, SessionCapabilities, SessionCloseCapabilities,
+                                SessionResumeCapabilities)
 
+        persistent = self._state_dir is not None
         return InitializeResponse(
             protocol_version=1,
             agent_capabilities=AgentCapabilities(
-                load_session=False,
+                load_session=persistent,
                 prompt_capabilities=PromptCapabilities(image=True, embedded_context=True),
                 mcp_capabilities=McpCapabilities(http=True),
-                session_capabilities=SessionCapabilities(close=SessionCloseCapabilities()),
+                session_capabilities=SessionCapabilities(
+                    close=SessionCloseCapabilities(),
+                    resume=SessionResumeCapabilities() if persistent else None),
             ),
             agent_info=Implementation(name="lmbridge-demo-agent", title="lmbridge demo agent", version="1"),
         )
@@ -210,6 +221,49 @@ class DemoAgent:
         session_id = f"demo-{uuid.uuid4().hex[:12]}"
         self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []))
         return NewSessionResponse(session_id=session_id)
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None,
+                           **_: Any) -> Any:
+        from acp import update_user_message_text
+        from acp.schema import LoadSessionResponse
+
+        session = self._reopen(session_id, cwd, mcp_servers)
+        for text in session.prompts:
+            await self._conn.session_update(session_id, update_user_message_text(text))
+        return LoadSessionResponse()
+
+    async def resume_session(self, session_id: str, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
+                             **_: Any) -> Any:
+        from acp.schema import ResumeSessionResponse
+
+        self._reopen(session_id, cwd, mcp_servers)
+        return ResumeSessionResponse()
+
+    def _reopen(self, session_id: str, cwd: str, mcp_servers: Any) -> _Session:
+        from acp import RequestError
+
+        path = self._state_path(session_id)
+        if path is None or not os.path.exists(path):
+            raise RequestError.resource_not_found(session_id)
+        with open(path, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        session = self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []), saved["prompts"])
+        return session
+
+    def _state_path(self, session_id: str) -> str | None:
+        if self._state_dir is None or not re.fullmatch(r"demo-[0-9a-f]{12}", session_id):
+            return None
+        return os.path.join(self._state_dir, f"{session_id}.json")
+
+    def _save(self, session: _Session) -> None:
+        path = self._state_path(session.id)
+        if path is None:
+            return
+        os.makedirs(self._state_dir, mode=0o700, exist_ok=True)  # type: ignore[arg-type]
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"prompts": session.prompts, "cwd": session.cwd}, handle)
+        os.replace(path + ".tmp", path)
 
     async def close_session(self, session_id: str, **_: Any) -> Any:
         from acp.schema import CloseSessionResponse
@@ -252,6 +306,7 @@ class DemoAgent:
             stop_reason = "cancelled"
         finally:
             session.prompts.append("\n".join(others + own_texts))
+            self._save(session)
         return PromptResponse(stop_reason=stop_reason)
 
     async def _run(self, session: _Session, text: str, turn_ended: asyncio.Event) -> str:
@@ -341,7 +396,13 @@ class DemoAgent:
     async def _do_later(self, session: _Session, step: Step, turn_ended: asyncio.Event) -> None:
         task = asyncio.create_task(self._later(session, step, turn_ended))
         self._background.add(task)
+        session.later.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(session.later.discard)
+
+    async def _do_flush(self, session: _Session, step: Step, _: Any) -> None:
+        if session.later:
+            await self._cancellable(session, asyncio.wait(set(session.later)))
 
     async def _later(self, session: _Session, step: Step, turn_ended: asyncio.Event) -> None:
         from acp import update_agent_message_text
@@ -402,7 +463,7 @@ def main() -> None:
                         format="demo-agent %(levelname)s %(message)s")
     import acp
 
-    agent = DemoAgent()
+    agent = DemoAgent(os.environ.get("LMBRIDGE_DEMO_STATE_DIR") or None)
     asyncio.run(acp.run_agent(agent, use_unstable_protocol=True, observers=[agent.observe]))
 
 

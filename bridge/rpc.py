@@ -170,7 +170,9 @@ class StreamWire:
 
 class OutgoingRequest:
     """A request we sent. ``result()`` waits for the answer; ``cancel()`` asks the peer to cancel it and keeps
-    waiting; ``abandon()`` cancels it and stops waiting (a late answer is ignored)."""
+    waiting; ``abandon()`` cancels it and stops waiting (a late answer is ignored); ``on_answer(callback)`` is
+    told of the answer synchronously, by the reader, before it looks at the next message — so the answer keeps
+    its place in the order of what the peer sent."""
 
     __slots__ = ("_connection", "id", "method", "_waiter")
 
@@ -198,14 +200,29 @@ class OutgoingRequest:
         if not self.answered:
             self._connection._abandon(self.id)
 
+    def on_answer(self, callback: Callable[[Any, BaseException | None], None]) -> None:
+        """``callback(result, error)``; called at once if the answer is already here."""
+        if self.answered:
+            callback(self._waiter.result, self._waiter.error)
+        else:
+            self._waiter.callback = callback
+
 
 class _PendingRequest:
-    __slots__ = ("done", "result", "error")
+    __slots__ = ("done", "result", "error", "callback")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.callback: Callable[[Any, BaseException | None], None] | None = None
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        self.result = result
+        self.error = error
+        self.done.set()
+        if self.callback is not None:
+            self.callback(result, error)
 
 
 class JsonRpcConnection:
@@ -299,19 +316,27 @@ class JsonRpcConnection:
 
     async def start_request(self, method: str, params: Any = None) -> OutgoingRequest:
         """Send a request without waiting for the answer: for callers that cancel a request and still want its
-        answer (an editor cancelling a chat turn gets ``stopReason: "cancelled"``)."""
+        answer (an editor cancelling a chat turn gets ``stopReason: "cancelled"``). Waits for room in the
+        outgoing queue (backpressure)."""
+        call = self.start_request_nowait(method, params)
+        if self._outbox_bytes > self._outbox_high_water:
+            try:
+                await self._outbox_drained.wait()
+            except BaseException:
+                call.abandon()
+                raise
+        return call
+
+    def start_request_nowait(self, method: str, params: Any = None) -> OutgoingRequest:
+        """Queue a request at once, in order with whatever is queued next (a ``session/prompt`` must reach the
+        agent before a ``session/cancel`` sent right after it)."""
         if self._closed:
             raise ConnectionClosed(f"{self.name}: connection closed")
         request_id, data = self._protocol.request(method, params)
         waiter = _PendingRequest()
         self._waiters[request_id] = waiter
-        call = OutgoingRequest(self, request_id, method, waiter)
-        try:
-            await self._send(data)
-        except BaseException:
-            call.abandon()
-            raise
-        return call
+        self._enqueue(data)
+        return OutgoingRequest(self, request_id, method, waiter)
 
     def _cancel_notification(self, request_id: RequestId) -> None:
         if not self._closed:
@@ -391,10 +416,9 @@ class JsonRpcConnection:
             waiter = self._waiters.pop(event.id, None)
             if waiter is not None:
                 if kind is Response:
-                    waiter.result = event.result
+                    waiter.settle(event.result, None)
                 else:
-                    waiter.error = event.error
-                waiter.done.set()
+                    waiter.settle(None, event.error)
         elif kind is InvalidMessage:
             self._log.warning("invalid message from peer", error=event.error.message)
             self._enqueue(JsonRpcProtocol.respond_error(event.reply_id, event.error))
@@ -474,5 +498,4 @@ class JsonRpcConnection:
     def _fail_waiters(self, error: BaseException) -> None:
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
-            waiter.error = error
-            waiter.done.set()
+            waiter.settle(None, error)

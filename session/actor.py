@@ -60,6 +60,9 @@ class AgentLink(Protocol):
 
     async def request(self, method: str, params: dict[str, Any]) -> Any: ...
 
+    def send_request(self, method: str, params: dict[str, Any]) -> Any:
+        """Queue a request now; the returned object's ``result()`` awaits the answer."""
+
     def notify(self, method: str, params: dict[str, Any]) -> None: ...
 
     def detach(self, session_id: str) -> None: ...
@@ -183,7 +186,12 @@ class SessionActor:
             elif kind is EndTurn:
                 self._finish_turn(action)
             elif kind is SendPrompt:
-                self._nursery.start_soon(self._prompt, action.blocks)
+                # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
+                reply = self.agent.send_request("session/prompt", {"sessionId": self.session_id, "prompt": action.blocks})
+                # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
+                answered = _Flag()
+                reply.on_answer(lambda result, error, answered=answered: self._prompt_answered(answered, result, error))
+                self._nursery.start_soon(self._prompt_lost, reply, answered)
             elif kind is SendCancel:
                 self.agent.notify("session/cancel", {"sessionId": self.session_id})
             elif kind is AnswerPermission:
@@ -201,20 +209,27 @@ class SessionActor:
             turn.outcome = TurnOutcome.from_action(action)
             turn.done.set()
 
-    async def _prompt(self, blocks: list[dict[str, Any]]) -> None:
-        try:
-            result = await self.agent.request("session/prompt", {"sessionId": self.session_id, "prompt": blocks})
+    def _prompt_answered(self, answered: _Flag, result: Any, error: BaseException | None) -> None:
+        answered.value = True
+        if error is not None:
+            event: object = PromptFailed(error if isinstance(error, Exception) else RuntimeError(str(error)))
+        else:
             stop_reason = result.get("stopReason") if isinstance(result, dict) else None
-            if stop_reason not in STOP_REASONS:
-                raise InvalidAgentReply(f"the agent answered session/prompt with stopReason {stop_reason!r}")
-            usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
-            event: object = PromptFinished(stop_reason, usage)
-        except Exception as exc:
-            event = PromptFailed(exc)
+            if stop_reason in STOP_REASONS:
+                usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+                event = PromptFinished(stop_reason, usage)
+            else:
+                event = PromptFailed(InvalidAgentReply(f"the agent answered session/prompt with stopReason {stop_reason!r}"))
+        self._send_nowait(event)
+
+    async def _prompt_lost(self, reply: Any, answered: _Flag) -> None:
+        """Waits for the prompt's answer only to learn whether the agent went away without one (an answer
+        arrives through ``_prompt_answered``); then the failure carries the agent's exit status."""
         try:
-            self._inbox_send.send_nowait(event)
-        except trio.ClosedResourceError:
-            pass
+            await reply.result()
+        except Exception as exc:
+            if not answered.value:
+                self._send_nowait(PromptFailed(exc))
 
     # -- what the router calls -------------------------------------------------------------------------------
 
@@ -296,6 +311,13 @@ class SessionActor:
         except trio.ClosedResourceError:
             return False
         return True
+
+
+class _Flag:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
 
 
 @dataclass(frozen=True, slots=True)

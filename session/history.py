@@ -1,26 +1,33 @@
 """History matching, sans-IO: which ACP session does an editor request belong to, and what in it is new?
 
-Owns the conversation records (committed and provisional history per session) and the decision for each
-incoming ``lm/chat``; it never starts sessions or talks to anyone. The router acts on the ``HistoryMatch``.
+Owns the conversation records and the decision for each incoming ``lm/chat``; it never starts sessions or talks
+to anyone. The router acts on the ``HistoryMatch``.
 
-Each conversation keeps ``committed`` messages (the history both sides agree on, exactly as the editor last sent
-it) and ``provisional`` parts (what the bridge emitted in its last response, normalised). For a request:
+Each conversation keeps three things:
+
+- ``committed`` — the history both sides agree on, exactly as the editor last sent it;
+- ``input`` — the messages of the last request that were new (the user's latest words, tool results): the agent
+  received them, but the editor may still take them back (edit the message, retry);
+- ``provisional`` — what the bridge emitted in its last response, normalised.
+
+For a request:
 
 1. Tool results whose ``callId`` the bridge generated and still waits for identify their conversation outright,
    even when the editor re-rendered everything before them → continuation.
 2. Otherwise candidates come from an index on the first non-system message's digest. The request must repeat
-   the committed messages (compared as raw JSON first — one C-speed list comparison — and only on a difference
-   in normalised form, see ``session.messages``). Then:
-   - the next assistant message(s) equal the provisional response → continuation (commit it; what follows is
-     new: tool results and/or user text);
-   - they do not → the user moved on (edited, removed or rejected): cancel what is pending, discard provisional;
-   - the committed prefix itself differs → not this conversation.
+   ``committed`` (compared as raw JSON first — one C-speed list comparison — and only on a difference in normal
+   form, see ``session.messages``). Then:
+   - it repeats ``input`` and the next assistant message(s) equal ``provisional`` → continuation: what follows is
+     new (tool results and/or user text);
+   - otherwise the user moved on — edited or retried the last message, removed or rejected the response: cancel
+     what is pending, discard provisional, and send what differs;
+   - if ``committed`` itself differs, it is not this conversation.
 3. Nothing matches → a new session, seeded with the prior messages.
 
-Cost: the raw comparison of the repeated prefix runs at C speed (about 0.25 µs per message here); Python-level
-work (validation, normalisation, digests) is spent only on the new messages and on messages that differ. A digest
-chain over the committed history gives each conversation a fingerprint (used to find a stored session id again
-after a restart) that is extended with the new messages only.
+Cost: the raw comparison of the repeated history runs at C speed (about 0.25 µs per message here); Python-level
+work (validation, normalisation, digests) is spent only on new messages and on messages that differ. A digest
+chain over the history gives each conversation a fingerprint (used to find a stored session id again after a
+restart), extended with the new messages only.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ __all__ = [
     "Conversation",
     "ConversationIndex",
     "chain_step",
+    "chain_of",
     "EMPTY_CHAIN",
 ]
 
@@ -58,22 +66,34 @@ class MatchKind(enum.Enum):
 
 @dataclass(eq=False)
 class Conversation:
-    """One conversation's view of the history. ``key`` names the session that serves it."""
+    """One conversation's view of the history. ``key`` names the session that serves it. ``messages`` is the
+    last request's history: ``committed`` is its first ``agreed`` messages, ``input`` the rest."""
 
     key: str
-    committed: list[dict[str, Any]] = field(default_factory=list)
-    digests: list[bytes] = field(default_factory=list)  # per committed message, of its normal form
-    chain: list[bytes] = field(default_factory=list)  # chain[i] covers committed[: i + 1]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    agreed: int = 0
+    digests: list[bytes] = field(default_factory=list)  # per message, of its normal form
+    chain: list[bytes] = field(default_factory=list)  # chain[i] covers messages[: i + 1]
     provisional: list[tuple[Any, ...]] = field(default_factory=list)  # normalised parts of our last response
     pending_calls: set[str] = field(default_factory=set)
     anchor: bytes | None = None  # digest of the first non-system message: the index key
 
     @property
+    def committed(self) -> list[dict[str, Any]]:
+        return self.messages[: self.agreed]
+
+    @property
+    def input(self) -> list[dict[str, Any]]:
+        return self.messages[self.agreed:]
+
+    @property
     def fingerprint(self) -> bytes:
+        """Of the history the agent has answered (committed and input)."""
         return self.chain[-1] if self.chain else EMPTY_CHAIN
 
     @property
     def fingerprint_with_provisional(self) -> bytes:
+        """Of the same history followed by the answer, as the editor is expected to send it back."""
         return chain_step(self.fingerprint, digest(("assistant", *self.provisional)))
 
 
@@ -81,14 +101,14 @@ class Conversation:
 class HistoryMatch:
     kind: MatchKind
     conversation: Conversation | None
-    agreed: int  # leading messages of the request already committed (their digests are known)
+    agreed: int  # leading messages of the request equal to the conversation's (their digests are known)
     start: int  # index in the request of the first new message
     new_messages: list[dict[str, Any]]
     tool_results: dict[str, dict[str, Any]]  # callId → tool_result part, for calls the conversation waits on
 
 
 class ConversationIndex:
-    """All conversations the bridge serves, indexed for matching."""
+    """All conversations the bridge serves (for one agent), indexed for matching."""
 
     def __init__(self) -> None:
         self._conversations: dict[str, Conversation] = {}
@@ -121,10 +141,10 @@ class ConversationIndex:
         anchor = digest(normalize(messages[anchor_index]))
         best: Conversation | None = None
         for conversation in self._by_anchor.get(anchor, {}).values():
-            size = len(conversation.committed)
-            if size > len(messages) or (best is not None and size <= len(best.committed)):
+            size = conversation.agreed
+            if size > len(messages) or (best is not None and size <= best.agreed):
                 continue
-            if self._repeats_committed(conversation, messages):
+            if self._repeats(conversation, messages, 0, size):
                 best = conversation
         if best is None:
             for index in range(tail):
@@ -132,18 +152,26 @@ class ConversationIndex:
             start = _latest_input(messages, tail)
             return HistoryMatch(MatchKind.NO_MATCH, None, 0, start, messages[start:], {})
 
-        size = len(best.committed)
-        end = size
-        while end < len(messages) and isinstance(messages[end], dict) and messages[end].get("role") == "assistant":
-            end += 1
-        for index in range(size, end):
+        committed = best.agreed
+        answered = len(best.messages)
+        if answered <= len(messages) and self._repeats(best, messages, committed, answered):
+            end = answered
+            while end < len(messages) and isinstance(messages[end], dict) and messages[end].get("role") == "assistant":
+                end += 1
+            for index in range(answered, end):
+                check_message(messages[index], f"messages[{index}]")
+            rendered = normalize_parts(list(itertools.chain.from_iterable(
+                _content(messages[index]) for index in range(answered, end))))
+            if rendered == best.provisional:
+                new = messages[end:]
+                return HistoryMatch(MatchKind.CONTINUATION, best, answered, end, new, _results_for(best, new))
+            # The agent has the input; the response was edited, removed or rejected.
+            start = answered
+        else:
+            start = committed  # the last input itself was edited or taken back
+        for index in range(start, len(messages)):
             check_message(messages[index], f"messages[{index}]")
-        rendered = normalize_parts(list(itertools.chain.from_iterable(
-            _content(messages[index]) for index in range(size, end))))
-        if rendered == best.provisional:
-            new = messages[end:]
-            return HistoryMatch(MatchKind.CONTINUATION, best, size, end, new, _results_for(best, new))
-        return HistoryMatch(MatchKind.MOVED_ON, best, size, size, messages[size:], {})
+        return HistoryMatch(MatchKind.MOVED_ON, best, start, start, messages[start:], {})
 
     def _match_by_call(self, messages: list[Any], tail: int) -> HistoryMatch | None:
         found: Conversation | None = None
@@ -155,23 +183,23 @@ class ConversationIndex:
                         found = conversation
         if found is None:
             return None
-        committed = found.committed
-        agreed = len(committed)
-        if agreed > tail or messages[:agreed] != committed:
-            agreed = next((i for i, (a, b) in enumerate(zip(messages[:tail], committed)) if a != b), min(agreed, tail))
+        known = found.messages
+        agreed = min(len(known), tail)
+        if messages[:agreed] != known[:agreed]:
+            agreed = next(i for i, (a, b) in enumerate(zip(messages[:agreed], known[:agreed])) if a != b)
         for index in range(agreed, tail):
             check_message(messages[index], f"messages[{index}]")
         new = messages[tail:]
         return HistoryMatch(MatchKind.CONTINUATION, found, agreed, tail, new, _results_for(found, new))
 
-    def _repeats_committed(self, conversation: Conversation, messages: list[Any]) -> bool:
-        committed = conversation.committed
-        size = len(committed)
-        if messages[:size] == committed:
+    def _repeats(self, conversation: Conversation, messages: list[Any], start: int, end: int) -> bool:
+        """Does the request repeat the conversation's messages ``[start:end]``? Raw first; where a message was
+        re-rendered, in normal form (and the new rendering is adopted)."""
+        known = conversation.messages
+        if messages[start:end] == known[start:end]:
             return True
-        # Some message was re-rendered: compare the differing ones in normal form, and adopt the new rendering.
-        for index in range(size):
-            if messages[index] == committed[index]:
+        for index in range(start, end):
+            if messages[index] == known[index]:
                 continue
             try:
                 check_message(messages[index], f"messages[{index}]")
@@ -179,8 +207,7 @@ class ConversationIndex:
                 return False
             if digest(normalize(messages[index])) != conversation.digests[index]:
                 return False
-        for index in range(size):
-            committed[index] = messages[index]
+        known[start:end] = messages[start:end]
         return True
 
     # -- updates --------------------------------------------------------------------------------------------
@@ -191,12 +218,13 @@ class ConversationIndex:
         conversation = self._conversations[key] = Conversation(key)
         return conversation
 
-    def commit(self, conversation: Conversation, messages: list[dict[str, Any]], agreed: int) -> None:
-        """The request ``messages`` is now the agreed history; its first ``agreed`` messages were already
-        committed (in normal form). Digests are computed for the rest only."""
+    def commit(self, conversation: Conversation, messages: list[dict[str, Any]], agreed: int, start: int) -> None:
+        """The request ``messages`` is being answered: its first ``start`` messages are now committed, the rest
+        is the new input. Its first ``agreed`` messages equal the conversation's (their digests are reused)."""
         self._unindex_anchor(conversation)
-        agreed = min(agreed, len(conversation.committed), len(messages))
-        conversation.committed = list(messages)
+        agreed = min(agreed, len(conversation.messages), len(messages))
+        conversation.messages = list(messages)
+        conversation.agreed = start
         del conversation.digests[agreed:]
         del conversation.chain[agreed:]
         previous = conversation.chain[-1] if conversation.chain else EMPTY_CHAIN

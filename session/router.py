@@ -20,9 +20,10 @@ from typing import Any, Protocol
 import trio
 
 from .actor import PartSink, SessionActor, TurnOutcome
-from .history import ConversationIndex, Conversation, HistoryMatch, MatchKind
+from .history import ConversationIndex, Conversation, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
 from .permissions import PermissionPolicy
+from .store import SessionStore, StoredSession
 from .transcript import prompt_blocks, trailing_input, transcript
 
 __all__ = ["AgentHandle", "AgentProvider", "ChatRequest", "RouterSettings", "SessionRouter", "RoutingError",
@@ -80,6 +81,7 @@ class RouterSettings:
     tool_batch_window: float = 0.05
     cancel_drain_timeout: float = 10.0
     permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
+    store: SessionStore | None = None  # fingerprints → session ids, for session/resume and session/load
 
 
 @dataclass(eq=False)
@@ -156,14 +158,20 @@ class SessionRouter:
             index = self._indexes.setdefault(request.agent_id, ConversationIndex())
             match = index.match(request.messages)
             if match.kind is MatchKind.NO_MATCH:
-                session, turn = await self._new_session_turn(index, match, request, turn_id)
+                # Starting an agent can take a while: a cancel (or shutdown) must not wait for it.
+                done, opened = await _unless(cancel_requested, self._new_session_turn, index, match, request, turn_id)
+                if not done:
+                    return TurnOutcome("cancelled")
+                session, turn = opened
             else:
                 session = self._sessions.get(match.conversation.key)
                 if session is None:  # its session is gone; its record will be too
                     index.forget(match.conversation)
                     continue
                 if not session.ready.is_set():
-                    await session.ready.wait()
+                    done, _ = await _unless(cancel_requested, session.ready.wait)
+                    if not done:
+                        return TurnOutcome("cancelled")
                     continue  # the history may have moved meanwhile: match again
                 turn = self._continue_turn(index, match, request, turn_id, session)
             assert session.actor is not None
@@ -179,6 +187,7 @@ class SessionRouter:
             else:
                 index.set_provisional(session.conversation, list(outcome.emitted))
                 index.add_pending_calls(session.conversation, outcome.pending_calls)
+                self._remember(session, request)
             return outcome
         raise RoutingError("could not route the request: its sessions kept closing")
 
@@ -186,11 +195,11 @@ class SessionRouter:
                                 turn_id: int) -> tuple[LiveSession, EditorTurn]:
         key = f"{request.agent_id}:{uuid.uuid4().hex}"
         conversation = index.create(key)
-        index.commit(conversation, request.messages, 0)
+        index.commit(conversation, request.messages, 0, match.start)
         session = LiveSession(key, request.agent_id, conversation)
         self._sessions[key] = session  # visible at once: a concurrent request for it waits for ``ready``
         try:
-            await self._open(session, request)
+            resumed_length = await self._open(session, request, self._stored(request))
         except BaseException:
             self._forget(session)
             raise
@@ -199,6 +208,12 @@ class SessionRouter:
         agent = session.agent
         assert agent is not None
         images = bool(agent.info and agent.info.prompt("image"))
+        if resumed_length is not None:
+            # The agent remembers the conversation up to there: send only what came after.
+            index.commit(conversation, request.messages, len(request.messages), resumed_length)
+            new = request.messages[resumed_length:] or trailing_input(request.messages)
+            blocks = prompt_blocks(new, images=images)
+            return session, EditorTurn(turn_id, blocks or None, {}, False, request.options)
         # The seed: the editor's instructions, the conversation so far as a transcript, then the new input.
         system = [m for m in request.messages if m.get("role") == "system"]
         prior = [m for m in request.messages[: match.start] if m.get("role") != "system"]
@@ -225,21 +240,61 @@ class SessionRouter:
             new = [_without_tool_results(message) for message in new]
         blocks = prompt_blocks(new, images=images)
         index.resolve_calls(conversation, list(conversation.pending_calls))
-        index.commit(conversation, request.messages, match.agreed)
+        index.commit(conversation, request.messages, match.agreed, match.start)
         return EditorTurn(turn_id, blocks or None, match.tool_results, moved_on, request.options)
 
     # -- sessions --------------------------------------------------------------------------------------------
 
-    async def _open(self, session: LiveSession, request: ChatRequest) -> None:
+    def _stored(self, request: ChatRequest) -> tuple[int, StoredSession] | None:
+        """A stored session that answered a prefix of this (unknown) history, if any and not in use."""
+        store = self._settings.store
+        if store is None or not store.has_agent(request.agent_id):
+            return None
+        hit = store.lookup(request.agent_id, chain_of(request.messages))
+        if hit is None:
+            return None
+        live = {s.session_id for s in self._sessions.values()}
+        return None if hit[1].session_id in live else hit
+
+    def _remember(self, session: LiveSession, request: ChatRequest) -> None:
+        store = self._settings.store
+        agent = session.agent
+        if store is None or agent is None or agent.info is None or not (agent.info.can_resume or agent.info.can_load):
+            return
+        conversation = session.conversation
+        assert session.session_id is not None
+        store.remember(session.agent_id, session.session_id, request.cwd,
+                       [conversation.fingerprint, conversation.fingerprint_with_provisional])
+
+    async def _open(self, session: LiveSession, request: ChatRequest,
+                    stored: tuple[int, StoredSession] | None = None) -> int | None:
+        """Open the ACP session: resume or load a stored one when the agent can, else ``session/new``. Returns
+        how many messages of the request the agent already knows (None for a new session)."""
         assert self._nursery is not None
         self._make_room()
         agent = await self._agents.acquire(request.agent_id)
         session.agent = agent
         servers = await self._setup.mcp_servers(session, request)
-        result = await agent.request("session/new", {"cwd": request.cwd, "mcpServers": servers})
-        session_id = result.get("sessionId") if isinstance(result, dict) else None
-        if not isinstance(session_id, str) or not session_id:
-            raise RoutingError(f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}")
+        known: int | None = None
+        session_id: Any = None
+        if stored is not None and agent.info is not None and (agent.info.can_resume or agent.info.can_load):
+            length, entry = stored
+            method = "session/resume" if agent.info.can_resume else "session/load"
+            try:
+                await agent.request(method, {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers})
+            except Exception as exc:
+                self._log.info("stored session could not be reopened; starting a new one", method=method,
+                               session=entry.session_id, error=str(exc))
+                if self._settings.store is not None:
+                    self._settings.store.forget(entry.session_id)
+            else:
+                session_id, known = entry.session_id, length
+                self._log.info("stored session reopened", method=method, session=session_id, known_messages=length)
+        if session_id is None:
+            result = await agent.request("session/new", {"cwd": request.cwd, "mcpServers": servers})
+            session_id = result.get("sessionId") if isinstance(result, dict) else None
+            if not isinstance(session_id, str) or not session_id:
+                raise RoutingError(f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}")
         session.session_id = session_id
         settings = self._settings
         machine = SessionMachine(
@@ -252,9 +307,12 @@ class SessionRouter:
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
         session.actor = actor
         await self._nursery.start(self._run_actor, session)
-        for params in agent.attach(session_id, actor):
-            await actor.on_agent_update(params)
+        early = agent.attach(session_id, actor)
+        if known is None:  # (session/load replays the history as updates before answering: not new output)
+            for params in early:
+                await actor.on_agent_update(params)
         self._log.info("session opened", agent=request.agent_id, session=session_id, cwd=request.cwd)
+        return known
 
     async def _run_actor(self, session: LiveSession, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         actor = session.actor
@@ -314,6 +372,27 @@ class SessionRouter:
                 if idle_for >= ttl and actor.machine.open_turn is None:
                     self._log.info("closing an idle session", session=session.session_id, idle_seconds=round(idle_for))
                     self._close(session, "idle timeout")
+
+
+async def _unless(cancel_requested: trio.Event, work: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+    """``await work(*args)``, abandoned as soon as ``cancel_requested`` is set: ``(finished, result)``."""
+    outcome: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        async def watch() -> None:
+            await cancel_requested.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        try:
+            outcome.append((True, await work(*args)))
+        except Exception as exc:  # re-raised outside: inside, Trio would wrap it in an ExceptionGroup
+            outcome.append(exc)
+        nursery.cancel_scope.cancel()
+    if not outcome:
+        return False, None
+    if isinstance(outcome[0], Exception):
+        raise outcome[0]
+    return outcome[0]
 
 
 def _without_tool_results(message: dict[str, Any]) -> dict[str, Any]:

@@ -90,11 +90,11 @@ class Bridge:
         match = self.index.match(history)
         if match.kind is MatchKind.NO_MATCH:
             conversation = self.index.create(f"c{next(self.keys)}")
-            self.index.commit(conversation, history, 0)
+            self.index.commit(conversation, history, 0, match.start)
         else:
             conversation = match.conversation
             self.index.resolve_calls(conversation, list(conversation.pending_calls))
-            self.index.commit(conversation, history, match.agreed)
+            self.index.commit(conversation, history, match.agreed, match.start)
         self.index.set_provisional(conversation, response)
         self.index.add_pending_calls(conversation, [p["callId"] for p in response if p["type"] == "tool_call"])
         return match, conversation
@@ -140,21 +140,39 @@ def test_rerendered_conversations_keep_matching_their_session(played) -> None:
 @given(conversations(), st.sampled_from(["edit", "remove", "replace"]), st.data())
 def test_edits_removals_and_rejections_of_the_last_response_are_moved_on(played, how: str, data) -> None:
     bridge, history, response, conversation = played
-    committed = len(conversation.committed)
-    tail = history[committed:]  # the re-rendered last response
+    answered = len(conversation.messages)  # committed history and the input the agent answered
+    tail = history[answered:]  # the re-rendered last response
     if how == "edit":
         edited = copy.deepcopy(tail)
         edited[-1]["content"].append({"type": "text", "value": " (edited by the user)"})
-        history = history[:committed] + edited
+        history = history[:answered] + edited
     elif how == "remove":
         assume(any(p["type"] in ("text", "tool_call") for p in response))
-        history = history[:committed]
+        history = history[:answered]
     else:  # the user rejected the response: it is replaced by a different one
-        history = history[:committed] + [{"role": "assistant", "content": [{"type": "text", "value": "zzz different"}]}]
+        history = history[:answered] + [{"role": "assistant", "content": [{"type": "text", "value": "zzz different"}]}]
     new_message = user_text(data.draw(words))
     match = bridge.index.match(history + [new_message])
     assert match.kind is MatchKind.MOVED_ON and match.conversation is conversation
-    assert match.start == committed and match.new_messages == (history + [new_message])[committed:]
+    # The agent already has the input it answered: only what differs after it is new.
+    assert match.start == answered and match.new_messages == (history + [new_message])[answered:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(conversations(), st.data())
+def test_editing_or_retrying_the_last_message_is_moved_on(played, data) -> None:
+    bridge, history, _response, conversation = played
+    committed = len(conversation.committed)
+    assume(history[committed]["role"] == "user")
+    # (An edited first message is a new conversation: nothing earlier says otherwise.)
+    assume(any(m["role"] != "system" for m in history[:committed]))
+    edited = history[:committed] + [user_text("an edited question " + data.draw(words))]
+    match = bridge.index.match(edited)
+    assert match.kind is MatchKind.MOVED_ON and match.conversation is conversation
+    assert match.start == committed and match.new_messages == edited[committed:]
+    # The same request again (a retry, or the duplicate of one still running) has nothing new.
+    retry = bridge.index.match(history[: len(conversation.messages)])
+    assert retry.conversation is conversation and retry.new_messages == []
 
 
 @settings(max_examples=200, deadline=None)
@@ -191,7 +209,7 @@ def test_interleaved_conversations_stay_apart(played_list) -> None:
     index = ConversationIndex()
     for n, (bridge, history, _response, conversation) in enumerate(played_list):
         copy_ = index.create(f"conv{n}")
-        index.commit(copy_, conversation.committed, 0)
+        index.commit(copy_, conversation.messages, 0, conversation.agreed)
         copy_.provisional = conversation.provisional
         index.add_pending_calls(copy_, conversation.pending_calls)
     for n, (bridge, history, _response, _conversation) in enumerate(played_list):
@@ -209,7 +227,7 @@ def test_an_exact_repeat_of_the_history_has_nothing_new() -> None:
     history = [user_text("hello")]
     bridge.turn(history, [{"type": "text", "value": "hi"}])
     match = bridge.index.match(list(history))
-    assert match.kind is MatchKind.MOVED_ON and match.new_messages == []
+    assert match.new_messages == [] and match.conversation is not None
 
 
 def test_a_failed_turn_leaves_an_unanswered_user_message_as_context() -> None:

@@ -249,3 +249,34 @@ async def test_logs_go_to_stderr_and_stdout_carries_protocol_only(tmp_path: Path
     for line in out.splitlines():
         assert json.loads(line)["jsonrpc"] == "2.0"
     assert b"lmbridge stdio ready" in err and b"session opened" in err
+
+
+async def test_cancel_while_the_agent_is_still_starting_is_prompt(tmp_path: Path, marker: str) -> None:
+    config = tmp_path / "slow.toml"
+    # An agent that takes 20 s before it even starts speaking ACP.
+    config.write_text(f"""
+[agents.slow]
+command = "{__import__('sys').executable}"
+args = ["-c", "import time, runpy, sys; time.sleep(20); sys.argv = ['demo']; runpy.run_module('bridge.demo_agent', run_name='__main__')"]
+env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
+""")
+    async with open_bridge(tmp_path, config) as live:
+        turn = await live.client.start_chat("slow", [user("hi")])
+        await _agent_started(marker)
+        with trio.fail_after(3):
+            turn.cancel()
+            result = await turn.result()
+        assert result.stop_reason == "cancelled"
+        # Shutdown while it is still starting: no wait for it, and nothing left behind.
+        turn = await live.client.start_chat("slow", [user("again")])
+        with trio.fail_after(8):
+            assert await live.client.request("shutdown", None) is None
+            assert (await turn.result()).stop_reason == "cancelled"
+            assert await live.process.wait() == 0
+    assert processes_with_marker(marker) == []
+
+
+async def _agent_started(marker: str) -> None:
+    with trio.fail_after(10):
+        while not processes_with_marker(marker):
+            await trio.sleep(0.05)  # polling /proc: there is no event for another process's start

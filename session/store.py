@@ -1,0 +1,109 @@
+"""The session store: a small state file mapping conversation fingerprints to ACP session ids, so a conversation
+whose session is gone from memory (closed when idle, or a daemon restart) can be resumed with ``session/resume``
+or ``session/load`` instead of re-told as a transcript.
+
+Owns the file: JSON, written atomically (temporary file + rename), mode 0600 in a 0700 directory, bounded to the
+most recent entries. A fingerprint is the digest chain of a history (``session.history``); two are stored per turn:
+the history the agent answered, and the same followed by the answer the editor is expected to send back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["StoredSession", "SessionStore", "default_state_path"]
+
+_VERSION = 1
+
+
+def default_state_path() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "lmbridge" / "sessions.json"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSession:
+    agent: str
+    session_id: str
+    cwd: str
+    updated: float
+
+
+class SessionStore:
+    def __init__(self, path: Path | None, *, max_entries: int = 2000, log: Any = None) -> None:
+        self.path = path
+        self._max_entries = max_entries
+        self._log = log
+        self._entries: dict[str, StoredSession] | None = None  # fingerprint hex → session, loaded on first use
+
+    def _load(self) -> dict[str, StoredSession]:
+        if self._entries is not None:
+            return self._entries
+        self._entries = {}
+        if self.path is None or not self.path.exists():
+            return self._entries
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.get("version") != _VERSION:
+                raise ValueError(f"unknown version {data.get('version')!r}")
+            for key, raw in data.get("entries", {}).items():
+                self._entries[key] = StoredSession(raw["agent"], raw["sessionId"], raw["cwd"], float(raw["updated"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            if self._log is not None:
+                self._log.warning("ignoring an unreadable session state file", path=str(self.path), error=str(exc))
+            self._entries = {}
+        return self._entries
+
+    def has_agent(self, agent: str) -> bool:
+        return any(entry.agent == agent for entry in self._load().values())
+
+    def lookup(self, agent: str, chain: list[bytes]) -> tuple[int, StoredSession] | None:
+        """The longest prefix of a history (given by its digest chain) that a stored session answered:
+        ``(number of messages, session)``."""
+        entries = self._load()
+        for length in range(len(chain), 0, -1):
+            entry = entries.get(chain[length - 1].hex())
+            if entry is not None and entry.agent == agent:
+                return length, entry
+        return None
+
+    def remember(self, agent: str, session_id: str, cwd: str, fingerprints: list[bytes]) -> None:
+        if self.path is None:
+            return
+        entries = self._load()
+        now = time.time()
+        for fingerprint in fingerprints:
+            entries[fingerprint.hex()] = StoredSession(agent, session_id, cwd, now)
+        if len(entries) > self._max_entries:
+            for key, _entry in sorted(entries.items(), key=lambda item: item[1].updated)[: len(entries) - self._max_entries]:
+                del entries[key]
+        self._write(entries)
+
+    def forget(self, session_id: str) -> None:
+        entries = self._load()
+        stale = [key for key, entry in entries.items() if entry.session_id == session_id]
+        for key in stale:
+            del entries[key]
+        if stale:
+            self._write(entries)
+
+    def _write(self, entries: dict[str, StoredSession]) -> None:
+        assert self.path is not None
+        data = {"version": _VERSION, "entries": {
+            key: {"agent": e.agent, "sessionId": e.session_id, "cwd": e.cwd, "updated": e.updated}
+            for key, e in entries.items()}}
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(data, handle, separators=(",", ":"))
+            os.replace(temporary, self.path)
+        except OSError as exc:
+            if self._log is not None:
+                self._log.warning("cannot write the session state file", path=str(self.path), error=str(exc))

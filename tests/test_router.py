@@ -1,0 +1,288 @@
+"""The router and session actors in-process, against a fake agent, on a mock clock: idle TTL, the LRU cap,
+concurrent first requests, drain timeouts and agent exits — without a single real sleep."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from bridge.logs import get_logger
+from session.router import ChatRequest, RouterSettings, SessionRouter
+
+
+@dataclass
+class FakeInfo:
+    can_close: bool = True
+    can_resume: bool = False
+    can_load: bool = False
+
+    def prompt(self, kind: str) -> bool:
+        return False
+
+
+class FakeAgent:
+    """An in-memory agent: prompts wait until the test finishes them (or cancel does, if ``honours_cancel``)."""
+
+    def __init__(self, *, honours_cancel: bool = True) -> None:
+        self.id = "fake"
+        self.alive = True
+        self.info = FakeInfo()
+        self.honours_cancel = honours_cancel
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.notifications: list[tuple[str, dict[str, Any]]] = []
+        self.endpoints: dict[str, Any] = {}
+        self.running: dict[str, tuple[trio.Event, dict[str, Any]]] = {}
+        self.prompt_started = trio.Event()
+        self.session_new_gate: trio.Event | None = None
+        self._ids = itertools.count(1)
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        return await self.send_request(method, params).result()
+
+    def send_request(self, method: str, params: dict[str, Any]) -> Any:
+        self.calls.append((method, params))
+        agent = self
+
+        class Reply:
+            def on_answer(self, callback: Any) -> None:
+                self.callback = callback
+
+            async def result(self) -> Any:
+                try:
+                    value = await self._result()
+                except Exception as exc:
+                    if hasattr(self, "callback"):
+                        self.callback(None, exc)
+                    raise
+                if hasattr(self, "callback"):
+                    self.callback(value, None)
+                return value
+
+            async def _result(self) -> Any:
+                if method == "session/new":
+                    if agent.session_new_gate is not None:
+                        await agent.session_new_gate.wait()
+                    return {"sessionId": f"s{next(agent._ids)}"}
+                if method == "session/prompt":
+                    await done.wait()
+                    if "error" in result:
+                        raise result["error"]
+                    return {"stopReason": result["stopReason"]}
+                return {}
+
+        if method == "session/prompt":  # running from the moment it is sent, like on the wire
+            done, result = trio.Event(), {}
+            self.running[params["sessionId"]] = (done, result)
+            self.prompt_started.set()
+        return Reply()
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.notifications.append((method, params))
+        if method == "session/cancel" and self.honours_cancel and params["sessionId"] in self.running:
+            self.finish(params["sessionId"], "cancelled")
+
+    def attach(self, session_id: str, endpoint: Any) -> list[dict[str, Any]]:
+        self.endpoints[session_id] = endpoint
+        return []
+
+    def detach(self, session_id: str) -> None:
+        self.endpoints.pop(session_id, None)
+
+    def finish(self, session_id: str, stop_reason: str) -> None:
+        done, result = self.running.pop(session_id)
+        result["stopReason"] = stop_reason
+        done.set()
+
+    def method_count(self, method: str) -> int:
+        return sum(1 for m, _ in self.calls if m == method)
+
+
+class Provider:
+    def __init__(self, agent: FakeAgent) -> None:
+        self.agent = agent
+
+    async def acquire(self, agent_id: str) -> FakeAgent:
+        return self.agent
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "value": text}]}
+
+
+def reply(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "value": text}]}
+
+
+class Editor:
+    """Runs turns against the router and records their parts."""
+
+    def __init__(self, router: SessionRouter) -> None:
+        self.router = router
+
+    async def chat(self, messages: list[dict[str, Any]], cancel: trio.Event | None = None) -> Any:
+        parts: list[dict[str, Any]] = []
+
+        async def sink(part: dict[str, Any]) -> None:
+            parts.append(part)
+
+        outcome = await self.router.chat(ChatRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else trio.Event())
+        return outcome, parts
+
+
+async def start_router(nursery: trio.Nursery, agent: FakeAgent, **settings: Any) -> tuple[SessionRouter, Editor]:
+    router = SessionRouter(Provider(agent), RouterSettings(**settings), log=get_logger())
+    await nursery.start(router.run)
+    return router, Editor(router)
+
+
+async def answer_next_prompt(agent: FakeAgent, stop_reason: str = "end_turn", text: str | None = None) -> str:
+    while not agent.running:
+        agent.prompt_started = trio.Event()
+        await agent.prompt_started.wait()
+    (session_id,) = list(agent.running)
+    if text is not None:
+        await agent.endpoints[session_id].on_agent_update(
+            {"sessionId": session_id, "update": {"sessionUpdate": "agent_message_chunk",
+                                                  "content": {"type": "text", "text": text}}})
+    agent.finish(session_id, stop_reason)
+    return session_id
+
+
+async def test_idle_sessions_are_closed_after_the_ttl(nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
+    agent = FakeAgent()
+    router, editor = await start_router(nursery, agent, idle_ttl=60)
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent, "end_turn", "hi")
+        outcome, parts = await editor.chat([user("hello")])
+    assert outcome.stop_reason == "end_turn" and parts == [{"type": "text", "value": "hi"}]
+    assert len(router.sessions) == 1
+    await trio.sleep(59)
+    assert len(router.sessions) == 1
+    await trio.sleep(30)
+    assert router.sessions == []
+    assert agent.method_count("session/close") == 1
+    # The conversation comes back: a new session, told the conversation so far.
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent)
+        await editor.chat([user("hello"), reply("hi"), user("again")])
+    prompt = [p for m, p in agent.calls if m == "session/prompt"][-1]["prompt"]
+    assert prompt[0]["text"].startswith("[lmbridge] The conversation so far") and prompt[1]["text"] == "again"
+
+
+async def test_the_lru_cap_closes_the_least_recently_used_idle_session(nursery: trio.Nursery, autojump_clock) -> None:
+    agent = FakeAgent()
+    router, editor = await start_router(nursery, agent, max_sessions=2)
+    for name in ("a", "b", "c"):
+        async with trio.open_nursery() as turn:
+            turn.start_soon(answer_next_prompt, agent)
+            await editor.chat([user(f"conversation {name}")])
+        await trio.sleep(1)
+    closed = [p["sessionId"] for m, p in agent.calls if m == "session/close"]
+    assert closed == ["s1"]
+    assert sorted(s.session_id for s in router.sessions) == ["s2", "s3"]
+
+
+async def test_concurrent_first_requests_of_one_conversation_share_a_session(nursery: trio.Nursery, autojump_clock) -> None:
+    agent = FakeAgent()
+    agent.session_new_gate = trio.Event()
+    router, editor = await start_router(nursery, agent)
+    results: list[Any] = []
+
+    async def answer_every_prompt() -> None:
+        while True:
+            await answer_next_prompt(agent)
+
+    async with trio.open_nursery() as requests:
+        async def run() -> None:
+            results.append(await editor.chat([user("same start")]))
+
+        nursery.start_soon(answer_every_prompt)
+        requests.start_soon(run)
+        requests.start_soon(run)
+        await trio.testing.wait_all_tasks_blocked()
+        agent.session_new_gate.set()
+    # Both were answered on one session: the first either finished or was superseded by the second.
+    assert agent.method_count("session/new") == 1
+    stop_reasons = sorted(outcome.stop_reason for outcome, _ in results)
+    assert stop_reasons in (["cancelled", "end_turn"], ["end_turn", "end_turn"])
+
+
+async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves_on(nursery: trio.Nursery,
+                                                                                      autojump_clock) -> None:
+    agent = FakeAgent(honours_cancel=False)
+    router, editor = await start_router(nursery, agent, cancel_drain_timeout=10)
+    cancel = trio.Event()
+    first: list[Any] = []
+
+    async def run_first() -> None:
+        first.append(await editor.chat([user("long job")], cancel))
+
+    nursery.start_soon(run_first)
+    await agent.prompt_started.wait()
+    cancel.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert first[0][0].stop_reason == "cancelled"  # answered at once, not after the drain
+    never_answered = agent.running.pop("s1")  # the agent keeps working on it, forever
+    agent.prompt_started = trio.Event()
+    async with trio.open_nursery() as turn:
+        # The next turn waits for the drain, which never comes; after 10 s it gets a new session.
+        turn.start_soon(answer_next_prompt, agent)
+        outcome, _ = await editor.chat([user("long job"), reply(""), user("next")])
+    assert outcome.stop_reason == "end_turn"
+    assert agent.method_count("session/new") == 2
+    assert trio.current_time() >= 10
+    assert not never_answered[0].is_set()
+
+
+async def test_an_agent_error_ends_the_turn_and_the_session_survives(nursery: trio.Nursery, autojump_clock) -> None:
+    agent = FakeAgent()
+    router, editor = await start_router(nursery, agent)
+
+    async def fail() -> None:
+        await agent.prompt_started.wait()
+        (session_id,) = list(agent.running)
+        done, result = agent.running.pop(session_id)
+        result["error"] = RuntimeError("model overloaded")
+        done.set()
+
+    async with trio.open_nursery() as turn:
+        turn.start_soon(fail)
+        outcome, _ = await editor.chat([user("hi")])
+    assert isinstance(outcome.error, RuntimeError)
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent)
+        outcome, _ = await editor.chat([user("hi"), user("again")])
+    assert outcome.stop_reason == "end_turn" and agent.method_count("session/new") == 1
+
+
+async def test_an_agent_exit_fails_the_turn_and_the_next_request_starts_afresh(nursery: trio.Nursery,
+                                                                               autojump_clock) -> None:
+    agent = FakeAgent()
+    router, editor = await start_router(nursery, agent)
+    from bridge.acp_client import AgentExitedError
+
+    async def crash() -> None:
+        await agent.prompt_started.wait()
+        (session_id,) = list(agent.running)
+        agent.endpoints[session_id].on_agent_exit(AgentExitedError("fake", 1, "boom"))
+
+    async with trio.open_nursery() as turn:
+        turn.start_soon(crash)
+        outcome, _ = await editor.chat([user("hi")])
+    assert outcome.error is not None and outcome.error.code == -32002
+    assert router.sessions == []
+    agent.running.clear()
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent)
+        outcome, _ = await editor.chat([user("hi"), user("again")])
+    assert outcome.stop_reason == "end_turn" and agent.method_count("session/new") == 2
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
