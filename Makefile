@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test unit bench interop clean
+.PHONY: demo test pytest vscode-test vscode-package bench interop clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -17,8 +17,25 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/lmbridge demo
 
-test: $(STAMP)
+test: pytest vscode-test
+
+pytest: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The reference VS Code extension, tested against the real lmbridge stdio (needs Node.js 20+ and npm).
+VSCODE_DIR := editors/vscode
+HAVE_NODE := command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && \
+	node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'
+
+vscode-test: $(STAMP)
+	@if $(HAVE_NODE); then \
+		cd $(VSCODE_DIR) && npm ci --no-audit --no-fund && LMBRIDGE_BIN="$(CURDIR)/$(BIN)/lmbridge" npm test; \
+	else \
+		echo "!!!!!!!! SKIPPED: the VS Code extension tests ($(VSCODE_DIR)) need Node.js 20+ and npm, not found !!!!!!!!" >&2; \
+	fi
+
+vscode-package: $(STAMP)
+	cd $(VSCODE_DIR) && npm ci --no-audit --no-fund && npm run package
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,125 @@
+/**
+ * Extension entry point: registers the `lmbridge` language model chat provider and the `acp_agent_action`
+ * permission tool, reads the `lmbridge.*` settings, and owns the lmbridge daemon's lifetime (restarted with new
+ * settings, stopped on deactivation).
+ */
+
+import * as vscode from 'vscode';
+import { type BridgeSettings, type InitializeResult, LmBridge } from './bridge';
+import type { ThinkingPartConstructor } from './convert';
+import { LmBridgeChatProvider, type ProviderOptions } from './provider';
+import { PERMISSION_TOOL_NAME, PermissionTool } from './permissionTool';
+
+export const VENDOR = 'lmbridge';
+
+export interface LmBridgeExtensionApi {
+    bridge: LmBridge;
+    provider: LmBridgeChatProvider;
+    permissionTool: PermissionTool;
+}
+
+let active: LmBridgeExtensionApi | undefined;
+
+export function readSettings(): BridgeSettings {
+    const config = vscode.workspace.getConfiguration('lmbridge');
+    return {
+        path: config.get<string>('path', '') ?? '',
+        configFile: config.get<string>('configFile', '') ?? '',
+        logLevel: config.get<string>('logLevel', 'info') ?? 'info',
+        traceDir: config.get<string>('traceDir', '') ?? '',
+    };
+}
+
+export function workspaceFolderPaths(): string[] {
+    return (vscode.workspace.workspaceFolders ?? [])
+        .filter(folder => folder.uri.scheme === 'file')
+        .map(folder => folder.uri.fsPath);
+}
+
+/** `vscode.LanguageModelThinkingPart` where this VS Code has it (proposed API `languageModelThinkingPart`). */
+export function thinkingPartConstructor(): ThinkingPartConstructor | undefined {
+    try {
+        const ctor = (vscode as unknown as Record<string, unknown>).LanguageModelThinkingPart;
+        return typeof ctor === 'function' ? ctor as ThinkingPartConstructor : undefined;
+    } catch {
+        return undefined;
+    }
+}
+
+export function activate(context: vscode.ExtensionContext, providerOptions: ProviderOptions = {}): LmBridgeExtensionApi {
+    const log = vscode.window.createOutputChannel('lmbridge', { log: true });
+    const version = String(context.extension?.packageJSON?.version ?? '0.0.0');
+    const thinkingPart = providerOptions.thinkingPart ?? thinkingPartConstructor();
+    const checkPermissionTool = (result: InitializeResult) => {
+        const announced = result.permissionTool?.name;
+        if (announced && announced !== PERMISSION_TOOL_NAME) {
+            log.warn(`lmbridge's permission tool is named '${announced}' ([permissions].tool_name), but this extension ` +
+                `provides '${PERMISSION_TOOL_NAME}': agents' permission requests will not reach you. Remove tool_name from the config.`);
+        }
+    };
+    const bridge = new LmBridge({
+        settings: readSettings,
+        workspaceFolders: workspaceFolderPaths,
+        log,
+        clientInfo: { name: 'vscode-lmbridge', version },
+        thinking: thinkingPart !== undefined,
+        onInitialized: checkPermissionTool,
+    });
+
+    const shown = new Set<string>();
+    const showOnce = (message: string) => {
+        if (shown.has(message)) {
+            return;
+        }
+        shown.add(message);
+        void vscode.window.showErrorMessage(message.split('\n')[0], 'Show log', 'Open settings').then(choice => {
+            if (choice === 'Show log') {
+                log.show();
+            } else if (choice === 'Open settings') {
+                void vscode.commands.executeCommand('workbench.action.openSettings', 'lmbridge');
+            }
+        });
+    };
+
+    const provider = new LmBridgeChatProvider(bridge, log, { onModelsError: showOnce, ...providerOptions, thinkingPart });
+    const permissionTool = new PermissionTool();
+
+    context.subscriptions.push(
+        log,
+        provider,
+        vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
+        vscode.lm.registerTool(PERMISSION_TOOL_NAME, permissionTool),
+        vscode.workspace.onDidChangeConfiguration(event => {
+            if (event.affectsConfiguration('lmbridge')) {
+                log.info('lmbridge settings changed: the next request starts lmbridge again');
+                shown.clear();
+                bridge.invalidate();
+                provider.refresh();
+            }
+        }),
+        vscode.workspace.onDidChangeWorkspaceFolders(() => {
+            bridge.invalidate();
+        }),
+        vscode.commands.registerCommand('lmbridge.restart', async () => {
+            shown.clear();
+            await bridge.restart();
+            provider.refresh();
+            try {
+                await bridge.ready();
+                void vscode.window.showInformationMessage(`lmbridge restarted (pid ${bridge.pid}).`);
+            } catch {
+                // ready() failed: the log says why, and listing the models will show it
+            }
+        }),
+        vscode.commands.registerCommand('lmbridge.showLog', () => log.show()),
+        { dispose: () => void bridge.dispose() },
+    );
+    active = { bridge, provider, permissionTool };
+    return active;
+}
+
+export async function deactivate(): Promise<void> {
+    const current = active;
+    active = undefined;
+    await current?.bridge.dispose();
+}

@@ -1,0 +1,252 @@
+/**
+ * The `LanguageModelChatProvider` of vendor `lmbridge`: one model per agent lmbridge knows (`lm/models`), one
+ * `lm/chat` per response, its `lm/part` notifications reported as they arrive, the cancellation token mapped to
+ * `$/cancelRequest`, and token counts from `lm/countTokens`.
+ *
+ * A response never ends silently: an error becomes an exception with a readable message (VS Code shows it in the
+ * chat), and a turn that produced nothing, or stopped for a reason other than finishing, says so in a text part.
+ */
+
+import * as vscode from 'vscode';
+import type { LmBridge, Logger } from './bridge';
+import {
+    fromProtocolPart, type ThinkingPartConstructor, toProtocolMessage, toProtocolToolMode, toProtocolTools,
+} from './convert';
+import { describeError } from './errors';
+
+/** How long to wait for lmbridge to answer a cancelled `lm/chat` before giving the response back anyway. */
+export const DEFAULT_CANCEL_GRACE_MS = 3000;
+
+interface BridgeModel {
+    id: string;
+    name?: string;
+    family?: string;
+    version?: string;
+    maxInputTokens?: number;
+    maxOutputTokens?: number;
+    capabilities?: { toolCalling?: boolean | number; imageInput?: boolean };
+}
+
+export interface ChatResult {
+    stopReason: string;
+    usage?: unknown;
+}
+
+export interface ProviderOptions {
+    /** `vscode.LanguageModelThinkingPart` where VS Code has it (proposed API); thinking parts are dropped otherwise. */
+    thinkingPart?: ThinkingPartConstructor;
+    cancelGraceMs?: number;
+    /** Called with a readable message when the models cannot be listed (the extension shows it once). */
+    onModelsError?: (message: string) => void;
+    /** Called when an `lm/chat` has ended, with its id and how (for the log and tests). */
+    onTurnEnded?: (turn: TurnRecord) => void;
+}
+
+export interface TurnRecord {
+    requestId: number | undefined;
+    modelId: string;
+    stopReason?: string;
+    error?: string;
+    parts: number;
+    cancelledByEditor: boolean;
+    /** lmbridge answered the request (false: the provider stopped waiting after a cancellation). */
+    answered: boolean;
+    milliseconds: number;
+}
+
+const STOP_NOTES: Record<string, string> = {
+    max_tokens: 'the agent stopped: it reached its output token limit (max_tokens)',
+    max_turn_requests: 'the agent stopped: it reached its limit of model requests for one turn (max_turn_requests)',
+    refusal: 'the agent refused to continue (refusal)',
+};
+
+export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
+    private readonly changed = new vscode.EventEmitter<void>();
+    readonly onDidChangeLanguageModelChatInformation: vscode.Event<void> = this.changed.event;
+    private thinkingPart: ThinkingPartConstructor | undefined;
+
+    constructor(private readonly bridge: LmBridge, private readonly log: Logger, private readonly options: ProviderOptions = {}) {
+        this.thinkingPart = options.thinkingPart;
+    }
+
+    /** Ask VS Code to list the models again (settings changed, daemon restarted). */
+    refresh(): void {
+        this.changed.fire();
+    }
+
+    dispose(): void {
+        this.changed.dispose();
+    }
+
+    async provideLanguageModelChatInformation(_options: vscode.PrepareLanguageModelChatModelOptions,
+        token: vscode.CancellationToken): Promise<vscode.LanguageModelChatInformation[]> {
+        let models: BridgeModel[];
+        try {
+            const result = await this.bridge.request<{ models: BridgeModel[] }>('lm/models', {}, { token });
+            models = Array.isArray(result?.models) ? result.models : [];
+        } catch (error) {
+            const message = describeError(error);
+            this.log.error(`listing models failed: ${message}`);
+            this.options.onModelsError?.(message);
+            throw new Error(message);
+        }
+        return models.filter(m => m && typeof m.id === 'string').map(m => ({
+            id: m.id,
+            name: m.name || m.id,
+            family: m.family || 'acp',
+            version: m.version || '0',
+            maxInputTokens: numberOr(m.maxInputTokens, 200000),
+            maxOutputTokens: numberOr(m.maxOutputTokens, 32000),
+            tooltip: `ACP agent '${m.id}' through lmbridge`,
+            detail: 'ACP agent',
+            capabilities: {
+                toolCalling: m.capabilities?.toolCalling ?? true,
+                imageInput: m.capabilities?.imageInput ?? false,
+            },
+        }));
+    }
+
+    async provideLanguageModelChatResponse(model: vscode.LanguageModelChatInformation,
+        messages: readonly vscode.LanguageModelChatRequestMessage[], options: vscode.ProvideLanguageModelChatResponseOptions,
+        progress: vscode.Progress<vscode.LanguageModelResponsePart>, token: vscode.CancellationToken): Promise<void> {
+        const started = Date.now();
+        const record: TurnRecord = {
+            requestId: undefined, modelId: model.id, parts: 0, cancelledByEditor: false, answered: false, milliseconds: 0,
+        };
+        const ended = () => {
+            record.milliseconds = Date.now() - started;
+            record.cancelledByEditor = token.isCancellationRequested;
+            this.log.info(`lm/chat #${record.requestId ?? '-'} (${model.id}) ended: ` +
+                (record.error ? `error: ${record.error.split('\n')[0]}` : `stopReason=${record.stopReason ?? '(not answered)'}`) +
+                ` parts=${record.parts} ${record.milliseconds}ms${record.cancelledByEditor ? ' cancelled by the editor' : ''}`);
+            this.options.onTurnEnded?.(record);
+        };
+        if (token.isCancellationRequested) {
+            ended();
+            return;
+        }
+        const params = {
+            modelId: model.id,
+            messages: messages.map(toProtocolMessage),
+            options: { tools: toProtocolTools(options.tools), toolMode: toProtocolToolMode(options.toolMode) },
+        };
+        const report = (part: vscode.LanguageModelResponsePart | object) => {
+            try {
+                progress.report(part as vscode.LanguageModelResponsePart);
+                record.parts++;
+            } catch (error) {
+                if (this.thinkingPart && part instanceof this.thinkingPart) {
+                    this.log.warn(`VS Code refused a thinking part (${(error as Error).message}); thoughts are dropped from now on`);
+                    this.thinkingPart = undefined;
+                } else {
+                    this.log.error(`reporting a response part failed: ${(error as Error).message}`);
+                }
+            }
+        };
+        const onNotification = (method: string, notification: any) => {
+            if (method !== 'lm/part' || token.isCancellationRequested) {
+                return;
+            }
+            const part = fromProtocolPart(notification?.part, this.thinkingPart);
+            if (part) {
+                report(part);
+            }
+        };
+        let result: ChatResult | undefined;
+        try {
+            const request = this.bridge.request<ChatResult>('lm/chat', params, {
+                token, onNotification, onSent: id => { record.requestId = id; },
+            });
+            result = await this.withCancelGrace(request, token, record);
+        } catch (error) {
+            record.error = describeError(error);
+            ended();
+            if (token.isCancellationRequested) {
+                return; // the user stopped the response; what happened after that does not matter to them
+            }
+            throw new Error(record.error);
+        }
+        record.stopReason = result?.stopReason;
+        ended();
+        if (token.isCancellationRequested || !result) {
+            return;
+        }
+        const stopReason = result.stopReason;
+        if (stopReason === 'cancelled') {
+            const why = 'lmbridge cancelled this response (a newer request for the same conversation, or lmbridge was shutting down)';
+            if (record.parts === 0) {
+                throw new Error(why);
+            }
+            report(new vscode.LanguageModelTextPart(`\n\n_(${why})_`));
+        } else if (STOP_NOTES[stopReason]) {
+            report(new vscode.LanguageModelTextPart(`${record.parts ? '\n\n' : ''}_(${STOP_NOTES[stopReason]})_`));
+        } else if (record.parts === 0) {
+            report(new vscode.LanguageModelTextPart(`_(the agent ended its turn without a message; stopReason: ${stopReason})_`));
+        }
+    }
+
+    async provideTokenCount(model: vscode.LanguageModelChatInformation, text: string | vscode.LanguageModelChatRequestMessage,
+        token: vscode.CancellationToken): Promise<number> {
+        const params = typeof text === 'string'
+            ? { modelId: model.id, text }
+            : { modelId: model.id, message: toProtocolMessage(text) };
+        try {
+            const result = await this.bridge.request<{ count: number }>('lm/countTokens', params, { token });
+            if (typeof result?.count === 'number') {
+                return result.count;
+            }
+            this.log.warn(`lm/countTokens answered without a count: ${JSON.stringify(result)}`);
+        } catch (error) {
+            if (token.isCancellationRequested) {
+                return 0;
+            }
+            this.log.warn(`lm/countTokens failed, using a local estimate: ${describeError(error)}`);
+        }
+        return estimateTokens(typeof text === 'string' ? text : JSON.stringify(params.message));
+    }
+
+    /**
+     * The request's result; once the token is cancelled, at most `cancelGraceMs` more (lmbridge answers a cancelled
+     * `lm/chat` promptly with `cancelled`; this only guards against a daemon that does not).
+     */
+    private withCancelGrace(request: Promise<ChatResult>, token: vscode.CancellationToken, record: TurnRecord): Promise<ChatResult | undefined> {
+        const grace = this.options.cancelGraceMs ?? DEFAULT_CANCEL_GRACE_MS;
+        return new Promise<ChatResult | undefined>((resolve, reject) => {
+            let timer: NodeJS.Timeout | undefined;
+            const subscription = token.onCancellationRequested(() => {
+                timer ??= setTimeout(() => {
+                    this.log.warn(`lm/chat #${record.requestId} was cancelled but lmbridge did not answer within ${grace} ms`);
+                    resolve(undefined);
+                }, grace);
+            });
+            request.then(value => {
+                record.answered = true;
+                resolve(value);
+            }, error => {
+                record.answered = true;
+                reject(error);
+            }).finally(() => {
+                subscription.dispose();
+                clearTimeout(timer);
+            });
+        });
+    }
+}
+
+function numberOr(value: unknown, fallback: number): number {
+    return typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : fallback;
+}
+
+/** lmbridge's own estimate (docs/protocol.md, lm/countTokens), for when it cannot be asked. */
+export function estimateTokens(text: string): number {
+    let ascii = 0;
+    let other = 0;
+    for (const ch of text) {
+        if (ch.charCodeAt(0) < 128) {
+            ascii++;
+        } else {
+            other++;
+        }
+    }
+    return Math.ceil(ascii / 4) + other;
+}

@@ -1,0 +1,195 @@
+/**
+ * Message conversion, the permission tool's confirmation, the manifest and the command line, without lmbridge.
+ */
+
+import './register';
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { test } from 'node:test';
+import * as vscode from 'vscode';
+import { commandLine } from '../src/bridge';
+import { fromProtocolPart, promptTsxText, SYSTEM_ROLE, toProtocolMessage, toProtocolToolMode, toProtocolTools } from '../src/convert';
+import { describeError } from '../src/errors';
+import { confirmationMarkdown, PermissionTool } from '../src/permissionTool';
+import { estimateTokens } from '../src/provider';
+import { RpcError } from '../src/rpc';
+import { PACKAGE_ROOT } from './helpers';
+
+test('VS Code parts become protocol parts', () => {
+    const image = new Uint8Array([0x89, 0x50, 0x4e, 0x47]);
+    const messages = [
+        new vscode.LanguageModelChatMessage(SYSTEM_ROLE as vscode.LanguageModelChatMessageRole, 'Be brief.'),
+        vscode.LanguageModelChatMessage.User([new vscode.LanguageModelTextPart('look'), vscode.LanguageModelDataPart.image(image, 'image/png')], 'me'),
+        vscode.LanguageModelChatMessage.Assistant([
+            new vscode.LanguageModelTextPart('reading'),
+            new vscode.LanguageModelToolCallPart('lmb_1', 'read_file', { path: 'README.md' }),
+        ]),
+        vscode.LanguageModelChatMessage.User([
+            new vscode.LanguageModelToolResultPart('lmb_1', [
+                new vscode.LanguageModelTextPart('# Title'),
+                new vscode.LanguageModelPromptTsxPart({ node: { type: 1, children: [{ type: 2, text: 'from tsx' }] } }),
+                vscode.LanguageModelDataPart.text('plain', 'text/plain'),
+            ]),
+        ]),
+    ];
+    assert.deepEqual(messages.map(m => toProtocolMessage(m as unknown as vscode.LanguageModelChatRequestMessage)), [
+        { role: 'system', content: [{ type: 'text', value: 'Be brief.' }] },
+        {
+            role: 'user', name: 'me', content: [
+                { type: 'text', value: 'look' },
+                { type: 'data', mimeType: 'image/png', data: Buffer.from(image).toString('base64') },
+            ],
+        },
+        {
+            role: 'assistant', content: [
+                { type: 'text', value: 'reading' },
+                { type: 'tool_call', callId: 'lmb_1', name: 'read_file', input: { path: 'README.md' } },
+            ],
+        },
+        {
+            role: 'user', content: [{
+                type: 'tool_result', callId: 'lmb_1', content: [
+                    { type: 'text', value: '# Title' },
+                    { type: 'text', value: 'from tsx' },
+                    { type: 'data', mimeType: 'text/plain', data: Buffer.from('plain').toString('base64') },
+                ],
+            }],
+        },
+    ]);
+});
+
+test('parts made by another copy of the API classes convert by shape; thinking and unknown parts are left out', () => {
+    class LanguageModelThinkingPart {
+        constructor(public value: string) { }
+    }
+    const message = {
+        role: vscode.LanguageModelChatMessageRole.Assistant,
+        name: undefined,
+        content: [
+            new LanguageModelThinkingPart('hmm'),
+            { value: 'text by shape' },
+            { callId: 'c1', name: 'tool', input: { a: 1 } },
+            { callId: 'c1', content: [{ value: 'result' }] },
+            { something: 'unknown' },
+        ],
+    };
+    assert.deepEqual(toProtocolMessage(message as unknown as vscode.LanguageModelChatRequestMessage), {
+        role: 'assistant',
+        content: [
+            { type: 'text', value: 'text by shape' },
+            { type: 'tool_call', callId: 'c1', name: 'tool', input: { a: 1 } },
+            { type: 'tool_result', callId: 'c1', content: [{ type: 'text', value: 'result' }] },
+        ],
+    });
+});
+
+test('tools and tool mode', () => {
+    assert.deepEqual(toProtocolTools([{ name: 't', description: 'd' }]), [{ name: 't', description: 'd', inputSchema: { type: 'object' } }]);
+    assert.deepEqual(toProtocolTools(undefined), []);
+    assert.equal(toProtocolToolMode(vscode.LanguageModelChatToolMode.Required), 'required');
+    assert.equal(toProtocolToolMode(vscode.LanguageModelChatToolMode.Auto), 'auto');
+});
+
+test('protocol parts become VS Code response parts', () => {
+    const text = fromProtocolPart({ type: 'text', value: 'hi' });
+    assert.ok(text instanceof vscode.LanguageModelTextPart);
+    assert.equal(text.value, 'hi');
+    const call = fromProtocolPart({ type: 'tool_call', callId: 'lmb_2', name: 'x', input: '{"a":1}' });
+    assert.ok(call instanceof vscode.LanguageModelToolCallPart);
+    assert.deepEqual([call.callId, call.name, call.input], ['lmb_2', 'x', { a: 1 }]);
+    const data = fromProtocolPart({ type: 'data', mimeType: 'image/png', data: Buffer.from('png').toString('base64') });
+    assert.ok(data instanceof vscode.LanguageModelDataPart);
+    assert.equal(Buffer.from(data.data).toString(), 'png');
+    assert.equal(fromProtocolPart({ type: 'thinking', value: 'hmm' }), undefined, 'no thinking part class: dropped');
+    class Thinking {
+        constructor(public value: string | string[], public id?: string) { }
+    }
+    const thought = fromProtocolPart({ type: 'thinking', value: 'hmm', id: 't1' }, Thinking);
+    assert.ok(thought instanceof Thinking);
+    assert.deepEqual([thought.value, thought.id], ['hmm', 't1']);
+    assert.equal(fromProtocolPart({ type: 'future_part' }), undefined);
+    assert.equal(fromProtocolPart(null), undefined);
+});
+
+test('prompt-tsx text extraction', () => {
+    assert.equal(promptTsxText({ node: { children: [{ text: 'a' }, { children: [{ text: 'b' }] }] } }), 'ab');
+    assert.equal(promptTsxText({ x: 1 }), '{"x":1}');
+});
+
+test('the permission confirmation shows title, kind, command, paths and options, escaped', async () => {
+    const input = {
+        title: 'Run rm -rf build *now*',
+        kind: 'execute',
+        command: 'rm -rf build && echo ```done```',
+        paths: ['/work/build', '/work/`odd` name'],
+        options: [
+            { optionId: 'allow-once', name: 'Allow once', kind: 'allow_once' },
+            { optionId: 'reject-once', name: 'Reject', kind: 'reject_once' },
+        ],
+    };
+    const prepared = await new PermissionTool().prepareInvocation({ input });
+    assert.equal(prepared.confirmationMessages?.title, 'Allow the agent to run a command?');
+    const markdown = (prepared.confirmationMessages?.message as vscode.MarkdownString).value;
+    assert.equal(markdown, confirmationMarkdown(input));
+    assert.match(markdown, /\*\*Run rm \\-rf build \\\*now\\\*\*\*/);
+    assert.match(markdown, /Kind: `execute`/);
+    assert.match(markdown, /````sh\nrm -rf build && echo ```done```\n````/);
+    assert.match(markdown, /- `\/work\/build`/);
+    assert.match(markdown, /- ``\/work\/`odd` name``/);
+    assert.match(markdown, /Allow once \(`allow-once`\), Reject \(`reject-once`\)/);
+    assert.match(String(prepared.invocationMessage), /Run rm -rf build/);
+});
+
+test('the permission tool answers allow', async () => {
+    const result = await new PermissionTool().invoke();
+    assert.ok(result instanceof vscode.LanguageModelToolResult);
+    const [part] = result.content as vscode.LanguageModelTextPart[];
+    assert.equal(part.value, 'allow');
+});
+
+test('the manifest contributes the provider, the permission tool and the settings', () => {
+    const manifest = JSON.parse(fs.readFileSync(path.join(PACKAGE_ROOT, 'package.json'), 'utf8'));
+    assert.deepEqual(manifest.contributes.languageModelChatProviders.map((p: { vendor: string }) => p.vendor), ['lmbridge']);
+    const tool = manifest.contributes.languageModelTools.find((t: { name: string }) => t.name === 'acp_agent_action');
+    assert.ok(tool, 'acp_agent_action is contributed');
+    assert.deepEqual(tool.inputSchema.required, ['title', 'options']);
+    // VS Code's agent mode offers only tools that can be referenced in a prompt (enabled by default).
+    assert.equal(tool.canBeReferencedInPrompt, true);
+    assert.match(tool.toolReferenceName, /^[\w-]+$/);
+    for (const key of ['title', 'kind', 'command', 'paths', 'options']) {
+        assert.ok(key in tool.inputSchema.properties, `inputSchema has ${key}`);
+    }
+    const settings = Object.keys(manifest.contributes.configuration.properties).sort();
+    assert.deepEqual(settings, ['lmbridge.configFile', 'lmbridge.logLevel', 'lmbridge.path', 'lmbridge.traceDir']);
+    for (const [name, version] of Object.entries({ ...manifest.dependencies, ...manifest.devDependencies })) {
+        assert.match(String(version), /^\d+\.\d+\.\d+$/, `${name} is pinned to an exact version`);
+    }
+});
+
+test('settings become the lmbridge command line', () => {
+    assert.deepEqual(commandLine({ path: '', configFile: '', logLevel: 'info', traceDir: '' }),
+        { command: 'lmbridge', args: ['stdio', '--log-level', 'info'] });
+    assert.deepEqual(commandLine({ path: '~/bin/lmbridge', configFile: '/etc/a.toml', logLevel: 'debug', traceDir: '/tmp/t' }), {
+        command: path.join(os.homedir(), 'bin/lmbridge'),
+        args: ['stdio', '--config', '/etc/a.toml', '--log-level', 'debug', '--trace-dir', '/tmp/t'],
+    });
+});
+
+test('errors read well', () => {
+    const start = new RpcError(-32001, "agent 'ghost' failed to start: command not found", {
+        agent: 'ghost', stderr: 'line 1\nline 2', exitCode: 127,
+    });
+    assert.equal(describeError(start),
+        "agent 'ghost' failed to start: command not found (lmbridge error -32001)\nExit code: 127\nThe agent's stderr ended with:\nline 1\nline 2");
+    assert.match(describeError(new RpcError(-32602, 'Invalid params: modelId: unknown model', { field: 'modelId' })),
+        /refused the request: Invalid params: modelId: unknown model \(field modelId\) \(JSON-RPC error -32602\)/);
+    assert.match(describeError(new RpcError(-32603, 'Internal error: KeyError')), /Internal error: KeyError \(JSON-RPC error -32603\)/);
+});
+
+test('the local token estimate matches lmbridge\'s', () => {
+    assert.equal(estimateTokens('hello world!'), 3);
+    assert.equal(estimateTokens('日本'), 2);
+    assert.equal(estimateTokens(''), 0);
+});
