@@ -41,6 +41,9 @@ class Daemon:
             return PermissionPolicy(policy=policy, tool_name=permissions.tool_name)
 
         state_path = Path(sessions.state_file).expanduser() if sessions.state_file else default_state_path()
+        from mcp_synthetic.setup import EditorToolsSetup
+
+        self.tools = EditorToolsSetup(log=log, tracer=tracer)
         self.router = SessionRouter(
             self.pool,
             RouterSettings(idle_ttl=sessions.idle_ttl, max_sessions=sessions.max_sessions,
@@ -48,6 +51,7 @@ class Daemon:
                            cancel_drain_timeout=sessions.cancel_drain_timeout, permission_policy=policy_for,
                            store=SessionStore(state_path, log=log)),
             log=log,
+            setup=self.tools,
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
         self.stopped = trio.Event()
@@ -59,6 +63,7 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.pool.run)
+            await nursery.start(self.tools.run)
             await nursery.start(self.router.run)
             task_status.started()
             await self.stopped.wait()

@@ -13,6 +13,7 @@ executed.
     /run TITLE              an agent-internal tool call: pending → in_progress → completed
     /tool NAME {json}       call NAME on the editor's MCP server, then say the result
     /tools N {j} | M {j}    the same, several calls in parallel
+    /toolwait MS NAME {j}   call NAME but give up after MS (the MCP client sends notifications/cancelled)
     /permission TITLE       ask permission (allow-once, allow-always, reject-once), then say the outcome
     /sleep MS               wait (cancellable)
     /later MS TEXT          MS after this turn's response is sent, send TEXT as an out-of-turn update
@@ -31,6 +32,7 @@ Run as ``python -m bridge.demo_agent``. Never prints to stdout except through th
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -117,6 +119,11 @@ def _directive(name: str, arg: str) -> Step:
     if name == "tools":
         calls = tuple(_tool_call(part.strip()) for part in arg.split("|"))
         return Step(name, calls=calls)
+    if name == "toolwait":
+        ms, _, rest = arg.partition(" ")
+        if not ms.isdigit():
+            raise ScriptError("/toolwait needs MS, a tool name and JSON arguments")
+        return Step(name, calls=(_tool_call(rest.strip()),), number=int(ms))
     if name == "stop":
         if arg not in STOP_REASONS:
             raise ScriptError(f"/stop needs one of {', '.join(STOP_REASONS)}")
@@ -298,7 +305,7 @@ class DemoAgent:
                     own_texts.append(block.text)
             elif kind == "image":
                 others.append(f"[image {block.mime_type}]")
-                own_texts.append(f"received an image ({block.mime_type}, {len(block.data) * 3 // 4} bytes)")
+                own_texts.append(f"received an image ({block.mime_type}, {len(base64.b64decode(block.data))} bytes)")
         text = "\n".join(own_texts)
         try:
             stop_reason = await self._run(session, text, turn_ended)
@@ -365,8 +372,11 @@ class DemoAgent:
     async def _do_tool(self, session: _Session, step: Step, _: Any) -> None:
         await self._do_tools(session, step, _)
 
-    async def _do_tools(self, session: _Session, step: Step, _: Any) -> None:
-        results = await self._cancellable(session, self._call_tools(session, step.calls))
+    async def _do_toolwait(self, session: _Session, step: Step, _: Any) -> None:
+        await self._do_tools(session, step, _, timeout=step.number / 1000)
+
+    async def _do_tools(self, session: _Session, step: Step, _: Any, timeout: float | None = None) -> None:
+        results = await self._cancellable(session, self._call_tools(session, step.calls, timeout))
         for (name, _args), (ok, text) in zip(step.calls, results):
             await self._say(session, f"tool {name} {'returned' if ok else 'failed'}: {text}")
 
@@ -452,10 +462,11 @@ class DemoAgent:
             self._check(session)
             await self._conn.session_update(session.id, update_agent_message_text(piece))
 
-    async def _call_tools(self, session: _Session, calls: tuple[tuple[str, Any], ...]) -> list[tuple[bool, str]]:
+    async def _call_tools(self, session: _Session, calls: tuple[tuple[str, Any], ...],
+                          timeout: float | None = None) -> list[tuple[bool, str]]:
         from .demo_tools import call_tools
 
-        return await call_tools(session, calls)
+        return await call_tools(session, calls, timeout)
 
 
 def main() -> None:

@@ -8,14 +8,15 @@ agents hold their MCP servers. Imported only when a directive needs it: ``mcp`` 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 from typing import Any
 
-__all__ = ["call_tools", "SessionTools"]
+__all__ = ["call_tools", "McpConnections"]
 
 
-class SessionTools:
+class McpConnections:
     """The MCP servers of one session, connected in a background task that owns their contexts."""
 
     def __init__(self, servers: list[Any]) -> None:
@@ -55,7 +56,7 @@ class SessionTools:
             self._error = exc
             self._ready.set()
 
-    async def call(self, name: str, arguments: Any) -> tuple[bool, str]:
+    async def call(self, name: str, arguments: Any, timeout: float | None = None) -> tuple[bool, str]:
         await self._ready.wait()
         if self._error is not None:
             return False, f"cannot reach the MCP server: {type(self._error).__name__}: {self._error}"
@@ -65,7 +66,8 @@ class SessionTools:
         from mcp.shared.exceptions import MCPError
 
         try:
-            result = await client.call_tool(name, arguments if isinstance(arguments, dict) else {"value": arguments})
+            result = await client.call_tool(name, arguments if isinstance(arguments, dict) else {"value": arguments},
+                                            read_timeout_seconds=timeout)
         except MCPError as exc:
             return False, f"MCP error {exc.error.code}: {exc.error.message}"
         pieces = []
@@ -73,7 +75,7 @@ class SessionTools:
             if content.type == "text":
                 pieces.append(content.text)
             elif content.type == "image":
-                pieces.append(f"[image {content.mime_type}, {len(content.data) * 3 // 4} bytes]")
+                pieces.append(f"[image {content.mime_type}, {len(base64.b64decode(content.data))} bytes]")
             else:
                 pieces.append(f"[{content.type}]")
         return not result.is_error, "".join(pieces)
@@ -84,8 +86,8 @@ class SessionTools:
             await self._task
 
 
-async def call_tools(session: Any, calls: tuple[tuple[str, Any], ...]) -> list[tuple[bool, str]]:
+async def call_tools(session: Any, calls: tuple[tuple[str, Any], ...], timeout: float | None = None) -> list[tuple[bool, str]]:
     if session.tools is None:
-        session.tools = SessionTools(session.mcp_servers)
-    tools: SessionTools = session.tools
-    return list(await asyncio.gather(*(tools.call(name, arguments) for name, arguments in calls)))
+        session.tools = McpConnections(session.mcp_servers)
+    tools: McpConnections = session.tools
+    return list(await asyncio.gather(*(tools.call(name, arguments, timeout) for name, arguments in calls)))

@@ -482,6 +482,10 @@ class JsonRpcConnection:
         except RpcError as exc:
             reply = JsonRpcProtocol.respond_error(event.id, exc)
         except Exception as exc:
+            single = _only_exception(exc)
+            if isinstance(single, RpcError):  # raised inside a nursery, which wrapped it in a group
+                reply = JsonRpcProtocol.respond_error(event.id, single)
+                return
             self._log.exception("request handler failed", method=event.method)
             reply = JsonRpcProtocol.respond_error(
                 event.id, RpcError(INTERNAL_ERROR, f"Internal error in {event.method}: {type(exc).__name__}: {exc}")
@@ -499,3 +503,10 @@ class JsonRpcConnection:
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
             waiter.settle(None, error)
+
+
+def _only_exception(exc: BaseException) -> BaseException:
+    """The one exception inside (nested) single-member exception groups, or ``exc`` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

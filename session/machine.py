@@ -522,6 +522,9 @@ class SessionMachine:
 
     def _on_tick(self, event: Tick, now: float, out: list[Action]) -> None:
         if self.state is State.STREAMING and self._window_deadline is not None and now >= self._window_deadline:
+            if not any(p.emitted for p in self._pending.values()):
+                self._window_deadline = None  # the agent withdrew its calls meanwhile: keep streaming
+                return
             self._end_turn(out, stop_reason="tool_calls")
             tools_pending = any(p.permission is None for p in self._pending.values())
             self._to(State.AWAITING_TOOL_RESULTS if tools_pending else State.AWAITING_PERMISSION)

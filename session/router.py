@@ -52,6 +52,9 @@ class AgentProvider(Protocol):
 class SessionSetup(Protocol):
     """Extra per-session set-up around ``session/new`` (the synthetic MCP server plugs in here)."""
 
+    def prepare(self, request: ChatRequest) -> None:
+        """A request is about to be routed (start slow preparations early)."""
+
     async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]: ...
 
     def bridged_tools(self, session: LiveSession) -> set[str]: ...
@@ -100,6 +103,9 @@ class LiveSession:
 
 
 class _NoopSetup:
+    def prepare(self, request: ChatRequest) -> None:
+        return None
+
     async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]:
         return []
 
@@ -154,6 +160,7 @@ class SessionRouter:
         """Route and run one editor turn. Raises ``session.messages.MessageError`` for a malformed history and
         whatever opening a session raises (the agent failing to start)."""
         turn_id = next(self._turn_ids)
+        self._setup.prepare(request)
         for _attempt in range(4):
             index = self._indexes.setdefault(request.agent_id, ConversationIndex())
             match = index.match(request.messages)
@@ -239,6 +246,10 @@ class SessionRouter:
             # Results for calls the agent no longer waits on are dropped: the agent has moved past them.
             new = [_without_tool_results(message) for message in new]
         blocks = prompt_blocks(new, images=images)
+        if conversation.pending_calls and not match.tool_results and blocks:
+            # The editor answered none of the calls it was given and the user wrote something else instead:
+            # the user moved on. Finishing the old turn first would act on what the user left behind.
+            moved_on = True
         index.resolve_calls(conversation, list(conversation.pending_calls))
         index.commit(conversation, request.messages, match.agreed, match.start)
         return EditorTurn(turn_id, blocks or None, match.tool_results, moved_on, request.options)

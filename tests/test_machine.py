@@ -116,6 +116,17 @@ def test_tool_calls_are_batched_in_a_window_then_end_the_turn() -> None:
     assert machine.state is State.STREAMING
 
 
+def test_a_call_withdrawn_within_the_window_does_not_end_the_turn() -> None:
+    machine = new_machine(batch_window=0.05)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(ToolInvocation("k1", "t", {}), 0)
+    (resolved,) = machine.handle(InvocationWithdrawn("k1"), 0.01)
+    assert resolved.invocation == "k1" and resolved.result is None
+    assert machine.handle(Tick(), 0.05) == [] and machine.state is State.STREAMING
+    (end,) = machine.handle(PromptFinished("end_turn"), 0.1)
+    assert end.stop_reason == "end_turn" and end.pending_calls == ()
+
+
 def test_cancel_answers_the_turn_at_once_answers_permissions_cancelled_and_drains() -> None:
     machine = new_machine()
     machine.handle(EditorTurn(1, PROMPT), 0)

@@ -1,0 +1,293 @@
+"""The synthetic MCP server: the editor's tools, offered to one ACP session's agent, on the official ``mcp`` SDK's
+low-level ``Server`` running under Trio.
+
+Owns the tool list of a session (updated when the editor's tools change, with ``notifications/tools/list_changed``
+to connected clients), checking each call (unknown or withdrawn tool, invalid arguments, a tool whose schema is
+invalid: all answered with ``isError`` and a clear text, so the model can retry — the editor never sees an invalid
+call), handing valid calls to the session actor and blocking until the editor's result comes back (with progress
+heartbeats where the client gave a progress token), and mapping that result to MCP content.
+
+Every handler catches everything and answers ``isError``: the SDK would otherwise turn an exception into a
+JSON-RPC error the model never sees. The ``mcp`` package takes about a second to import, so nothing here imports it
+at module level; ``load_sdk()`` does, and is meant to run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from .names import ToolNames
+from .validation import ToolSchema
+
+__all__ = ["SERVER_NAME", "EditorTool", "SessionTools", "load_sdk", "to_mcp_content", "receive_some"]
+
+SERVER_NAME = "editor"
+PROGRESS_INTERVAL = 15.0  # seconds between heartbeats while the editor runs a tool (agents time tools out)
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+Invoke = Callable[[str, Any, trio.Event], Awaitable[tuple[dict[str, Any] | None, str]]]
+
+
+def load_sdk() -> None:
+    """Import the parts of the ``mcp`` SDK this module uses (slow: run it in a worker thread)."""
+    import mcp_types  # noqa: F401
+    from mcp.server.lowlevel import NotificationOptions, Server  # noqa: F401
+    from mcp.shared.message import SessionMessage  # noqa: F401
+
+
+@dataclass(frozen=True, slots=True)
+class EditorTool:
+    editor_name: str
+    agent_name: str
+    description: str
+    schema: ToolSchema
+
+
+class SessionTools:
+    """The editor's tools for one ACP session, and the MCP server offering them on any number of connections."""
+
+    def __init__(self, invoke: Invoke, *, log: Any, tracer: Any = None, name: str = "mcp") -> None:
+        self._invoke = invoke
+        self._log = log
+        self._tracer = tracer
+        self._name = name
+        self._names = ToolNames()
+        self._tools: dict[str, EditorTool] = {}  # by agent-facing name
+        self._signature: tuple[Any, ...] = ()
+        self._connections: list[Any] = []  # the SDK's per-connection sessions, for list_changed
+        self._server: Any = None
+
+    # -- the tool list ----------------------------------------------------------------------------------------
+
+    def update(self, tools: list[dict[str, Any]]) -> bool:
+        """Take the editor's current tools; True when the set changed (connected clients are then told)."""
+        signature = tuple((t["name"], t.get("description", ""), repr(t.get("inputSchema"))) for t in tools)
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        current: dict[str, EditorTool] = {}
+        for tool in tools:
+            name = self._names.agent(tool["name"])
+            previous = self._tools.get(name)
+            schema = previous.schema if previous is not None and previous.schema.schema == tool.get("inputSchema") else (
+                ToolSchema(tool["name"], tool.get("inputSchema", {"type": "object"})))
+            if schema.error:
+                self._log.warning("the editor gave a tool an invalid input schema; the agent will be told",
+                                  tool=tool["name"], problem=schema.error)
+            current[name] = EditorTool(tool["name"], name, tool.get("description", ""), schema)
+        self._tools = current
+        return True
+
+    @property
+    def agent_names(self) -> set[str]:
+        return set(self._tools)
+
+    @property
+    def editor_names(self) -> set[str]:
+        return {tool.editor_name for tool in self._tools.values()}
+
+    async def notify_changed(self) -> None:
+        for connection in list(self._connections):
+            try:
+                await connection.send_tool_list_changed()
+            except Exception as exc:
+                self._log.debug("list_changed not delivered", error=str(exc))
+
+    # -- serving ----------------------------------------------------------------------------------------------
+
+    def _make_server(self) -> Any:
+        import mcp_types as types
+        from mcp.server.lowlevel import Server
+
+        server = Server(SERVER_NAME, version="1", instructions="Tools of the user's editor. Calls run in the editor.",
+                        on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        server.add_notification_handler("notifications/initialized", types.NotificationParams, self._initialized)
+        return server
+
+    async def serve(self, stream: trio.abc.Stream) -> None:
+        """Run the MCP server on one connection (newline-delimited JSON-RPC) until either side closes it."""
+        import anyio
+        import mcp_types as types
+        from mcp.server.lowlevel import NotificationOptions
+        from mcp.shared.message import SessionMessage
+
+        if self._server is None:
+            self._server = self._make_server()
+        server = self._server
+        to_server_send, to_server = anyio.create_memory_object_stream[Any](64)
+        from_server, from_server_receive = anyio.create_memory_object_stream[Any](64)
+
+        async def read_lines() -> None:
+            buffer = b""
+            async with to_server_send:
+                while True:
+                    data = await receive_some(stream)
+                    if not data:
+                        return
+                    buffer += data
+                    if len(buffer) > MAX_LINE_BYTES and b"\n" not in buffer:
+                        self._log.warning("MCP message over the size limit; closing the connection")
+                        return
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if not line.strip():
+                            continue
+                        if self._tracer is not None:
+                            self._tracer.record(self._name, "in", line, _is_json(line))
+                        try:
+                            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                        except Exception as exc:
+                            await to_server_send.send(exc)
+                            continue
+                        await to_server_send.send(SessionMessage(message))
+
+        async def write_lines() -> None:
+            async with from_server_receive:
+                async for item in from_server_receive:
+                    data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+                    if self._tracer is not None:
+                        self._tracer.record(self._name, "out", data)
+                    try:
+                        await stream.send_all(data)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_lines)
+            nursery.start_soon(write_lines)
+            await server.run(to_server, from_server,
+                             server.create_initialization_options(NotificationOptions(tools_changed=True)),
+                             raise_exceptions=False)
+            nursery.cancel_scope.cancel()
+
+    # -- handlers ---------------------------------------------------------------------------------------------
+
+    async def _initialized(self, ctx: Any, params: Any) -> None:
+        self._connections.append(ctx.session)
+
+    async def _list_tools(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        tools = []
+        for tool in self._tools.values():
+            if tool.schema.error:
+                description = f"(Unavailable: the editor gave this tool an {tool.schema.error}.) {tool.description}"
+                schema: Any = {"type": "object"}
+            else:
+                description = tool.description
+                schema = tool.schema.schema if isinstance(tool.schema.schema, dict) else {"type": "object"}
+            tools.append(types.Tool(name=tool.agent_name, description=description, input_schema=schema))
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        try:
+            return await self._call(ctx, params)
+        except Exception as exc:  # never a JSON-RPC error: the model must see what happened
+            self._log.exception("tool call failed inside lmbridge", tool=getattr(params, "name", None))
+            return _error_result(f"lmbridge could not run this tool call: {type(exc).__name__}: {exc}")
+
+    async def _call(self, ctx: Any, params: Any) -> Any:
+        tool = self._tools.get(params.name)
+        if tool is None:
+            available = ", ".join(sorted(self._tools)) or "none"
+            return _error_result(f"Unknown tool {params.name!r}: the editor does not offer it (any more). "
+                                 f"Available tools: {available}.")
+        if tool.schema.error:
+            return _error_result(f"the tool {tool.agent_name!r} cannot be called: the editor gave it an "
+                                 f"{tool.schema.error}. Do not call it again; use another tool or ask the user.")
+        check = tool.schema.check(params.arguments)
+        if not check.ok:
+            return _error_result(f"Invalid arguments for {tool.agent_name}:\n- " + "\n- ".join(check.problems)
+                                 + "\nFix the arguments and call the tool again.")
+        token = (getattr(ctx, "meta", None) or {}).get("progress_token")
+        answered = False
+        try:
+            async with trio.open_nursery() as nursery:
+                if token is not None:
+                    nursery.start_soon(_heartbeat, ctx, token)
+                result, reason = await self._invoke(tool.editor_name, check.arguments, trio.Event())
+                answered = True
+                nursery.cancel_scope.cancel()
+        finally:
+            if not answered:  # notifications/cancelled from the agent, or the connection closing
+                self._log.info("the agent withdrew a tool call", tool=tool.editor_name)
+        if result is None:
+            return _error_result(reason or "The tool call was withdrawn.")
+        import mcp_types as types
+
+        return types.CallToolResult(content=to_mcp_content(result.get("content", [])),
+                                    is_error=bool(result.get("isError")))
+
+
+def _is_json(line: bytes) -> bool:
+    import json
+
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+async def receive_some(stream: trio.abc.Stream, max_bytes: int = 65536) -> bytes:
+    """The next bytes, or b"" when the peer closed or the connection broke."""
+    try:
+        return await stream.receive_some(max_bytes)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return b""
+
+
+async def _heartbeat(ctx: Any, token: Any) -> None:
+    beats = 0
+    while True:
+        await trio.sleep(PROGRESS_INTERVAL)
+        beats += 1
+        try:
+            await ctx.session.send_progress_notification(token, beats, None, "waiting for the editor to run the tool",
+                                                         related_request_id=ctx.request_id)
+        except Exception:
+            return
+
+
+def _error_result(text: str) -> Any:
+    import mcp_types as types
+
+    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+
+
+def to_mcp_content(parts: list[dict[str, Any]]) -> list[Any]:
+    """Editor result parts → MCP content: text as text, images as images, textual data decoded, other data
+    described (agents cannot take arbitrary blobs)."""
+    import mcp_types as types
+
+    content: list[Any] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text":
+            content.append(types.TextContent(text=part["value"]))
+        elif kind == "data":
+            mime = part.get("mimeType", "")
+            if mime.startswith("image/"):
+                content.append(types.ImageContent(data=part["data"], mime_type=mime))
+                continue
+            try:
+                raw = base64.b64decode(part["data"], validate=True)
+            except (binascii.Error, ValueError):
+                raw = None
+            if raw is not None and (mime.startswith("text/") or mime.endswith("json") or mime.endswith("xml")):
+                try:
+                    content.append(types.TextContent(text=raw.decode("utf-8")))
+                    continue
+                except UnicodeDecodeError:
+                    pass
+            size = len(raw) if raw is not None else len(part.get("data", ""))
+            content.append(types.TextContent(text=f"[{mime or 'binary'} data, {size} bytes]"))
+    return content

@@ -1,0 +1,191 @@
+"""Wiring the synthetic MCP server into sessions: the per-session unix socket and the ``mcpServers`` entry that
+makes the agent start the shim.
+
+Owns the runtime directory (0700, removed at exit), one listening socket per session (0600) with its own token,
+checked before a single byte is relayed, and the session hooks the router calls (``SessionSetup``): the servers for
+``session/new``, the tool list at each turn, and clean-up when the session closes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
+
+__all__ = ["EditorToolsSetup", "SHIM_PATH", "HANDSHAKE"]
+
+SHIM_PATH = str(Path(__file__).with_name("shim.py"))
+HANDSHAKE = b"LMBRIDGE-MCP-1 "
+HANDSHAKE_TIMEOUT = 5.0
+
+
+class EditorToolsSetup:
+    """The router's ``SessionSetup``: gives each session that has editor tools its MCP server."""
+
+    def __init__(self, *, log: Any, tracer: Any = None, runtime_dir: str | None = None) -> None:
+        self._log = log
+        self._tracer = tracer
+        self._runtime_parent = runtime_dir
+        self._runtime: Path | None = None
+        self._nursery: trio.Nursery | None = None
+        self._sdk_loaded: trio.Event | None = None
+        self._sdk_error: BaseException | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            if self._runtime is not None:
+                shutil.rmtree(self._runtime, ignore_errors=True)
+
+    # -- SessionSetup -------------------------------------------------------------------------------------------
+
+    def prepare(self, request: Any) -> None:
+        """Start importing the MCP SDK (about a second) as soon as a request with tools arrives."""
+        if request.tools and self._sdk_loaded is None and self._nursery is not None:
+            self._sdk_loaded = trio.Event()
+            self._nursery.start_soon(self._load_sdk, self._sdk_loaded)
+
+    async def mcp_servers(self, session: Any, request: Any) -> list[dict[str, Any]]:
+        if not request.tools:
+            return []
+        self.prepare(request)
+        assert self._sdk_loaded is not None
+        await self._sdk_loaded.wait()
+        if self._sdk_error is not None:
+            raise RuntimeError(f"the MCP SDK failed to load: {self._sdk_error}")
+
+        async def invoke(name: str, arguments: Any, cancel: trio.Event) -> Any:
+            actor = session.actor
+            if actor is None:
+                return None, "The session is not ready yet; call the tool again."
+            return await actor.invoke_tool(name, arguments, cancel)
+
+        tools = SessionTools(invoke, log=self._log.bind(session=session.key), tracer=self._tracer,
+                             name=f"mcp:{session.key.rsplit(':', 1)[-1][:12]}")
+        tools.update(list(request.tools))
+        token = secrets.token_urlsafe(32)
+        if self._tracer is not None:
+            self._tracer.add_secret(token)
+        path = self._socket_path()
+        assert self._nursery is not None
+        scope = await self._nursery.start(self._listen, path, token, tools)
+        session.extra["tools"] = tools
+        session.extra["listener"] = (scope, path)
+        return [{
+            "name": SERVER_NAME,
+            "command": sys.executable,
+            "args": ["-I", "-S", SHIM_PATH],
+            "env": [{"name": "LMBRIDGE_MCP_SOCKET", "value": str(path)}, {"name": "LMBRIDGE_MCP_TOKEN", "value": token}],
+        }]
+
+    def bridged_tools(self, session: Any) -> set[str]:
+        tools = session.extra.get("tools")
+        return tools.agent_names | tools.editor_names if tools is not None else set()
+
+    def turn_started(self, session: Any, request: Any) -> None:
+        tools: SessionTools | None = session.extra.get("tools")
+        if tools is not None and tools.update(list(request.tools)) and self._nursery is not None:
+            self._log.info("the editor's tools changed; telling the agent", session=session.session_id,
+                           tools=sorted(tools.editor_names))
+            self._nursery.start_soon(tools.notify_changed)
+
+    async def session_closed(self, session: Any) -> None:
+        listener = session.extra.pop("listener", None)
+        if listener is not None:
+            scope, path = listener
+            scope.cancel()
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    # -- sockets ----------------------------------------------------------------------------------------------
+
+    async def _load_sdk(self, loaded: trio.Event) -> None:
+        try:
+            await trio.to_thread.run_sync(load_sdk)
+        except Exception as exc:
+            self._sdk_error = exc
+            self._log.error("cannot import the mcp SDK", error=str(exc))
+        finally:
+            loaded.set()
+
+    def _socket_path(self) -> Path:
+        if self._runtime is None:
+            parent = self._runtime_parent or os.environ.get("XDG_RUNTIME_DIR")
+            if not parent or not os.path.isdir(parent):
+                parent = None
+            # mkdtemp creates the directory 0700; socket paths must stay short (about 100 bytes on Linux).
+            self._runtime = Path(tempfile.mkdtemp(prefix="lmbridge-", dir=parent))
+        return self._runtime / f"{secrets.token_hex(6)}.sock"
+
+    async def _listen(self, path: Path, token: str, tools: SessionTools,
+                      task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        await sock.bind(str(path))
+        os.chmod(path, 0o600)
+        sock.listen(16)
+        listener = trio.SocketListener(sock)
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            async with listener, trio.open_nursery() as connections:
+                while True:
+                    stream = await listener.accept()
+                    connections.start_soon(self._connection, stream, token, tools)
+
+    async def _connection(self, stream: trio.SocketStream, token: str, tools: SessionTools) -> None:
+        async with stream:
+            line = b""
+            with trio.move_on_after(HANDSHAKE_TIMEOUT):
+                while b"\n" not in line and len(line) < 512:
+                    data = await receive_some(stream, 4096)
+                    if not data:
+                        break
+                    line += data
+            first, _, rest = line.partition(b"\n")
+            expected = HANDSHAKE + token.encode()
+            if not hmac.compare_digest(first, expected):
+                self._log.warning("refused a connection to an MCP socket: wrong or missing token")
+                return
+            await tools.serve(_Prefixed(stream, rest))
+
+
+class _Prefixed(trio.abc.Stream):
+    """A stream with some already-received bytes put back in front."""
+
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()  # type: ignore[attr-defined]
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
