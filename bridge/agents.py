@@ -95,13 +95,16 @@ class AgentPool:
     def _begin(self, config: AgentConfig) -> _Start:
         assert self._nursery is not None
         start = self._starting[config.id] = _Start()
-        if not self._prewarmed:
-            # The first non-text update needs acp.schema (about 0.8 s to import): load it in a worker thread
-            # while the agent starts, instead of stalling every session on first use.
-            self._prewarmed = True
-            self._nursery.start_soon(_prewarm_imports)
+        self.prewarm()
         self._nursery.start_soon(self._start, config, start)
         return start
+
+    def prewarm(self) -> None:
+        """Import acp.schema (about 0.8 s) in a worker thread, once: the first update that is not plain text needs
+        it, and importing it then would stall every session. Called when an editor initializes."""
+        if not self._prewarmed and self._nursery is not None:
+            self._prewarmed = True
+            self._nursery.start_soon(_prewarm_imports)
 
     async def _start(self, config: AgentConfig, start: _Start) -> None:
         assert self._nursery is not None

@@ -90,6 +90,9 @@ class Daemon:
     def add_agents(self, configs: Mapping[str, AgentConfig]) -> None:
         self.pool.add(configs)
 
+    def prewarm(self) -> None:
+        self.pool.prewarm()
+
     async def chat(self, editor: Any, model_id: str, messages: list[Any], tools: list[dict[str, Any]],
                    sink: Any, cancel_requested: trio.Event) -> Any:
         from session.machine import TurnOptions

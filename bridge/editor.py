@@ -101,6 +101,7 @@ class EditorConnection:
                 raise InvalidParams("agents.demo", "'demo' is the built-in demo agent; choose another id")
             self.daemon.add_agents(configs)
         self.initialized = True
+        self.daemon.prewarm()
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
         return {
             "protocolVersion": PROTOCOL_VERSION,

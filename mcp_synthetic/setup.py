@@ -92,10 +92,6 @@ class EditorToolsSetup:
             "env": [{"name": "LMBRIDGE_MCP_SOCKET", "value": str(path)}, {"name": "LMBRIDGE_MCP_TOKEN", "value": token}],
         }]
 
-    def bridged_tools(self, session: Any) -> set[str]:
-        tools = session.extra.get("tools")
-        return tools.agent_names | tools.editor_names if tools is not None else set()
-
     def turn_started(self, session: Any, request: Any) -> None:
         tools: SessionTools | None = session.extra.get("tools")
         if tools is not None and tools.update(list(request.tools)) and self._nursery is not None:

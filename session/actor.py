@@ -43,6 +43,7 @@ from .machine import (
     ToolInvocation,
 )
 from .permissions import cancelled_outcome
+from .render import prompt_usage
 
 __all__ = ["AgentLink", "TurnOutcome", "SessionActor", "PartSink", "STOP_REASONS"]
 
@@ -152,7 +153,7 @@ class SessionActor:
             if type(event) is AgentUpdate:
                 self._update_slots.release()
             elif type(event) is _CloseRequest:
-                await self._execute(machine.close(event.reason))
+                await self._execute(machine.close(event.reason, trio.current_time()))
                 continue
             await self._execute(machine.handle(event, trio.current_time()))
 
@@ -195,6 +196,9 @@ class SessionActor:
             elif kind is SendCancel:
                 self.agent.notify("session/cancel", {"sessionId": self.session_id})
             elif kind is AnswerPermission:
+                if action.unreadable is not None:
+                    self._log.warning("could not read the editor's answer to a permission request; rejecting",
+                                      answer=action.unreadable)
                 _answer(action.request, action.outcome)
             elif kind is ResolveInvocation:
                 _answer(action.invocation, (action.result, action.reason))
@@ -216,8 +220,7 @@ class SessionActor:
         else:
             stop_reason = result.get("stopReason") if isinstance(result, dict) else None
             if stop_reason in STOP_REASONS:
-                usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
-                event = PromptFinished(stop_reason, usage)
+                event = PromptFinished(stop_reason, prompt_usage(result))
             else:
                 event = PromptFailed(InvalidAgentReply(f"the agent answered session/prompt with stopReason {stop_reason!r}"))
         self._send_nowait(event)

@@ -191,6 +191,7 @@ class EndTurn:
 class AnswerPermission:
     request: Hashable
     outcome: dict[str, Any]
+    unreadable: str | None = None  # the editor's answer, when it could not be understood (rejected, and logged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +228,10 @@ class _OpenTurn:
     emitted: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _answer_text(result: dict[str, Any]) -> str:
+    return "".join(p.get("value", "") for p in result.get("content", ()) if p.get("type") == "text")[:200]
+
+
 _MAX_BUFFERED_DATA_PARTS = 1000
 WITHDRAWN_NO_RESULT = ("The editor's next request carried no result for this tool call (the user skipped it or "
                        "moved on); the call was withdrawn.")
@@ -241,16 +246,16 @@ class SessionMachine:
         *,
         new_call_id: Callable[[], str],
         permission_policy: PermissionPolicy = PermissionPolicy(),
-        bridged_tools: Callable[[], set[str]] = set,
         batch_window: float = 0.05,
         drain_timeout: float = 10.0,
     ) -> None:
         self.state = State.IDLE
         self._new_call_id = new_call_id
         self._policy = permission_policy
-        self._bridged_tools = bridged_tools
         self._batch_window = batch_window
         self._drain_timeout = drain_timeout
+        self._close_timeout = min(2.0, drain_timeout)
+        self._closing: str | None = None  # set by close(): end the session when the cancelled prompt finishes
         self._renderer = ActivityRenderer()
         self._turn: _OpenTurn | None = None
         self._queued: EditorTurn | None = None  # waits for the drain of a cancelled prompt
@@ -315,7 +320,7 @@ class SessionMachine:
     # -- editor events ---------------------------------------------------------------------------------------
 
     def _on_turn(self, event: EditorTurn, now: float, out: list[Action]) -> None:
-        if self.state is State.CLOSED:
+        if self.state is State.CLOSED or self._closing is not None:
             out.append(EndTurn(event.turn, reroute=True))
             return
         self._options = event.options
@@ -348,11 +353,9 @@ class SessionMachine:
                 continue  # announced only in this turn's buffer flush, below
             self._forget(call_id)
             if pending.permission is not None:
-                if result is None:
-                    outcome = self._policy.outcome_for_result(pending.permission, {"content": [], "isError": True})[0]
-                else:
-                    outcome = self._policy.outcome_for_result(pending.permission, result)[0]
-                out.append(AnswerPermission(pending.key, outcome))
+                answer = result if result is not None else {"content": [], "isError": True}
+                outcome, understood = self._policy.outcome_for_result(pending.permission, answer)
+                out.append(AnswerPermission(pending.key, outcome, None if understood else _answer_text(answer)))
             else:
                 out.append(ResolveInvocation(pending.key, result, "" if result is not None else WITHDRAWN_NO_RESULT))
         turn = self._turn = _OpenTurn(event.turn, event.options)
@@ -440,8 +443,7 @@ class SessionMachine:
         if self.state in (State.CANCELLING, State.CLOSED):
             out.append(AnswerPermission(event.request, cancelled_outcome()))
             return
-        automatic = self._policy.automatic(event.params, tool_offered=self._options.permission_tool,
-                                           bridged_tools=self._bridged_tools())
+        automatic = self._policy.automatic(event.params, tool_offered=self._options.permission_tool)
         if automatic is not None:
             out.append(AnswerPermission(event.request, automatic))
             return
@@ -499,6 +501,10 @@ class SessionMachine:
             self._to(State.IDLE)
         elif self.state is State.CANCELLING:
             self._drain_deadline = None
+            if self._closing is not None:
+                self._to(State.CLOSED)
+                out.append(SessionClosed(self._closing))
+                return
             self._to(State.IDLE)
             queued, self._queued = self._queued, None
             if queued is not None:
@@ -534,22 +540,28 @@ class SessionMachine:
                 self._queued = None
             self._prompt_running = False
             self._to(State.CLOSED)
-            out.append(SessionClosed(f"the agent did not finish its cancelled prompt within {self._drain_timeout:g} s"))
+            out.append(SessionClosed(self._closing or
+                                     f"the agent did not finish its cancelled prompt within {self._drain_timeout:g} s"))
 
-    def close(self, reason: str) -> list[Action]:
-        """Close the session on the bridge's initiative (idle timeout, shutdown): answer everything owed."""
+    def close(self, reason: str, now: float) -> list[Action]:
+        """Close the session on the bridge's initiative (idle timeout, shutdown): answer everything owed. A running
+        prompt is cancelled first and given a moment (``_close_timeout``) to finish, so that the agent does not
+        see its session closed under a prompt it is still answering."""
         out: list[Action] = []
         if self.state is State.CLOSED:
             return out
-        if self._turn is not None:
-            self._end_turn(out, stop_reason="cancelled")
         if self._queued is not None:
             out.append(EndTurn(self._queued.turn, stop_reason="cancelled"))
             self._queued = None
-        self._withdraw_all(WITHDRAWN_AGENT_GONE, out)
+        self._closing = reason
         if self._prompt_running:
-            out.append(SendCancel())
-            self._prompt_running = False
+            if self.state is not State.CANCELLING:
+                self._cancel_prompt(now, out, WITHDRAWN_AGENT_GONE)
+            self._drain_deadline = min(self._drain_deadline or now + self._close_timeout, now + self._close_timeout)
+            return out
+        if self._turn is not None:
+            self._end_turn(out, stop_reason="cancelled")
+        self._withdraw_all(WITHDRAWN_AGENT_GONE, out)
         self._next_prompt = None
         self._to(State.CLOSED)
         out.append(SessionClosed(reason))
@@ -584,8 +596,8 @@ class SessionMachine:
         self._turn = None
         self._window_deadline = None
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
-        if usage is None and self._renderer.usage is not None:
-            usage = {"used": self._renderer.usage.used, "size": self._renderer.usage.size}
+        if self._renderer.usage is not None:
+            usage = {**(usage or {}), "contextUsed": self._renderer.usage.used, "contextSize": self._renderer.usage.size}
         out.append(EndTurn(turn.turn, stop_reason=None if error else stop_reason, error=error,
                            emitted=tuple(turn.emitted), pending_calls=pending if not error else (), usage=usage))
 

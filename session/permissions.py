@@ -7,17 +7,16 @@ approve / yes → allow_once, always → allow_always, reject / deny / no → re
 skip the tool call" → reject_once; anything unreadable → reject_once.
 
 Requests that concern the editor's own bridged tools are allowed once without asking: the editor confirms those
-itself when it runs them. Agents name them differently (seen with the pinned versions):
-Claude Code ``mcp__<server>__<tool>``; Codex "Approve MCP tool call" with ``rawInput.server_name``; Gemini CLI
-``<tool> (<server> MCP Server)`` and a tool call id starting ``mcp_<server>_<tool>``.
+itself when it runs them (``session.bridged`` recognises them).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+
+from .bridged import is_bridged_tool
 
 __all__ = [
     "DEFAULT_PERMISSION_TOOL",
@@ -84,11 +83,11 @@ class PermissionPolicy:
     tool_name: str = DEFAULT_PERMISSION_TOOL
     server_name: str = "editor"  # the synthetic MCP server's name in session/new
 
-    def automatic(self, params: dict[str, Any], *, tool_offered: bool, bridged_tools: Collection[str] = ()) -> dict[str, Any] | None:
+    def automatic(self, params: dict[str, Any], *, tool_offered: bool) -> dict[str, Any] | None:
         """The outcome to answer without asking the editor, or None to ask."""
         options = _options(params)
         tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
-        if self.concerns_bridged_tool(tool_call, bridged_tools):
+        if is_bridged_tool(tool_call, self.server_name):
             return _choose(options, "allow_once")
         if self.policy == "allow_all":
             return _choose(options, "allow_once")
@@ -99,19 +98,6 @@ class PermissionPolicy:
         if not tool_offered:
             return _choose(options, "reject_once")
         return None
-
-    def concerns_bridged_tool(self, tool_call: dict[str, Any], bridged_tools: Collection[str]) -> bool:
-        server = self.server_name
-        title = tool_call.get("title") if isinstance(tool_call.get("title"), str) else ""
-        call_id = tool_call.get("toolCallId") if isinstance(tool_call.get("toolCallId"), str) else ""
-        raw_input = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), dict) else {}
-        if raw_input.get("server_name") == server or raw_input.get("serverName") == server:
-            return True
-        if title.startswith(f"mcp__{server}__") or call_id.startswith(f"mcp__{server}__"):
-            return True
-        if title.endswith(f"({server} MCP Server)") or call_id.startswith(f"mcp_{server}_"):
-            return True
-        return False
 
     def tool_input(self, params: dict[str, Any]) -> dict[str, Any]:
         """The permission tool's input: what a person needs to decide."""

@@ -4,8 +4,9 @@ Owns how the agent's work looks in an editor that only understands text, thinkin
 
 - message chunks → ``text`` (images → ``data``); thought chunks → ``thinking`` (the caller drops them unless the
   editor declared ``capabilities.thinking``);
-- agent-internal tool calls (``tool_call``/``tool_call_update``) → one text line when a tool starts and one when
-  it ends, whatever the number of updates in between; updates for ids never announced are tolerated;
+- agent-internal tool calls (``tool_call``/``tool_call_update``) → one text line when a tool starts running and one
+  when it ends, whatever the number of updates in between; updates for ids never announced are tolerated; calls to
+  the editor's own tools are not rendered (the editor has them as ``tool_call`` parts);
 - ``plan`` → a Markdown checklist, only when it changed;
 - everything else (commands, modes, usage, unknown variants) → no text.
 
@@ -20,9 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from .bridged import is_bridged_tool
 from .messages import ACP_UPDATE_MIME_TYPE
 
-__all__ = ["ActivityRenderer", "parse_update", "acp_update_part", "Usage"]
+__all__ = ["ActivityRenderer", "parse_update", "acp_update_part", "prompt_usage", "Usage"]
 
 _adapter: Any = None
 
@@ -60,20 +62,28 @@ class Usage:
 
 
 class _ToolView:
-    __slots__ = ("title", "started", "ended")
+    __slots__ = ("title", "started", "ended", "bridged")
 
-    def __init__(self, title: str) -> None:
+    def __init__(self, title: str, bridged: bool) -> None:
         self.title = title
         self.started = False
         self.ended = False
+        self.bridged = bridged
 
 
 _END_STATUSES = ("completed", "failed")
 _PLAN_MARK = {"completed": "x", "in_progress": "~", "pending": " "}
+# Updates that never produce text: answered from the dict, without loading the schema models.
+_QUIET = frozenset({"available_commands_update", "current_mode_update", "config_option_update",
+                    "session_info_update", "user_message_chunk"})
 
 
 class ActivityRenderer:
-    def __init__(self) -> None:
+    """``server`` names lmbridge's MCP server: the agent's reports about calls to it are not rendered (the editor
+    sees those calls as ``tool_call`` parts already)."""
+
+    def __init__(self, server: str = "editor") -> None:
+        self._server = server
         self._tools: dict[str, _ToolView] = {}
         self._plan: tuple[tuple[str, str], ...] | None = None
         self._at_line_start = True
@@ -85,6 +95,13 @@ class ActivityRenderer:
             content = update.get("content")
             if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
                 return self._text(content["text"])
+        elif kind in _QUIET:
+            return []
+        elif kind == "usage_update":
+            used, size = update.get("used"), update.get("size")
+            if isinstance(used, int) and isinstance(size, int):
+                self.usage = Usage(used, size)
+            return []
         model = parse_update(update)
         if isinstance(model, dict):
             return []
@@ -94,14 +111,10 @@ class ActivityRenderer:
         if name == "AgentThoughtChunk":
             text = getattr(model.content, "text", None)
             return [{"type": "thinking", "value": text}] if text else []
-        if name == "ToolCallStart":
-            return self._tool(model.tool_call_id, model.title, model.status, model.content, announce=True)
-        if name == "ToolCallProgress":
-            return self._tool(model.tool_call_id, model.title, model.status, model.content, announce=False)
+        if name in ("ToolCallStart", "ToolCallProgress"):
+            return self._tool(update, model)
         if name == "AgentPlanUpdate":
             return self._plan_update(model.entries)
-        if name == "UsageUpdate":
-            self.usage = Usage(model.used, model.size)
         return []
 
     # -- pieces ---------------------------------------------------------------------------------------------
@@ -130,25 +143,31 @@ class ActivityRenderer:
             return self._text(text) if text else []
         return []
 
-    def _tool(self, tool_id: str, title: str | None, status: str | None, content: Any, *, announce: bool) -> list[dict[str, Any]]:
+    def _tool(self, update: dict[str, Any], model: Any) -> list[dict[str, Any]]:
+        """One line when the tool starts running (``in_progress``: by then agents have replaced a provisional title
+        such as "Terminal" with the command), one when it ends; nothing for the editor's own tools."""
+        tool_id = model.tool_call_id
         view = self._tools.get(tool_id)
         if view is None:
-            view = self._tools[tool_id] = _ToolView(title or f"tool {tool_id}")
-        elif title:
-            view.title = title
-        parts: list[dict[str, Any]] = []
+            view = self._tools[tool_id] = _ToolView(model.title or f"tool {tool_id}",
+                                                    is_bridged_tool(update, self._server))
+        elif model.title:
+            view.title = model.title
+        if view.bridged:
+            return []
+        status = model.status
         if status in _END_STATUSES:
-            if not view.ended:
-                view.ended = True
-                if status == "completed":
-                    parts += self._line(f"✓ {view.title}")
-                else:
-                    detail = _first_text(content)
-                    parts += self._line(f"✗ {view.title} failed" + (f": {detail}" if detail else ""))
-        elif not view.started and not view.ended and (announce or status is not None):
+            if view.ended:
+                return []
+            view.ended = True
+            if status == "completed":
+                return self._line(f"✓ {view.title}")
+            detail = _failure_detail(model.content, update.get("rawOutput"))
+            return self._line(f"✗ {view.title} failed" + (f": {detail}" if detail else ""))
+        if status == "in_progress" and not view.started and not view.ended:
             view.started = True
-            parts += self._line(f"▸ {view.title}")
-        return parts
+            return self._line(f"▸ {view.title}")
+        return []
 
     def _plan_update(self, entries: list[Any]) -> list[dict[str, Any]]:
         plan = tuple((entry.content, entry.status) for entry in entries)
@@ -161,11 +180,48 @@ class ActivityRenderer:
         return [{"type": "text", "value": prefix + "\n".join(lines) + "\n"}]
 
 
-def _first_text(content: Any) -> str:
-    for item in content or ():
-        block = getattr(item, "content", None)
-        text = getattr(block, "text", None)
-        if text:
-            line = text.strip().splitlines()[0] if text.strip() else ""
+def _meaningful_line(text: Any) -> str:
+    """The first line worth showing: not blank, not a Markdown code fence."""
+    if not isinstance(text, str):
+        return ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("```"):
             return line[:200]
     return ""
+
+
+def _failure_detail(content: Any, raw_output: Any) -> str:
+    for item in content or ():
+        line = _meaningful_line(getattr(getattr(item, "content", None), "text", None))
+        if line:
+            return line
+    if isinstance(raw_output, dict):  # Codex: the command's output and exit code
+        for key in ("stderr", "aggregated_output", "stdout", "error", "message"):
+            line = _meaningful_line(raw_output.get(key))
+            if line:
+                return line
+        if isinstance(raw_output.get("exit_code"), int):
+            return f"exit code {raw_output['exit_code']}"
+        return ""
+    return _meaningful_line(raw_output)
+
+
+def prompt_usage(result: dict[str, Any]) -> dict[str, Any] | None:
+    """Token counts from a ``session/prompt`` answer, in the protocol's one shape. ACP puts them in ``usage``
+    (camelCase); Gemini CLI puts them in ``_meta.quota.token_count`` (snake_case)."""
+    usage: dict[str, Any] = {}
+    raw = result.get("usage")
+    if isinstance(raw, dict):
+        for key in ("inputTokens", "outputTokens", "totalTokens", "cachedReadTokens", "cachedWriteTokens",
+                    "thoughtTokens"):
+            if isinstance(raw.get(key), int):
+                usage[key] = raw[key]
+    meta = result.get("_meta")
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    counts = quota.get("token_count") if isinstance(quota, dict) else None
+    if isinstance(counts, dict):
+        for wire, ours in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens")):
+            if isinstance(counts.get(wire), int):
+                usage.setdefault(ours, counts[wire])
+    return usage or None

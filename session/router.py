@@ -57,8 +57,6 @@ class SessionSetup(Protocol):
 
     async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]: ...
 
-    def bridged_tools(self, session: LiveSession) -> set[str]: ...
-
     async def session_closed(self, session: LiveSession) -> None: ...
 
     def turn_started(self, session: LiveSession, request: ChatRequest) -> None: ...
@@ -108,9 +106,6 @@ class _NoopSetup:
 
     async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]:
         return []
-
-    def bridged_tools(self, session: LiveSession) -> set[str]:
-        return set()
 
     async def session_closed(self, session: LiveSession) -> None:
         return None
@@ -311,7 +306,6 @@ class SessionRouter:
         machine = SessionMachine(
             new_call_id=lambda: f"lmb_{uuid.uuid4().hex}",
             permission_policy=settings.permission_policy(request.agent_id),
-            bridged_tools=lambda: self._setup.bridged_tools(session),
             batch_window=settings.tool_batch_window,
             drain_timeout=settings.cancel_drain_timeout,
         )

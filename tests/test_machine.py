@@ -250,6 +250,21 @@ def test_without_the_permission_tool_ask_means_reject() -> None:
         AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": "no"}})]
 
 
+def test_closing_cancels_a_running_prompt_and_waits_for_it_a_moment() -> None:
+    machine = new_machine(drain_timeout=10)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    actions = machine.close("idle timeout", 0)
+    assert actions[0] == SendCancel() and EndTurn(1, stop_reason="cancelled") in actions
+    assert machine.state is State.CANCELLING and machine.deadline == 2.0
+    assert machine.handle(EditorTurn(2, PROMPT), 0.5) == [EndTurn(2, reroute=True)]
+    assert machine.handle(PromptFinished("cancelled"), 1) == [SessionClosed("idle timeout")]
+    assert machine.state is State.CLOSED
+    stubborn = new_machine(drain_timeout=10)
+    stubborn.handle(EditorTurn(1, PROMPT), 0)
+    stubborn.close("shutdown", 0)
+    assert stubborn.handle(Tick(), 2.0) == [SessionClosed("shutdown")]
+
+
 def test_the_transition_table_is_enforced() -> None:
     machine = new_machine()
     with pytest.raises(IllegalTransition):
@@ -358,11 +373,15 @@ def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
             h.prompts_in_flight = 0
             h.feed(AgentExited(RuntimeError("exit")))
 
-    # Let the agent finish whatever it is doing, then close: everything must be answered.
-    while h.prompts_in_flight:
-        h.finish_prompt("end_turn")
-    for action in h.machine.close("end of test"):
+    # Close — after the agent finished, or while it still works — and everything must be answered.
+    if data.draw(st.booleans()):
+        while h.prompts_in_flight:
+            h.finish_prompt("end_turn")
+    for action in h.machine.close("end of test", h.now):
         h.apply(action)
+    while h.prompts_in_flight:  # closing cancelled it and waits for the agent to finish (unless it gave up on it)
+        assert h.machine.state in (State.CANCELLING, State.CLOSED)
+        h.finish_prompt("end_turn")
 
     event(f"turns answered: {min(len(h.ended), 5)}+")
     event(f"states visited include CANCELLING: {h.saw_cancelling}")

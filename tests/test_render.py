@@ -22,7 +22,7 @@ def texts(parts: list[dict]) -> str:
     return "".join(p["value"] for p in parts)
 
 
-def test_a_tool_is_one_line_at_start_and_one_at_the_end_whatever_the_updates() -> None:
+def test_a_tool_is_one_line_when_it_runs_and_one_at_the_end_whatever_the_updates() -> None:
     renderer = ActivityRenderer()
     out = renderer.render(tool_call("t1", "Run tests"))
     out += renderer.render(tool_update("t1", status="in_progress"))
@@ -35,11 +35,37 @@ def test_a_tool_is_one_line_at_start_and_one_at_the_end_whatever_the_updates() -
 
 def test_a_failed_tool_says_why_and_later_titles_win() -> None:
     renderer = ActivityRenderer()
-    renderer.render(tool_call("t1", "Terminal"))
+    assert renderer.render(tool_call("t1", "Terminal")) == []  # pending: the title is still provisional
     renderer.render(tool_update("t1", title="npm test"))
+    assert texts(renderer.render(tool_update("t1", status="in_progress"))) == "▸ npm test\n"
     out = renderer.render(tool_update("t1", status="failed", content=[
-        {"type": "content", "content": {"type": "text", "text": "3 tests failed\nmore detail"}}]))
+        {"type": "content", "content": {"type": "text", "text": "```\n\n3 tests failed\nmore detail\n```"}}]))
     assert texts(out) == "✗ npm test failed: 3 tests failed\n"
+
+
+def test_a_failure_reported_only_in_raw_output_still_says_why() -> None:
+    renderer = ActivityRenderer()
+    renderer.render(tool_call("t", "List files", status="in_progress"))
+    out = renderer.render(tool_update("t", status="failed", rawOutput={
+        "stdout": "", "stderr": "", "aggregated_output": "ls: cannot access 'x': No such file\n", "exit_code": 2}))
+    assert texts(out) == "✗ List files failed: ls: cannot access 'x': No such file\n"
+    renderer.render(tool_call("u", "Build", status="in_progress"))
+    assert texts(renderer.render(tool_update("u", status="failed", rawOutput={"exit_code": 1}))) == (
+        "✗ Build failed: exit code 1\n")
+
+
+def test_calls_to_the_editors_own_tools_are_not_rendered() -> None:
+    renderer = ActivityRenderer()
+    for update in (
+        tool_call("toolu_1", "mcp__editor__get_weather", _meta={"claudeCode": {"toolName": "mcp__editor__get_weather"}}),
+        tool_call("call_1", "Tool: editor/get_weather", status="in_progress",
+                  rawInput={"server": "editor", "tool": "get_weather"}),
+        tool_update("mcp_editor_get_weather__1", status="completed", title="get_weather (editor MCP Server)"),
+    ):
+        assert renderer.render(update) == []
+    assert renderer.render(tool_update("toolu_1", status="completed")) == []
+    assert renderer.render(tool_update("call_1", status="completed")) == []
+    assert texts(renderer.render(tool_call("x", "Tool: other/thing", status="in_progress"))) == "▸ Tool: other/thing\n"
 
 
 def test_updates_for_never_announced_tools_are_tolerated() -> None:
@@ -52,7 +78,7 @@ def test_updates_for_never_announced_tools_are_tolerated() -> None:
 def test_tool_lines_start_on_a_new_line() -> None:
     renderer = ActivityRenderer()
     renderer.render({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Let me check"}})
-    assert texts(renderer.render(tool_call("t", "ls"))) == "\n▸ ls\n"
+    assert texts(renderer.render(tool_call("t", "ls", status="in_progress"))) == "\n▸ ls\n"
 
 
 def test_plan_is_a_checklist_sent_only_when_it_changes() -> None:
@@ -84,9 +110,20 @@ def test_thoughts_images_and_quiet_updates() -> None:
     assert (renderer.usage.used, renderer.usage.size) == (10, 100)
 
 
+def test_prompt_usage_takes_both_shapes() -> None:
+    from session.render import prompt_usage
+
+    assert prompt_usage({"stopReason": "end_turn", "usage": {"inputTokens": 24, "outputTokens": 14, "totalTokens": 38,
+                                                             "odd": "x"}}) == {
+        "inputTokens": 24, "outputTokens": 14, "totalTokens": 38}
+    assert prompt_usage({"stopReason": "end_turn", "_meta": {"quota": {"token_count": {
+        "input_tokens": 24, "output_tokens": 14}}}}) == {"inputTokens": 24, "outputTokens": 14}
+    assert prompt_usage({"stopReason": "end_turn"}) is None
+
+
 def test_extra_meta_fields_do_not_matter() -> None:
     renderer = ActivityRenderer()
-    update = tool_call("t", "ls", _meta={"claudeCode": {"toolName": "Bash"}})
+    update = tool_call("t", "ls", status="in_progress", _meta={"claudeCode": {"toolName": "Bash"}})
     assert texts(renderer.render(update)) == "▸ ls\n"
 
 

@@ -1,0 +1,37 @@
+"""Recognising the agent's own reports about the editor's tools.
+
+When an agent calls a tool of lmbridge's MCP server, it also reports the call as agent activity (``tool_call``
+updates) and may ask permission for it. The editor already sees those calls as ``tool_call`` parts and confirms them
+itself, so lmbridge neither renders them as activity nor asks about them. Agents describe such a call differently
+(seen with the pinned versions, for an MCP server named ``editor``):
+
+- Claude Code: title and ``_meta.claudeCode.toolName`` ``mcp__editor__<tool>``;
+- Codex: title ``Tool: editor/<tool>`` (permission: "Approve MCP tool call"), ``rawInput.server`` or
+  ``rawInput.server_name`` ``editor``;
+- Gemini CLI: title ``<tool> (editor MCP Server)``, tool call id ``mcp_editor_<tool>__…``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["is_bridged_tool"]
+
+
+def is_bridged_tool(tool_call: dict[str, Any], server: str) -> bool:
+    """Does this ACP tool call (a ``tool_call``/``tool_call_update`` or a permission request's ``toolCall``) concern
+    a tool of the MCP server named ``server``?"""
+    title = tool_call.get("title") if isinstance(tool_call.get("title"), str) else ""
+    call_id = tool_call.get("toolCallId") if isinstance(tool_call.get("toolCallId"), str) else ""
+    raw_input = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), dict) else {}
+    if server in (raw_input.get("server"), raw_input.get("server_name"), raw_input.get("serverName")):
+        return True
+    claude_prefix = f"mcp__{server}__"
+    meta = tool_call.get("_meta")
+    claude = meta.get("claudeCode") if isinstance(meta, dict) else None
+    tool_name = claude.get("toolName") if isinstance(claude, dict) else None
+    if isinstance(tool_name, str) and tool_name.startswith(claude_prefix):
+        return True
+    return (title.startswith(claude_prefix) or call_id.startswith(claude_prefix)
+            or title.startswith(f"Tool: {server}/")
+            or title.endswith(f"({server} MCP Server)") or call_id.startswith(f"mcp_{server}_"))
