@@ -14,11 +14,14 @@ executed.
     /tool NAME {json}       call NAME on the editor's MCP server, then say the result
     /tools N {j} | M {j}    the same, several calls in parallel
     /toolwait MS NAME {j}   call NAME but give up after MS (the MCP client sends notifications/cancelled)
-    /permission TITLE       ask permission (allow-once, allow-always, reject-once), then say the outcome
+    /permission [kind=K] T  ask permission for T (options allow-once, allow-always, reject-once; K an ACP tool kind,
+                            default execute), then say the outcome
+    /permissions T1 | T2    several permission requests at once
     /sleep MS               wait (cancellable)
     /later MS TEXT          MS after this turn's response is sent, send TEXT as an out-of-turn update
     /flush                  wait until every /later update of this session has been sent
     /recall                 say the texts of the earlier prompts of this session
+    /env NAME               say the value of an environment variable of the agent (or "(unset)")
     /stop REASON            end the turn with this stopReason (end_turn, max_tokens, max_turn_requests, refusal)
     /crash                  exit abruptly, mid-turn
 
@@ -96,10 +99,14 @@ def parse_script(text: str) -> list[Step]:
 
 
 def _directive(name: str, arg: str) -> Step:
-    if name in ("say", "think", "run", "permission"):
+    if name in ("say", "think", "run"):
         if not arg:
             raise ScriptError(f"/{name} needs a text")
         return Step(name, arg)
+    if name in ("permission", "permissions"):
+        requests = tuple(_permission(part.strip()) for part in arg.split("|")) if name == "permissions" else (
+            _permission(arg),)
+        return Step(name, calls=requests)
     if name in ("stream", "sleep"):
         if not arg.isdigit():
             raise ScriptError(f"/{name} needs a whole number, got {arg!r}")
@@ -128,9 +135,28 @@ def _directive(name: str, arg: str) -> Step:
         if arg not in STOP_REASONS:
             raise ScriptError(f"/stop needs one of {', '.join(STOP_REASONS)}")
         return Step(name, arg)
+    if name == "env":
+        if not arg:
+            raise ScriptError("/env needs a variable name")
+        return Step(name, arg)
     if name in ("recall", "crash", "flush"):
         return Step(name)
     raise ScriptError(f"unknown directive /{name}")
+
+
+_TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
+
+
+def _permission(text: str) -> tuple[str, Any]:
+    kind = "execute"
+    if text.startswith("kind="):
+        first, _, text = text.partition(" ")
+        kind = first.removeprefix("kind=")
+        if kind not in _TOOL_KINDS:
+            raise ScriptError(f"/permission kind must be one of {', '.join(_TOOL_KINDS)}")
+    if not text.strip():
+        raise ScriptError("/permission needs a title")
+    return text.strip(), kind
 
 
 def _tool_call(text: str) -> tuple[str, Any]:
@@ -381,20 +407,27 @@ class DemoAgent:
             await self._say(session, f"tool {name} {'returned' if ok else 'failed'}: {text}")
 
     async def _do_permission(self, session: _Session, step: Step, _: Any) -> None:
+        await self._do_permissions(session, step, _)
+
+    async def _do_permissions(self, session: _Session, step: Step, _: Any) -> None:
+        outcomes = await asyncio.gather(*(self._ask(session, title, kind) for title, kind in step.calls))
+        for (title, _kind), chosen in zip(step.calls, outcomes):
+            prefix = "permission outcome" if len(step.calls) == 1 else f"permission outcome for {title}"
+            await self._say(session, f"{prefix}: {chosen}")
+        if "cancelled" in outcomes:
+            raise _Cancelled
+
+    async def _ask(self, session: _Session, title: str, kind: str) -> str:
         from acp.schema import PermissionOption, ToolCallUpdate
 
         call_id = f"perm-{uuid.uuid4().hex[:8]}"
+        raw_input = {"command": title} if kind == "execute" else {"path": title}
         response = await self._conn.request_permission(
             session_id=session.id,
-            tool_call=ToolCallUpdate(tool_call_id=call_id, title=step.arg, kind="execute", status="pending",
-                                     raw_input={"command": step.arg}),
+            tool_call=ToolCallUpdate(tool_call_id=call_id, title=title, kind=kind, status="pending", raw_input=raw_input),
             options=[PermissionOption(option_id=o, name=n, kind=k) for o, n, k in PERMISSION_OPTIONS],
         )
-        outcome = response.outcome
-        chosen = getattr(outcome, "option_id", None) or "cancelled"
-        await self._say(session, f"permission outcome: {chosen}")
-        if chosen == "cancelled":
-            raise _Cancelled
+        return getattr(response.outcome, "option_id", None) or "cancelled"
 
     async def _do_sleep(self, session: _Session, step: Step, _: Any) -> None:
         try:
@@ -426,6 +459,9 @@ class DemoAgent:
 
     async def _do_recall(self, session: _Session, step: Step, _: Any) -> None:
         await self._say(session, "earlier prompts: " + json.dumps(session.prompts, ensure_ascii=False))
+
+    async def _do_env(self, session: _Session, step: Step, _: Any) -> None:
+        await self._say(session, f"{step.arg}={os.environ.get(step.arg, '(unset)')}")
 
     async def _do_stop(self, session: _Session, step: Step, _: Any) -> str:
         return step.arg
