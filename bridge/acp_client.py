@@ -12,6 +12,7 @@ It does not decide anything about turns or history: that is ``session/``.
 from __future__ import annotations
 
 import collections
+import fnmatch
 import os
 import signal
 import subprocess
@@ -166,7 +167,9 @@ class AgentProcess:
 
     async def run(self, *, task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
-        env = {**os.environ, **config.env}
+        env = {name: value for name, value in os.environ.items()
+               if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)}
+        env.update(config.env)
         try:
             self._process = await trio.lowlevel.open_process(
                 config.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -58,6 +58,7 @@ class AgentConfig:
     command: str
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    unset_env: tuple[str, ...] = ()  # names (or fnmatch patterns) of lmbridge's variables the agent must not get
     cwd: str | None = None
     authenticate: str | None = None
     permission_policy: str | None = None  # None: the bridge-wide policy
@@ -172,6 +173,7 @@ _AGENT_KEYS = {
     "command": str,
     "args": list,
     "env": dict,
+    "unset_env": list,
     "cwd": str,
     "authenticate": str,
     "permission_policy": str,
@@ -182,7 +184,7 @@ _AGENT_KEYS = {
     "initialize_timeout": (int, float),
 }
 # Editors send JSON, where camelCase is the norm; accept both spellings there.
-_CAMEL = {"permissionPolicy": "permission_policy", "mcpTransport": "mcp_transport", "maxInputTokens": "max_input_tokens",
+_CAMEL = {"unsetEnv": "unset_env", "permissionPolicy": "permission_policy", "mcpTransport": "mcp_transport", "maxInputTokens": "max_input_tokens",
           "maxOutputTokens": "max_output_tokens", "imageInput": "image_input", "initializeTimeout": "initialize_timeout"}
 
 
@@ -209,6 +211,9 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
     env = values.get("env", {})
     if not all(isinstance(v, str) for v in env.values()):
         raise locate.error("values must be strings", f"{table}.env")
+    unset_env = values.get("unset_env", [])
+    if not all(isinstance(v, str) and v for v in unset_env):
+        raise locate.error("must be a list of variable names or patterns such as \"OPENAI_*\"", f"{table}.unset_env")
     if values.get("permission_policy") not in (None, *PERMISSION_POLICIES):
         raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", f"{table}.permission_policy")
     if values.get("mcp_transport", "stdio") not in MCP_TRANSPORTS:
@@ -224,7 +229,7 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
     if "initialize_timeout" in values and values["initialize_timeout"] <= 0:
         raise locate.error("must be positive", f"{table}.initialize_timeout")
     values.update(id=agent_id, name=values.get("name", agent_id), command=os.path.expanduser(values["command"]),
-                  args=tuple(args), env=dict(env), cwd=cwd)
+                  args=tuple(args), env=dict(env), unset_env=tuple(unset_env), cwd=cwd)
     if "initialize_timeout" in values:
         values["initialize_timeout"] = float(values["initialize_timeout"])
     return AgentConfig(**values)

@@ -106,3 +106,10 @@ def test_the_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) ->
                           text=True, timeout=30, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == f"lmbridge: configuration error: {path}:2, key 'agents.a.command': must be a string, got an integer"
+
+
+def test_unset_env_removes_inherited_variables(tmp_path: Path) -> None:
+    config = parse_config('[agents.a]\ncommand = "x"\nunset_env = ["OPENAI_*", "HOME2"]\n')
+    assert config.agents["a"].unset_env == ("OPENAI_*", "HOME2")
+    with pytest.raises(ConfigError, match="unset_env"):
+        parse_config('[agents.a]\ncommand = "x"\nunset_env = [""]\n')

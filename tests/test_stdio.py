@@ -280,3 +280,17 @@ async def _agent_started(marker: str) -> None:
     with trio.fail_after(10):
         while not processes_with_marker(marker):
             await trio.sleep(0.05)  # polling /proc: there is no event for another process's start
+
+
+async def test_an_agent_gets_lmbridges_environment_minus_unset_env(tmp_path: Path, marker: str) -> None:
+    config = tmp_path / "env.toml"
+    config.write_text(f"""
+[agents.clean]
+command = "{__import__('sys').executable}"
+args = ["-m", "bridge.demo_agent"]
+env = {{ LMBRIDGE_TEST_MARKER = "{marker}", GIVEN = "by config" }}
+unset_env = ["SECRET_*"]
+""")
+    async with open_bridge(tmp_path, config, env={"SECRET_TOKEN": "s3cret", "PLAIN": "kept"}) as live:
+        reply = await live.chat("/env SECRET_TOKEN\n/env PLAIN\n/env GIVEN", model="clean")
+    assert reply.text == "SECRET_TOKEN=(unset)\nPLAIN=kept\nGIVEN=by config\n"
