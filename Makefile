@@ -19,8 +19,13 @@ demo: $(STAMP)
 
 test: pytest vscode-test
 
+# The real-agent interop suite (tests/interop) runs too: it installs pinned Claude Code, Codex and Gemini CLI
+# adapters from npm into .interop-cache/ once (about 600 MB) and skips loudly when npm is missing.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	LMBRIDGE_INTEROP=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+interop: $(STAMP)
+	$(BIN)/python -m pytest -m interop tests/interop $(PYTEST_ARGS)
 
 # The reference VS Code extension, tested against the real lmbridge stdio (needs Node.js 20+ and npm).
 VSCODE_DIR := editors/vscode

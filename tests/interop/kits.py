@@ -1,0 +1,183 @@
+"""How each real agent is set up against the fake model, and how its model sees tools.
+
+Owns, per agent: the ``[agents.<id>]`` table a user would write in lmbridge's config file (command, args, env,
+authenticate, cwd), the files the agent itself needs in its private HOME (Codex's ``config.toml`` and model
+catalog, Gemini CLI's settings and trusted folders), and the naming of tools on the model side (the editor's tools
+arrive through lmbridge's MCP server, named ``editor``; each agent's built-in shell tool). Everything points at
+127.0.0.1; telemetry and update checks are switched off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .fake_models import Call
+from .installs import PINS
+
+__all__ = ["KITS", "AgentKit", "MCP_SERVER", "write_config"]
+
+MCP_SERVER = "editor"  # the name lmbridge gives its synthetic MCP server in session/new
+
+# Keeps HTTP(S)_PROXY settings of the machine from routing 127.0.0.1 through a proxy.
+_LOCAL = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
+@dataclass(frozen=True)
+class AgentKit:
+    id: str
+    api: str  # the fake model API it speaks: anthropic | openai | gemini
+    rejected_shell_stop_reason: str = "end_turn"  # how a turn ends when the user rejects a shell command
+
+    @property
+    def executable(self) -> Path:
+        return PINS[self.id].executable
+
+    def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
+        """The ``[agents.<id>]`` table, after writing whatever the agent needs under ``home``."""
+        raise NotImplementedError
+
+    def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
+        """A call of one of the editor's tools, as the model makes it."""
+        raise NotImplementedError
+
+    def offered_name(self, name: str) -> str:
+        """An editor tool's name as listed in ``ModelRequest.tool_names``."""
+        raise NotImplementedError
+
+    def shell(self, command: str) -> Call:
+        """A call of the agent's built-in shell tool."""
+        raise NotImplementedError
+
+    def _env(self, home: Path, marker: str, **extra: str) -> dict[str, str]:
+        return {"HOME": str(home), **_LOCAL, **extra, "LMBRIDGE_TEST_MARKER": marker}
+
+
+class ClaudeKit(AgentKit):
+    def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
+        env = self._env(home, marker, ANTHROPIC_BASE_URL=model_url, ANTHROPIC_API_KEY="dummy",
+                        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
+        if os.geteuid() == 0:
+            env["IS_SANDBOX"] = "1"  # as root, Claude Code refuses to start without it
+        return {"name": "Claude Code", "command": str(self.executable), "env": env}
+
+    def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
+        return Call(self.offered_name(name), arguments)
+
+    def offered_name(self, name: str) -> str:
+        return f"mcp__{MCP_SERVER}__{name}"
+
+    def shell(self, command: str) -> Call:
+        return Call("Bash", {"command": command, "description": "Run the command the user asked for"})
+
+
+class CodexKit(AgentKit):
+    # An unknown model slug makes Codex prefix every turn with a "Model metadata ... not found" message and turn off
+    # parallel tool calls; a catalog entry for the fake model avoids both.
+    MODEL = {
+        "slug": "fake-model", "display_name": "Fake model", "base_instructions": "You are a coding agent.",
+        "context_window": 200000, "supports_parallel_tool_calls": True, "shell_type": "shell_command",
+        "supported_reasoning_levels": [], "supports_reasoning_summaries": False, "support_verbosity": False,
+        "truncation_policy": {"mode": "tokens", "limit": 10000}, "experimental_supported_tools": [],
+        "visibility": "list", "supported_in_api": True, "priority": 0,
+    }
+
+    def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
+        # "untrusted": Codex asks before shell commands (with "never" it asks only for MCP tools). No sandbox: Codex's
+        # Linux sandbox needs bubblewrap, which CI machines may lack; the scripted commands only touch tmp_path.
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)  # Codex exits 1 when CODEX_HOME does not exist
+        catalog = codex_home / "fake-models.json"
+        catalog.write_text(json.dumps({"models": [self.MODEL]}))
+        (codex_home / "config.toml").write_text(f"""\
+model = "fake-model"
+model_provider = "fake"
+model_catalog_json = {json.dumps(str(catalog))}
+approval_policy = "untrusted"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[model_providers.fake]
+name = "Fake local model"
+base_url = "{model_url}/v1"
+wire_api = "responses"
+env_key = "FAKE_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+""")
+        env = self._env(home, marker, CODEX_HOME=str(codex_home), FAKE_API_KEY="dummy")
+        return {"name": "Codex", "command": str(self.executable), "env": env}
+
+    def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
+        return Call(name, arguments, namespace=f"mcp__{MCP_SERVER}")
+
+    def offered_name(self, name: str) -> str:
+        return f"mcp__{MCP_SERVER}/{name}"
+
+    def shell(self, command: str) -> Call:
+        return Call("exec_command", {"cmd": command})
+
+
+class GeminiKit(AgentKit):
+    MODEL = "gemini-2.5-flash"  # a fixed model: the default router first calls another endpoint, retrying for long
+
+    def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
+        settings = home / ".gemini"
+        settings.mkdir(parents=True, exist_ok=True)
+        (settings / "settings.json").write_text(json.dumps({
+            "privacy": {"usageStatisticsEnabled": False},  # else it calls play.googleapis.com
+            "telemetry": {"enabled": False},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        }))
+        # MCP servers are silently disabled in folders that are not trusted.
+        trusted = settings / "trustedFolders.json"
+        trusted.write_text(json.dumps({str(project): "TRUST_FOLDER"}))
+        env = self._env(home, marker, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model_url,
+                        GEMINI_CLI_TRUSTED_FOLDERS_PATH=str(trusted))
+        return {"name": "Gemini CLI", "command": str(self.executable), "args": ["--acp", "-m", self.MODEL],
+                "env": env, "authenticate": "gemini-api-key", "cwd": str(project)}
+
+    def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
+        return Call(self.offered_name(name), arguments)
+
+    def offered_name(self, name: str) -> str:
+        return f"mcp_{MCP_SERVER}_{name}"
+
+    def shell(self, command: str) -> Call:
+        return Call("run_shell_command", {"command": command, "description": "Run the command the user asked for"})
+
+
+KITS: dict[str, AgentKit] = {
+    "claude": ClaudeKit("claude", "anthropic"),
+    # Codex offers "abort" as its reject option: the whole turn ends cancelled.
+    "codex": CodexKit("codex", "openai", rejected_shell_stop_reason="cancelled"),
+    "gemini": GeminiKit("gemini", "gemini"),
+}
+
+
+def write_config(path: Path, agents: dict[str, dict[str, Any]], **tables: dict[str, Any]) -> Path:
+    """lmbridge's config file, as a user writes it: ``[agents.<id>]`` tables plus e.g. ``sessions={...}``."""
+    lines: list[str] = []
+    for agent_id, table in agents.items():
+        lines += [f"[agents.{agent_id}]", *(f"{key} = {_toml(value)}" for key, value in table.items()), ""]
+    for name, table in tables.items():
+        lines += [f"[{name}]", *(f"{key} = {_toml(value)}" for key, value in table.items()), ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string for the characters used here
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

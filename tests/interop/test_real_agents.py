@@ -1,0 +1,246 @@
+"""Real agents through ``lmbridge stdio``, offline: Claude Code, Codex and Gemini CLI (pinned npm releases), each
+configured in lmbridge's config file and pointed at a scripted fake model on 127.0.0.1.
+
+Each test runs once per agent (the ``agent`` fixture). The editor side is ``bridge.client``, as in the wire tests;
+the model side is ``fake_models``: the test scripts what the model answers, then asserts both what the editor got
+and what the agent sent the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+import trio
+
+from conftest import processes_with_marker
+
+from .conftest import FIRST_TURN_TIMEOUT, LiveBridge
+from .fake_models import call, parallel, say, stall
+from .kits import AgentKit
+
+pytestmark = pytest.mark.interop
+
+CANCEL_BOUND = 5  # seconds from $/cancelRequest to the cancelled answer ("promptly", with CI noise)
+SHUTDOWN_BOUND = 20  # seconds from stdin EOF to no process left (the bridge's stop grace is 3 s)
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def tool_results(answers: dict[str, str]) -> dict[str, Any]:
+    """The editor's next user message: one text result per call id."""
+    return {"role": "user", "content": [{"type": "tool_result", "callId": call_id,
+                                         "content": [{"type": "text", "value": text}]}
+                                        for call_id, text in answers.items()]}
+
+
+async def test_text_turn(live: LiveBridge) -> None:
+    answer = "".join(f"Line {n} of a long answer, streamed by the fake model.\n" for n in range(1, 31))
+    live.model.add(say(answer, chunks=40))
+
+    result = await live.chat("What is the answer?")
+
+    assert result.error is None, f"{result.error!r}" + live.evidence()
+    assert result.stop_reason == "end_turn"
+    assert result.text == answer
+    assert all(part["type"] == "text" for part in result.parts), result.parts
+    assert len(result.parts) >= 10, "streamed as it came, not as one blob"
+    assert "What is the answer?" in live.model.turns[0].text
+
+
+async def test_cancel_mid_turn(live: LiveBridge) -> None:
+    live.model.add(stall("Thinking it over"), say("Back after the cancel."))
+
+    turn = await live.start("Think about it for a very long time.")
+    with trio.fail_after(FIRST_TURN_TIMEOUT):
+        await live.model.wait_for_turn(1)
+        await turn.first_part.wait()
+    turn.cancel()
+    cancelled = await live.finish(turn, timeout=CANCEL_BOUND)
+    assert cancelled.stop_reason == "cancelled", f"{cancelled!r}" + live.evidence()
+    assert cancelled.text == "Thinking it over"
+
+    after = await live.chat("Are you still there?")
+    assert after.error is None, f"{after.error!r}" + live.evidence()
+    assert after.stop_reason == "end_turn"
+    assert after.text.endswith("Back after the cancel.")
+    assert "Are you still there?" in live.model.turns[1].text
+
+
+async def test_shutdown_leaves_no_process(live: LiveBridge, marker: str) -> None:
+    live.model.add(stall("Working on it"))
+    turn = await live.start("Start something long.")
+    with trio.fail_after(FIRST_TURN_TIMEOUT):
+        stalled = await live.model.wait_for_turn(1)
+    assert processes_with_marker(marker), "the agent should be running"
+    groups = live.agent_pids
+    assert groups, live.evidence()
+
+    await live.process.stdin.aclose()
+    with trio.fail_after(SHUTDOWN_BOUND):
+        result = await turn.result()
+        code = await live.process.wait()
+        await stalled.disconnected.wait()  # the agent's connection to the model went away with it
+
+    assert result.stop_reason == "cancelled"
+    assert code == 0, live.evidence()
+    assert processes_with_marker(marker) == []
+    assert not [pgid for pgid in groups if _group_alive(pgid)], "an agent process group is still alive"
+
+
+async def test_editor_tool_round_trip(live: LiveBridge) -> None:
+    kit, model = live.kit, live.model
+    model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
+    tools = [WEATHER_TOOL, live.permission_tool]
+
+    first = await live.chat("What is the weather in Paris?", tools=tools)
+    assert kit.offered_name("get_weather") in model.turns[0].tool_names
+    assert first.error is None, f"{first.error!r}" + live.evidence()
+    assert first.stop_reason == "tool_calls", live.evidence()
+    [weather] = first.tool_calls
+    assert weather["name"] == "get_weather" and weather["input"] == {"city": "Paris"}
+    assert weather["callId"].startswith("lmb_")
+
+    final = await live.chat(tool_results({weather["callId"]: "Sunny, 22 degrees"}), tools=tools)
+    assert final.error is None, f"{final.error!r}" + live.evidence()
+    assert final.stop_reason == "end_turn"
+    assert final.text.endswith("It is sunny in Paris.")
+    assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results), model.turns[1].text
+
+
+async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) -> None:
+    kit, model = live.kit, live.model
+    model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
+    tools = [WEATHER_TOOL, live.permission_tool]
+
+    first = await live.chat("What is the weather in Paris?", tools=tools)
+    [weather] = first.tool_calls
+    final = await live.chat(tool_results({weather["callId"]: "Sunny, 22 degrees"}), tools=tools)
+
+    assert final.stop_reason == "end_turn"
+    assert [part["type"] for part in first.parts] == ["tool_call"]
+    assert final.text == "It is sunny in Paris."
+
+
+async def test_parallel_editor_tools(live: LiveBridge) -> None:
+    kit, model = live.kit, live.model
+    paris, oslo = kit.editor_tool("get_weather", {"city": "Paris"}), kit.editor_tool("get_weather", {"city": "Oslo"})
+    model.add(parallel(paris, oslo), say("Sunny in Paris, snowing in Oslo."))
+    tools = [WEATHER_TOOL, live.permission_tool]
+    weather = {"Paris": "Sunny in Paris", "Oslo": "Snowing in Oslo"}
+
+    result = await live.chat("What is the weather in Paris and in Oslo?", tools=tools)
+    asked: list[str] = []
+    # Agents run the two calls at once (one response with both) or one after the other (two responses).
+    while result.stop_reason == "tool_calls" and len(asked) < 2:
+        assert {c["name"] for c in result.tool_calls} == {"get_weather"}, result.tool_calls
+        asked += [c["input"]["city"] for c in result.tool_calls]
+        answers = {c["callId"]: weather[c["input"]["city"]] for c in result.tool_calls}
+        result = await live.chat(tool_results(answers), tools=tools)
+
+    assert result.error is None, f"{result.error!r}" + live.evidence()
+    assert sorted(asked) == ["Oslo", "Paris"]
+    assert result.stop_reason == "end_turn", live.evidence()
+    assert result.text.endswith("Sunny in Paris, snowing in Oslo.")
+    seen = " ".join(r.text for r in model.turns[-1].tool_results)
+    assert "Sunny in Paris" in seen and "Snowing in Oslo" in seen
+
+
+async def test_permission_approve(live: LiveBridge) -> None:
+    kit, model = live.kit, live.model
+    model.add(call(kit.shell("touch approved.txt")), say("Created approved.txt."))
+    tools = [live.permission_tool]
+
+    first = await live.chat("Please create approved.txt.", tools=tools)
+    ask = _permission_call(live, first)
+    assert "touch approved.txt" in json.dumps(ask["input"])
+    assert {option["kind"] for option in ask["input"]["options"]} >= {"allow_once", "reject_once"}
+    assert not (live.project / "approved.txt").exists(), "ran before the user answered"
+
+    final = await live.chat(tool_results({ask["callId"]: "allow"}), tools=tools)
+    assert final.error is None, f"{final.error!r}" + live.evidence()
+    assert final.stop_reason == "end_turn", live.evidence()
+    assert final.text.endswith("Created approved.txt.")
+    assert (live.project / "approved.txt").exists()
+    assert model.turns[1].tool_results, "the command's outcome did not reach the model"
+
+
+async def test_permission_reject(live: LiveBridge) -> None:
+    kit, model = live.kit, live.model
+    model.add(call(kit.shell("touch rejected.txt")), say("Understood, I did not create it."))
+    tools = [live.permission_tool]
+
+    first = await live.chat("Please create rejected.txt.", tools=tools)
+    ask = _permission_call(live, first)
+
+    final = await live.chat(tool_results({ask["callId"]: "reject"}), tools=tools)
+    assert final.error is None, f"{final.error!r}" + live.evidence()
+    assert not (live.project / "rejected.txt").exists()
+    assert final.stop_reason == kit.rejected_shell_stop_reason, live.evidence()
+    if final.stop_reason == "end_turn":  # the model was told and answered
+        assert final.text.endswith("Understood, I did not create it.")
+        assert model.turns[1].tool_results
+    else:  # Codex: rejecting aborts the turn; the model never hears back
+        assert len(model.turns) == 1
+
+
+async def test_command_start_line_names_the_command(live: LiveBridge) -> None:
+    live.model.add(call(live.kit.shell("touch started.txt")), say("Done."))
+
+    lines = (await _run_allowing(live, "Please create started.txt.")).splitlines()
+    assert any(line.startswith("✓") and "touch started.txt" in line for line in lines), lines
+    starts = [line for line in lines if line.startswith("▸")]
+    assert all("touch started.txt" in line for line in starts), lines
+
+
+@pytest.fixture
+def reports_failed_commands(kit: AgentKit) -> None:
+    if kit.id == "gemini":
+        pytest.skip("gemini-cli reports a failing command as completed; the exit code is only in its output")
+
+
+@pytest.mark.usefixtures("reports_failed_commands")
+async def test_failed_command_line_says_why(live: LiveBridge) -> None:
+    live.model.add(call(live.kit.shell("ls /nonexistent-interop-dir")), say("That folder does not exist."))
+
+    text = await _run_allowing(live, "Please list /nonexistent-interop-dir.")
+
+    [failed] = [line for line in text.splitlines() if line.startswith("✗")]
+    assert "No such file or directory" in failed or "exit code 2" in failed.lower(), failed
+
+
+async def _run_allowing(live: LiveBridge, prompt: str) -> str:
+    """Send ``prompt``, allow every permission the agent asks (Codex asks none for what it deems read-only) and
+    return the text of all the responses."""
+    tools = [live.permission_tool]
+    result = await live.chat(prompt, tools=tools)
+    text = result.text
+    while result.stop_reason == "tool_calls":
+        ask = _permission_call(live, result)
+        result = await live.chat(tool_results({ask["callId"]: "allow"}), tools=tools)
+        text += result.text
+    assert result.error is None and result.stop_reason == "end_turn", f"{result!r}" + live.evidence()
+    return text
+
+
+def _permission_call(live: LiveBridge, result: Any) -> dict[str, Any]:
+    assert result.error is None, f"{result.error!r}" + live.evidence()
+    assert result.stop_reason == "tool_calls", f"{result!r}" + live.evidence()
+    [ask] = result.tool_calls
+    assert ask["name"] == live.permission_tool["name"]
+    return ask
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
