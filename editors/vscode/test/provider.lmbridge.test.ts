@@ -13,9 +13,6 @@ import {
     chatOptions, Collector, demoModel, type Harness, LMBRIDGE_BIN, permissionToolForModel, requireLmbridge, startExtension, tempDir,
 } from './helpers';
 
-// The tool round trip depends on bridge work in progress (the synthetic MCP server that offers the editor's tools
-// to the agent). Set this to false, making it a plain test, once it passes.
-const TOOL_ROUND_TRIP_TODO: string | false = 'pending: synthetic MCP server';
 
 const User = vscode.LanguageModelChatMessage.User;
 
@@ -121,7 +118,7 @@ describe('with lmbridge and the demo agent', () => {
         assert.ok(h.turns.length > 0);
     });
 
-    test('a tool round trip: /tool get_weather', { todo: TOOL_ROUND_TRIP_TODO }, async () => {
+    test('a tool round trip: /tool get_weather', async () => {
         const weather: vscode.LanguageModelChatTool = {
             name: 'get_weather', description: 'The weather in a city',
             inputSchema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
