@@ -36,6 +36,35 @@ def build_parser() -> argparse.ArgumentParser:
     stdio.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                        help="largest message accepted (default 64 MiB)")
 
+    serve = commands.add_parser("serve", parents=[common],
+                                help="run the daemon on a WebSocket for any number of editors (editor protocol v1)")
+    where = serve.add_mutually_exclusive_group()
+    where.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                       help="address to listen on (default 127.0.0.1:0, port 0 picks a free one)")
+    where.add_argument("--unix", metavar="PATH", help="listen on a unix socket instead (created 0600)")
+    serve.add_argument("--token-file", metavar="FILE",
+                       help="bearer token clients must present (created 0600 with a random token if absent; "
+                            "default $XDG_STATE_HOME/lmbridge/token)")
+    serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --listen address (needs TLS)")
+    serve.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
+    serve.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
+    serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="accept WebSocket handshakes from this browser Origin (repeatable; default none)")
+    serve.add_argument("--max-connections", type=int, default=64, metavar="N", help="concurrent editors (default 64)")
+    serve.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
+                       help="largest message accepted (default 64 MiB)")
+    serve.add_argument("--idle-timeout", type=float, default=3600.0, metavar="SECONDS",
+                       help="close connections idle this long (default 3600)")
+    serve.add_argument("--max-requests", type=int, default=32, metavar="N",
+                       help="requests in flight per connection (default 32)")
+
+    chat = commands.add_parser("chat", parents=[common], help="chat with an agent from the terminal, for trying agents")
+    chat.add_argument("--connect", metavar="URL", help="a running lmbridge serve (ws://..., ws+unix://...); "
+                                                       "default: start lmbridge stdio")
+    chat.add_argument("--token-file", metavar="FILE", help="token for --connect (default $XDG_STATE_HOME/lmbridge/token)")
+    chat.add_argument("--agent", default=None, help="model to talk to (default: the first configured)")
+    chat.set_defaults(log_level="warning")
+
     demo = commands.add_parser("demo", parents=[common],
                                help="run a short scripted conversation through lmbridge stdio and the demo agent")
     demo.add_argument("--agent", default="demo", help="agent to talk to (default: the built-in demo agent)")
@@ -67,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args)
+        if args.command == "serve":
+            return _run_serve(config, tracer, args)
+        if args.command == "chat":
+            from .chat import run_chat
+
+            return run_chat(args)
     finally:
         if tracer is not None:
             tracer.close()
@@ -81,6 +116,29 @@ def _run_stdio(config: object, tracer: object, args: argparse.Namespace) -> int:
 
     log = get_logger()
     return trio.run(lambda: serve_stdio(config, log=log, tracer=tracer, max_message_bytes=args.max_message_bytes))
+
+
+def _run_serve(config: object, tracer: object, args: argparse.Namespace) -> int:
+    import trio
+
+    from .logs import get_logger
+    from .serve import ServeError, ServeOptions, serve_websocket
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"lmbridge: --listen needs HOST:PORT, got {args.listen!r}", file=sys.stderr)
+        return 2
+    options = ServeOptions(
+        host=host.strip("[]"), port=int(port), unix_path=args.unix, token_file=args.token_file,
+        allow_remote=args.allow_remote, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        allowed_origins=tuple(args.allow_origin), max_connections=args.max_connections,
+        max_message_bytes=args.max_message_bytes, idle_timeout=args.idle_timeout, max_requests=args.max_requests)
+    log = get_logger()
+    try:
+        return trio.run(lambda: serve_websocket(config, options, log=log, tracer=tracer))
+    except ServeError as exc:
+        print(f"lmbridge serve: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import trio
 from .jsonrpc import RpcError
 from .rpc import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
 
-__all__ = ["ChatResult", "ChatTurn", "EditorClient", "spawn_stdio", "lmbridge_command"]
+__all__ = ["ChatResult", "ChatTurn", "EditorClient", "spawn_stdio", "connect_daemon", "lmbridge_command"]
 
 PartCallback = Callable[[dict[str, Any]], None]
 
@@ -181,3 +181,22 @@ async def spawn_stdio(args: Sequence[str] = (), *, env: dict[str, str] | None = 
             process.kill()
             with trio.CancelScope(shield=True):
                 await process.wait()
+
+
+@asynccontextmanager
+async def connect_daemon(url: str, token: str) -> AsyncIterator[EditorClient]:
+    """A connected (not yet initialized) client of ``lmbridge serve`` at ``url``."""
+    from .websocket import WebSocketWire, open_websocket
+
+    async with open_websocket(url, token) as ws:
+        client = EditorClient()
+        connection = JsonRpcConnection(WebSocketWire(ws), client.methods, name="bridge", cancel_style=EDITOR_CANCEL)
+        client.attach(connection)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(connection.serve)
+            try:
+                yield client
+            finally:
+                with trio.CancelScope(shield=True):
+                    await connection.aclose(timeout=1)
+                nursery.cancel_scope.cancel()

@@ -54,6 +54,7 @@ class Daemon:
             setup=self.tools,
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
+        self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
         self.stopped = trio.Event()
         self.started_at = 0.0
         self._nursery: trio.Nursery | None = None
@@ -92,6 +93,20 @@ class Daemon:
 
     def prewarm(self) -> None:
         self.pool.prewarm()
+
+    def status(self) -> dict[str, Any]:
+        from . import __version__
+
+        sessions: dict[str, int] = {}
+        for session in self.router.sessions:
+            sessions[session.agent_id] = sessions.get(session.agent_id, 0) + 1
+        return {
+            "version": __version__,
+            "uptimeSeconds": round(trio.current_time() - self.started_at, 3),
+            "connections": self.connection_count(),
+            "sessions": sessions,
+            "agents": [{"id": p.id, "pid": p.pid, "sessions": p.session_count} for p in self.pool.processes],
+        }
 
     async def chat(self, editor: Any, model_id: str, messages: list[Any], tools: list[dict[str, Any]],
                    sink: Any, cancel_requested: trio.Event) -> Any:

@@ -29,7 +29,10 @@ AGENT_ERROR = -32003  # the agent answered the prompt with an error, or with som
 class EditorConnection:
     """One editor's connection. ``methods`` is registered on its ``JsonRpcConnection`` by the caller."""
 
-    def __init__(self, daemon: Any, *, name: str = "editor", default_cwd: str | None = None) -> None:
+    def __init__(self, daemon: Any, *, name: str = "editor", default_cwd: str | None = None,
+                 shutdown_stops_daemon: bool = True) -> None:
+        """``shutdown_stops_daemon``: with stdio, ``shutdown`` stops the whole bridge; on a shared daemon it only
+        ends this editor's turns (the daemon serves others)."""
         self.daemon = daemon
         self.name = name
         self.methods = MethodTable()
@@ -38,6 +41,7 @@ class EditorConnection:
         self.methods.request("lm/chat", self._chat, handles_cancel=True)
         self.methods.request("lm/countTokens", self._count_tokens)
         self.methods.request("shutdown", self._shutdown)
+        self.methods.request("daemon/status", self._status)
         self.connection: JsonRpcConnection | None = None
         self.initialized = False
         self.client_info: dict[str, Any] = {}
@@ -48,6 +52,9 @@ class EditorConnection:
         self._default_cwd = default_cwd or os.getcwd()
         self._log = daemon.log.bind(conn=name)
         self._turn_events: set[trio.Event] = set()  # the cancel events of the turns running now
+        self._no_turns = trio.Event()
+        self._no_turns.set()
+        self._shutdown_stops_daemon = shutdown_stops_daemon
 
     @property
     def cwd(self) -> str:
@@ -154,11 +161,15 @@ class EditorConnection:
 
         cancel = context.cancel_requested
         self._turn_events.add(cancel)
+        if self._no_turns.is_set():
+            self._no_turns = trio.Event()
         started = trio.current_time()
         try:
             outcome = await self.daemon.chat(self, model_id, messages, tools, sink, cancel)
         finally:
             self._turn_events.discard(cancel)
+            if not self._turn_events:
+                self._no_turns.set()
         seconds = round(trio.current_time() - started, 3)
         if outcome.error is not None:
             self._log.info("turn failed", model=model_id, seconds=seconds, error=str(outcome.error))
@@ -191,9 +202,17 @@ class EditorConnection:
             return {"count": _MESSAGE_OVERHEAD + sum(_part_tokens(part) for part in parts)}
         raise InvalidParams("text", "give either text or message")
 
+    async def _status(self, params: Any, context: RequestContext) -> dict[str, Any]:
+        self._require_initialized()
+        return self.daemon.status()
+
     async def _shutdown(self, params: Any, context: RequestContext) -> None:
         self.shutdown_requested.set()
-        await self.daemon.stopped.wait()
+        if self._shutdown_stops_daemon:
+            await self.daemon.stopped.wait()
+        else:
+            self.cancel_turns()
+            await self._no_turns.wait()
         return None
 
 

@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 
+TOO_MANY_REQUESTS = -32004
+
+
 class ConnectionClosed(Exception):
     """The peer went away (EOF or a broken pipe) before the operation could finish."""
 
@@ -239,8 +242,10 @@ class JsonRpcConnection:
         max_message_bytes: int = 32 * 1024 * 1024,
         tracer: Any = None,
         outbox_high_water: int = 4 * 1024 * 1024,
+        max_concurrent_requests: int | None = None,
     ) -> None:
         self.name = name
+        self._max_concurrent = max_concurrent_requests
         self._wire = wire
         self._methods = methods
         self._cancel_style = cancel_style
@@ -294,6 +299,11 @@ class JsonRpcConnection:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Incoming requests not answered yet."""
+        return len(self._incoming)
 
     @property
     def pending_ids(self) -> set[RequestId]:
@@ -451,6 +461,11 @@ class JsonRpcConnection:
                     event.id, RpcError(METHOD_NOT_FOUND, f"Method not found: {event.method}", {"method": event.method})
                 )
             )
+            return
+        if self._max_concurrent is not None and len(self._incoming) >= self._max_concurrent:
+            self._enqueue(JsonRpcProtocol.respond_error(event.id, RpcError(
+                TOO_MANY_REQUESTS, f"too many requests in flight on this connection (the limit is {self._max_concurrent}); "
+                "wait for an answer before sending more", {"limit": self._max_concurrent})))
             return
         if event.id in self._incoming:
             self._enqueue(

@@ -26,6 +26,7 @@ from .machine import (
     AgentUpdate,
     AnswerPermission,
     EditorCancel,
+    EditorGone,
     EditorTurn,
     Emit,
     EndTurn,
@@ -180,10 +181,10 @@ class SessionActor:
                 if turn is not None and not turn.broken:
                     try:
                         await turn.sink(action.part)
-                    except Exception as exc:  # the editor is gone: stop streaming to it, cancel the turn
-                        self._log.info("editor stopped listening; cancelling the turn", error=str(exc))
+                    except Exception as exc:  # the editor is gone: keep the agent's output for its return
+                        self._log.info("editor stopped listening; keeping the turn's output", error=str(exc))
                         turn.broken = True
-                        self._inbox_send.send_nowait(EditorCancel(action.turn))
+                        self._inbox_send.send_nowait(EditorGone(action.turn))
             elif kind is EndTurn:
                 self._finish_turn(action)
             elif kind is SendPrompt:
@@ -249,9 +250,9 @@ class SessionActor:
                 await handle.done.wait()
                 nursery.cancel_scope.cancel()
         finally:
-            if not handle.done.is_set():
+            if not handle.done.is_set():  # the caller went away (its connection closed) without cancelling
                 handle.broken = True
-                self._send_nowait(EditorCancel(turn.turn))
+                self._send_nowait(EditorGone(turn.turn))
         assert handle.outcome is not None
         return handle.outcome
 

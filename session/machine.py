@@ -17,10 +17,14 @@ States (``State``) and the transitions allowed between them (``TRANSITIONS``):
                                     ▼
                                   CLOSED
 
+    STREAMING ──EditorGone (the editor's connection dropped)──▶ DETACHED: the prompt runs on, its output kept;
+    a retry of the same request resumes it (STREAMING), or gets it with its stop reason once it ended (IDLE).
+
 Invariants (checked by the property tests):
 - every editor turn gets exactly one ``EndTurn``; nothing is emitted for a turn after it;
 - agent output produced while no turn is open is buffered and emitted first in the next turn — text and thinking
-  coalesced, never dropped; only output that arrives *after* ``session/cancel`` (the drain) is discarded;
+  coalesced, never dropped; only output that arrives *after* ``session/cancel`` (the drain) is discarded; when an
+  editor goes away mid-turn (``EditorGone``), what it was sent is owed again and goes to its retry;
 - every permission request and tool invocation gets exactly one answer;
 - at most one ``session/prompt`` is in flight.
 """
@@ -42,6 +46,7 @@ __all__ = [
     "TurnOptions",
     "EditorTurn",
     "EditorCancel",
+    "EditorGone",
     "AgentUpdate",
     "PermissionRequest",
     "ToolInvocation",
@@ -68,6 +73,7 @@ class State(enum.Enum):
     AWAITING_TOOL_RESULTS = "awaiting_tool_results"  # the turn ended with tool_calls; the prompt waits on editor tools
     AWAITING_PERMISSION = "awaiting_permission"  # the same, waiting on permission answers only
     CANCELLING = "cancelling"  # session/cancel sent; draining until the prompt's stopReason
+    DETACHED = "detached"  # the editor went away mid-turn: the prompt runs on, its output kept for the editor's return
     CLOSED = "closed"  # the agent exited or the session was closed: every new turn is sent elsewhere
 
 
@@ -75,10 +81,11 @@ _AWAITING = (State.AWAITING_TOOL_RESULTS, State.AWAITING_PERMISSION)
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {
     State.IDLE: frozenset({State.STREAMING, State.CLOSED}),
-    State.STREAMING: frozenset({State.IDLE, *_AWAITING, State.CANCELLING, State.CLOSED}),
+    State.STREAMING: frozenset({State.IDLE, *_AWAITING, State.CANCELLING, State.DETACHED, State.CLOSED}),
     State.AWAITING_TOOL_RESULTS: frozenset({State.STREAMING, State.IDLE, State.CANCELLING, State.CLOSED}),
     State.AWAITING_PERMISSION: frozenset({State.STREAMING, State.IDLE, State.CANCELLING, State.CLOSED}),
     State.CANCELLING: frozenset({State.IDLE, State.STREAMING, State.CLOSED}),
+    State.DETACHED: frozenset({State.STREAMING, State.IDLE, State.CANCELLING, State.CLOSED}),
     State.CLOSED: frozenset(),
 }
 
@@ -104,10 +111,19 @@ class EditorTurn:
     tool_results: Mapping[str, dict[str, Any]] = field(default_factory=dict)  # callId → editor tool_result part
     moved_on: bool = False  # the history shows the user moved on: cancel what is pending first
     options: TurnOptions = TurnOptions()
+    retry: bool = False  # the same request as before, nothing new in it (a retry, or an editor back after a drop)
 
 
 @dataclass(frozen=True, slots=True)
 class EditorCancel:
+    turn: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class EditorGone:
+    """The editor can no longer receive this turn (its connection dropped). Unlike a cancel, the agent is not
+    stopped: what it produces is kept, and a retry of the same request picks it up."""
+
     turn: Hashable
 
 
@@ -269,6 +285,7 @@ class SessionMachine:
         self._window_deadline: float | None = None
         self._drain_deadline: float | None = None
         self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
+        self._resumable = False  # output of a turn whose editor went away is in the buffer: a retry picks it up
         self.drained_updates = 0  # updates discarded after session/cancel (for logs and tests)
 
     # -- introspection --------------------------------------------------------------------------------------
@@ -334,6 +351,11 @@ class SessionMachine:
                 out.append(EndTurn(self._queued.turn, stop_reason="cancelled"))
             self._queued = event
             return
+        if event.retry and self._resumable:
+            # The editor is back with the request it lost the answer to: give it what the agent said meanwhile
+            # (and, if the prompt still runs, the rest as it comes) instead of asking the agent again.
+            self._begin(EditorTurn(event.turn, None, event.tool_results, False, event.options), now, out)
+            return
         if event.moved_on:
             if self._prompt_running:
                 self._cancel_prompt(now, out, WITHDRAWN_MOVED_ON)
@@ -359,6 +381,7 @@ class SessionMachine:
             else:
                 out.append(ResolveInvocation(pending.key, result, "" if result is not None else WITHDRAWN_NO_RESULT))
         turn = self._turn = _OpenTurn(event.turn, event.options)
+        self._resumable = False
         buffered, self._buffer = self._buffer, []
         self._buffered_data_parts = 0
         for part in buffered:
@@ -400,6 +423,29 @@ class SessionMachine:
         if self._turn is None or self._turn.turn != event.turn:
             return  # already answered
         self._cancel_prompt(now, out, WITHDRAWN_CANCELLED)
+
+    def _on_gone(self, event: EditorGone, now: float, out: list[Action]) -> None:
+        if self._queued is not None and self._queued.turn == event.turn:
+            out.append(EndTurn(event.turn, stop_reason="cancelled"))
+            self._queued = None
+            return
+        turn = self._turn
+        if turn is None or turn.turn != event.turn:
+            return
+        # What the editor may not have received goes back in front of the buffer; calls it never answered are
+        # announced again when it returns.
+        kept, self._buffer = self._buffer, []
+        for part in turn.emitted:
+            if part["type"] != "tool_call":
+                self._buffer_part(part)
+        for part in kept:
+            self._buffer_part(part)
+        for pending in self._pending.values():
+            pending.emitted = False
+        turn.emitted.clear()
+        self._end_turn(out, stop_reason="cancelled")
+        self._resumable = True
+        self._to(State.DETACHED if self._prompt_running else State.IDLE)
 
     def _cancel_prompt(self, now: float, out: list[Action], reason: str) -> None:
         """Cancel the running prompt: send ``session/cancel``, answer pending permission requests ``cancelled``
@@ -509,7 +555,7 @@ class SessionMachine:
             queued, self._queued = self._queued, None
             if queued is not None:
                 self._begin(queued, now, out)
-        elif self.state in _AWAITING:
+        elif self.state in _AWAITING or self.state is State.DETACHED:
             self._finished = event
             self._to(State.IDLE)
 
@@ -617,6 +663,7 @@ class SessionMachine:
     _handlers: dict[type, Callable[..., None]] = {
         EditorTurn: _on_turn,
         EditorCancel: _on_cancel,
+        EditorGone: _on_gone,
         AgentUpdate: _on_update,
         PermissionRequest: _on_permission,
         ToolInvocation: _on_invocation,

@@ -231,8 +231,10 @@ class SessionRouter:
         conversation = session.conversation
         new = match.new_messages
         moved_on = match.kind is MatchKind.MOVED_ON
-        if not new:
-            # The same history again (a retry, or a duplicate of a request still running): ask again.
+        retry = not new
+        if retry:
+            # The same history again: a retry, a duplicate of a request still running, or an editor back after a
+            # dropped connection. Ask again — unless the session kept the lost answer for it (see the machine).
             new = trailing_input(request.messages)
             moved_on = True
         agent = session.agent
@@ -247,7 +249,7 @@ class SessionRouter:
             moved_on = True
         index.resolve_calls(conversation, list(conversation.pending_calls))
         index.commit(conversation, request.messages, match.agreed, match.start)
-        return EditorTurn(turn_id, blocks or None, match.tool_results, moved_on, request.options)
+        return EditorTurn(turn_id, blocks or None, match.tool_results, moved_on, request.options, retry)
 
     # -- sessions --------------------------------------------------------------------------------------------
 

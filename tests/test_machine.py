@@ -17,6 +17,7 @@ from session.machine import (
     AgentUpdate,
     AnswerPermission,
     EditorCancel,
+    EditorGone,
     EditorTurn,
     Emit,
     EndTurn,
@@ -287,7 +288,7 @@ class Harness:
         self.opened: list[int] = []
         self.ended: Counter[int] = Counter()
         self.closed_turns: set[int] = set()
-        self.emitted_text: list[str] = []
+        self.emitted_text: list[tuple[int, str]] = []
         self.accepted_text: list[str] = []
         self.waiting: set[str] = set()  # keys of invocations/permissions not yet answered
         self.answers: Counter[str] = Counter()
@@ -298,6 +299,9 @@ class Harness:
 
     def feed(self, event: object) -> None:
         before = self.machine.state
+        if isinstance(event, EditorGone) and event.turn == self.machine.open_turn:
+            # That editor never reliably received the turn: its text is owed again, to whoever retries.
+            self.emitted_text = [(turn, text) for turn, text in self.emitted_text if turn != event.turn]
         self.saw_cancelling = self.saw_cancelling or before is State.CANCELLING
         if isinstance(event, AgentUpdate) and before not in (State.CANCELLING, State.CLOSED):
             self.accepted_text.append(event.update["content"]["text"])
@@ -309,7 +313,7 @@ class Harness:
             assert action.turn not in self.closed_turns, "emitted after the turn ended"
             part = action.part
             if part["type"] == "text":
-                self.emitted_text.append(part["value"])
+                self.emitted_text.append((action.turn, part["value"]))
             if part["type"] == "tool_call":
                 self.emitted_calls[part["callId"]] = part["callId"]
         elif isinstance(action, EndTurn):
@@ -336,7 +340,7 @@ class Harness:
 def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
     h = Harness(new_machine(batch_window=0.05, drain_timeout=5.0))
     steps = ["turn"] + data.draw(st.lists(st.sampled_from(
-        ["turn", "turn", "turn", "cancel", "text", "text", "text", "tool", "tool", "permission", "permission",
+        ["turn", "turn", "turn", "cancel", "gone", "text", "text", "text", "tool", "tool", "permission", "permission",
          "withdraw", "finish", "finish", "fail", "tick", "tick", "exit"]), max_size=60))
     for step in steps:
         machine = h.machine
@@ -349,9 +353,11 @@ def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
                                  "content": [{"type": "text", "value": "allow"}]} for call_id in answered}
             prompt = data.draw(st.sampled_from([PROMPT, None]))
             h.feed(EditorTurn(turn, prompt, results, data.draw(st.booleans()),
-                              TurnOptions(permission_tool=data.draw(st.booleans()))))
+                              TurnOptions(permission_tool=data.draw(st.booleans())), retry=data.draw(st.booleans())))
         elif step == "cancel" and h.opened:
             h.feed(EditorCancel(data.draw(st.sampled_from(h.opened))))
+        elif step == "gone" and h.opened:
+            h.feed(EditorGone(data.draw(st.sampled_from(h.opened))))
         elif step == "text":
             h.feed(text(f"w{next(h.words)} "))
         elif step in ("tool", "permission"):
@@ -393,4 +399,47 @@ def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
     # Nothing lost: every chunk accepted before a cancel reached the editor, in order — or is still buffered,
     # waiting for a next turn (closing a session keeps nothing, but only after the test looked).
     leftover = "".join(p["value"] for p in h.machine.buffered if p["type"] == "text")
-    assert "".join(h.emitted_text) + leftover == "".join(h.accepted_text)
+    assert "".join(text for _turn, text in h.emitted_text) + leftover == "".join(h.accepted_text)
+
+
+def test_an_editor_that_went_away_gets_the_whole_answer_when_it_retries() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(text("half of "), 0)
+    (end,) = machine.handle(EditorGone(1), 0)
+    assert end.stop_reason == "cancelled" and machine.state is State.DETACHED
+    assert not [a for a in machine.handle(text("the answer"), 1) if isinstance(a, Emit)]
+    actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True, retry=True), 2)
+    assert actions == [Emit(2, {"type": "text", "value": "half of the answer"})]  # no second prompt, no cancel
+    (end,) = machine.handle(PromptFinished("end_turn"), 3)
+    assert end.turn == 2 and end.stop_reason == "end_turn"
+
+
+def test_a_tool_call_the_editor_never_received_is_announced_again_on_retry() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    (call,) = machine.handle(ToolInvocation("k", "t", {}), 0)
+    machine.handle(EditorGone(1), 0.01)
+    actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True, retry=True), 2)
+    assert actions == [Emit(2, call.part)] and not of(actions, SendPrompt)
+    (end,) = machine.handle(Tick(), 2.05)
+    assert end.stop_reason == "tool_calls" and end.pending_calls == (call.part["callId"],)
+
+
+def test_an_answer_finished_while_the_editor_was_away_is_delivered_on_retry() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(EditorGone(1), 0)
+    machine.handle(text("all done"), 1)
+    machine.handle(PromptFinished("end_turn"), 1)
+    actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True, retry=True), 2)
+    assert actions[0] == Emit(2, {"type": "text", "value": "all done"})
+    assert actions[-1].stop_reason == "end_turn" and not of(actions, SendPrompt)
+
+
+def test_a_new_message_after_the_editor_went_away_is_moved_on() -> None:
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(EditorGone(1), 0)
+    actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True), 1)
+    assert SendCancel() in actions and machine.state is State.CANCELLING

@@ -1,0 +1,42 @@
+"""``lmbridge chat``: the terminal client, driven through its stdin like a person at the keyboard."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from bridge.chat import run_example_tool
+
+
+async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:
+    done = await trio.run_process([sys.executable, "-m", "bridge", "chat", "--config", str(config), *args],
+                                  stdin=typed.encode(), capture_stdout=True, capture_stderr=True, cwd=tmp_path,
+                                  check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+async def test_text_tools_and_permissions_from_the_keyboard(tmp_path: Path, agents_toml: Path) -> None:
+    (tmp_path / "notes.txt").write_text("remember the milk")
+    with trio.fail_after(60):
+        out = await chat(tmp_path, agents_toml,
+                         "/say hello\n"
+                         '/tool read_file {"path": "notes.txt"}\n'
+                         "/permission rm -rf build\nn\n"
+                         "/permission kind=edit notes.txt\na\n"
+                         ":quit\n", "--agent", "scripted")
+    assert "agent › hello\n" in out
+    assert "tool read_file returned: remember the milk" in out
+    assert "⚠ the agent asks: rm -rf build  (execute)" in out and "permission outcome: reject-once" in out
+    assert "permission outcome: allow-always" in out
+
+
+def test_example_tools_stay_inside_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("A")
+    assert run_example_tool("read_file", {"path": "a.txt"}, tmp_path) == ("A", False)
+    assert run_example_tool("list_files", {}, tmp_path) == ("a.txt", False)
+    text, error = run_example_tool("read_file", {"path": "../../etc/passwd"}, tmp_path)
+    assert error and "outside the workspace" in text
