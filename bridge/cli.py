@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 
@@ -76,9 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .config import ConfigError, load_config
-    from .logs import configure
 
-    configure(args.log_level, args.log_format)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -89,9 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .trace import Tracer
 
         tracer = Tracer(args.trace_dir)
-    try:
-        if args.command == "stdio":
+    if args.command == "stdio":
+        try:
             return _run_stdio(config, tracer, args)
+        finally:
+            if tracer is not None:
+                tracer.close()
+    from .logs import configure
+
+    configure(args.log_level, args.log_format)
+    try:
         if args.command == "demo":
             from .demo import run_demo
 
@@ -108,14 +114,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
-def _run_stdio(config: object, tracer: object, args: argparse.Namespace) -> int:
+def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
+    from .stdio import answer_initialize_early, reserve_stdout
+
+    # The editor waits for the answer to initialize while it starts up: give it before importing the rest.
+    protocol_fd = reserve_stdout()
+    hello, pending = answer_initialize_early(config, 0, protocol_fd, tracer=tracer,
+                                             max_message_bytes=args.max_message_bytes)
     import trio
 
-    from .logs import get_logger
+    from .logs import configure, get_logger
     from .stdio import serve_stdio
 
+    configure(args.log_level, args.log_format)
     log = get_logger()
-    return trio.run(lambda: serve_stdio(config, log=log, tracer=tracer, max_message_bytes=args.max_message_bytes))
+    return trio.run(lambda: serve_stdio(config, log=log, tracer=tracer, stdout_fd=protocol_fd,
+                                        max_message_bytes=args.max_message_bytes, hello=hello, pending_input=pending))
 
 
 def _run_serve(config: object, tracer: object, args: argparse.Namespace) -> int:

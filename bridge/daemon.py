@@ -14,7 +14,7 @@ import trio
 
 from .agents import AgentPool
 from .config import AgentConfig, Config
-from .rpc import InvalidParams
+from .jsonrpc import InvalidParams
 
 __all__ = ["Daemon"]
 

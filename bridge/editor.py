@@ -16,13 +16,12 @@ import trio
 
 from . import __version__
 from .acp_client import AgentExitedError, AgentStartError
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, RpcError
-from .rpc import InvalidParams, JsonRpcConnection, MethodTable, RequestContext
-from .config import ConfigError, agent_from_mapping
+from .initialize import PROTOCOL_VERSION, EditorHello, initialize_result, parse_initialize
+from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, InvalidParams, RpcError
+from .rpc import JsonRpcConnection, MethodTable, RequestContext
 
 __all__ = ["PROTOCOL_VERSION", "AGENT_ERROR", "EditorConnection", "estimate_tokens"]
 
-PROTOCOL_VERSION = 1
 AGENT_ERROR = -32003  # the agent answered the prompt with an error, or with something that is not an answer
 
 
@@ -68,53 +67,20 @@ class EditorConnection:
     # -- methods --------------------------------------------------------------------------------------------
 
     async def _initialize(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        params = _object(params, "params")
-        version = params.get("protocolVersion")
-        if version != PROTOCOL_VERSION:
-            raise InvalidParams("protocolVersion", f"unsupported version {version!r}; this bridge speaks {PROTOCOL_VERSION}")
-        client_info = params.get("clientInfo")
-        if client_info is not None:
-            client_info = _object(client_info, "clientInfo")
-            for key in ("name", "version"):
-                if key in client_info and not isinstance(client_info[key], str):
-                    raise InvalidParams(f"clientInfo.{key}", "must be a string")
-            self.client_info = client_info
-        folders = params.get("workspaceFolders")
-        if folders is not None:
-            if not isinstance(folders, list):
-                raise InvalidParams("workspaceFolders", "must be a list of absolute paths")
-            for index, folder in enumerate(folders):
-                if not isinstance(folder, str) or not os.path.isabs(folder):
-                    raise InvalidParams(f"workspaceFolders[{index}]", "must be an absolute path")
-            self.workspace_folders = list(folders)
-        capabilities = params.get("capabilities")
-        if capabilities is not None:
-            capabilities = _object(capabilities, "capabilities")
-            for key in ("thinking", "acpUpdates"):
-                if key in capabilities and not isinstance(capabilities[key], bool):
-                    raise InvalidParams(f"capabilities.{key}", "must be true or false")
-            self.thinking = capabilities.get("thinking", False)
-            self.acp_updates = capabilities.get("acpUpdates", False)
-        agents = params.get("agents")
-        if agents is not None:
-            agents = _object(agents, "agents")
-            configs = {}
-            for agent_id, raw in agents.items():
-                try:
-                    configs[agent_id] = agent_from_mapping(agent_id, raw)
-                except ConfigError as exc:
-                    raise InvalidParams(exc.key or f"agents.{agent_id}", str(exc).split(": ", 1)[-1]) from None
-            if "demo" in configs:
-                raise InvalidParams("agents.demo", "'demo' is the built-in demo agent; choose another id")
-            self.daemon.add_agents(configs)
+        self.apply(parse_initialize(params))
+        return initialize_result(self.daemon.permission_tool)
+
+    def apply(self, hello: EditorHello) -> None:
+        """Take what the editor said in ``initialize`` (also when ``lmbridge stdio`` answered it early)."""
+        self.client_info = hello.client_info
+        self.workspace_folders = list(hello.workspace_folders)
+        self.thinking = hello.thinking
+        self.acp_updates = hello.acp_updates
+        if hello.agents:
+            self.daemon.add_agents(hello.agents)
         self.initialized = True
         self.daemon.prewarm()
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
-        return {
-            "protocolVersion": PROTOCOL_VERSION,
-            "serverInfo": {"name": "lmbridge", "version": __version__},
-            "permissionTool": self.daemon.permission_tool,
-        }
 
     def _require_initialized(self) -> None:
         if not self.initialized:

@@ -26,6 +26,7 @@ __all__ = [
     "REQUEST_CANCELLED",
     "RequestId",
     "RpcError",
+    "InvalidParams",
     "Request",
     "Notification",
     "Response",
@@ -66,6 +67,14 @@ class RpcError(Exception):
 
     def __repr__(self) -> str:
         return f"RpcError({self.code}, {self.message!r})"
+
+
+class InvalidParams(RpcError):
+    """-32602, naming the offending field so the caller can fix it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(INVALID_PARAMS, f"Invalid params: {field}: {problem}", {"field": field})
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,11 @@ import trio
 from . import jsonrpc
 from .jsonrpc import (
     INTERNAL_ERROR,
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
     ErrorResponse,
     InvalidMessage,
+    InvalidParams,
     JsonRpcProtocol,
     Notification,
     Request,
@@ -56,14 +56,6 @@ TOO_MANY_REQUESTS = -32004
 
 class ConnectionClosed(Exception):
     """The peer went away (EOF or a broken pipe) before the operation could finish."""
-
-
-class InvalidParams(RpcError):
-    """-32602, naming the offending field so the caller can fix it."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(INVALID_PARAMS, f"Invalid params: {field}: {problem}", {"field": field})
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +137,18 @@ class Wire(Protocol):
 class StreamWire:
     """Newline-delimited JSON over a pair of Trio byte streams (stdio, pipes, unix sockets)."""
 
-    def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, read_size: int = 65536):
+    def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, read_size: int = 65536,
+                 pending: bytes = b""):
+        """``pending``: input already read from ``receive`` by someone else, to be processed first."""
         self._receive = receive
         self._send = send
         self._read_size = read_size
+        self._pending = pending
 
     async def read(self, protocol: JsonRpcProtocol) -> list[jsonrpc.Event] | None:
+        if self._pending:
+            data, self._pending = self._pending, b""
+            return protocol.receive_data(data)
         try:
             data = await self._receive.receive_some(self._read_size)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

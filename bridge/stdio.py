@@ -1,26 +1,25 @@
 """``lmbridge stdio``: one editor on stdin/stdout, the way an editor extension spawns the bridge.
 
 Owns the process-level plumbing of that mode: stdout is reserved for the protocol (the original fd is kept for
-it and fd 1 is pointed at stderr, so a stray print or a library writing to stdout cannot corrupt the stream),
-and the stop conditions — ``shutdown``, end of stdin, SIGTERM/SIGINT — all lead to the same orderly exit:
-running turns answered ``cancelled``, sessions closed, agent process groups stopped, exit status 0.
+it and fd 1 is pointed at stderr, so a stray print or a library writing to stdout cannot corrupt the stream);
+answering the editor's first message, ``initialize``, before the bulk of the bridge (Trio, the session layer) is
+even imported — an editor waits for that answer while it starts; and the stop conditions — ``shutdown``, end of
+stdin, SIGTERM/SIGINT — which all lead to the same orderly exit: running turns answered ``cancelled``, sessions
+closed, agent process groups stopped, exit status 0.
+
+This module imports nothing heavy at the top: ``answer_initialize_early`` runs before Trio is loaded.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import signal
 import sys
 from typing import Any
 
-import trio
-
 from .config import Config
-from .daemon import Daemon
-from .editor import EditorConnection
-from .rpc import EDITOR_CANCEL, JsonRpcConnection, StreamWire
 
-__all__ = ["serve_stdio", "reserve_stdout"]
+__all__ = ["serve_stdio", "reserve_stdout", "answer_initialize_early"]
 
 
 def reserve_stdout() -> int:
@@ -31,14 +30,65 @@ def reserve_stdout() -> int:
     return protocol_fd
 
 
+def answer_initialize_early(config: Config, stdin_fd: int, protocol_fd: int, *, tracer: Any = None,
+                            max_message_bytes: int = 64 * 1024 * 1024) -> tuple[Any, bytes]:
+    """Read the editor's first message; if it is a valid ``initialize``, answer it at once. Returns what the editor
+    said (``EditorHello``, or None if this was not a valid ``initialize``) and the input not consumed, for the
+    protocol engine to carry on with. Anything unusual — another method, invalid params, a huge line, end of input
+    — is left to the engine, which answers it exactly as it would have."""
+    from .initialize import initialize_result, parse_initialize
+    from .jsonrpc import JsonRpcProtocol, RpcError
+
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(stdin_fd, 65536)
+        if not chunk or len(data) + len(chunk) > max_message_bytes:
+            return None, data + chunk
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None, data
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or message.get("method") != "initialize"
+            or isinstance(request_id, bool) or not isinstance(request_id, (int, str))):
+        return None, data
+    try:
+        hello = parse_initialize(message.get("params"))
+    except RpcError:
+        return None, data
+    from session.permissions import permission_tool_schema
+
+    reply = JsonRpcProtocol.respond(request_id, initialize_result(permission_tool_schema(config.permissions.tool_name)))
+    view = memoryview(reply)
+    while view:
+        view = view[os.write(protocol_fd, view):]
+    if tracer is not None:
+        tracer.record("editor", "in", line)
+        tracer.record("editor", "out", reply)
+    return hello, rest
+
+
 async def serve_stdio(config: Config, *, log: Any, tracer: Any = None, stdin_fd: int = 0, stdout_fd: int | None = None,
-                      max_message_bytes: int = 64 * 1024 * 1024) -> int:
+                      max_message_bytes: int = 64 * 1024 * 1024, hello: Any = None, pending_input: bytes = b"") -> int:
+    """Serve the editor on ``stdin_fd``/``stdout_fd``. ``hello`` and ``pending_input`` come from
+    ``answer_initialize_early`` when it answered ``initialize`` already."""
+    import trio
+
+    from .daemon import Daemon
+    from .editor import EditorConnection
+    from .rpc import EDITOR_CANCEL, JsonRpcConnection, StreamWire
+
     protocol_fd = reserve_stdout() if stdout_fd is None else stdout_fd
     daemon = Daemon(config, log=log, tracer=tracer)
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
         editor = EditorConnection(daemon)
-        wire = StreamWire(trio.lowlevel.FdStream(os.dup(stdin_fd)), trio.lowlevel.FdStream(protocol_fd))
+        if hello is not None:
+            editor.apply(hello)
+        wire = StreamWire(trio.lowlevel.FdStream(os.dup(stdin_fd)), trio.lowlevel.FdStream(protocol_fd),
+                          pending=pending_input)
         connection = JsonRpcConnection(wire, editor.methods, name="editor", cancel_style=EDITOR_CANCEL, tracer=tracer,
                                        max_message_bytes=max_message_bytes)
         editor.connection = connection
@@ -56,12 +106,16 @@ async def serve_stdio(config: Config, *, log: Any, tracer: Any = None, stdin_fd:
     return 0
 
 
-async def _set_when(event: trio.Event, stop: trio.Event, why: str) -> None:
+async def _set_when(event: Any, stop: Any, why: str) -> None:
     await event.wait()
     stop.set()
 
 
-async def _stop_on_signals(stop: trio.Event, log: Any) -> None:
+async def _stop_on_signals(stop: Any, log: Any) -> None:
+    import signal
+
+    import trio
+
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("stopping on signal", signal=signal.Signals(signum).name)

@@ -1,0 +1,82 @@
+"""The editor's ``initialize``, without I/O: checking its params and building its answer.
+
+Kept free of Trio and of the rest of the bridge, so that ``lmbridge stdio`` can answer ``initialize`` before it
+imports them: an editor waits for that answer when it starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import __version__
+from .config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
+from .jsonrpc import InvalidParams
+
+__all__ = ["PROTOCOL_VERSION", "EditorHello", "parse_initialize", "initialize_result"]
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EditorHello:
+    """What an editor said about itself in ``initialize``."""
+
+    client_info: dict[str, Any] = field(default_factory=dict)
+    workspace_folders: tuple[str, ...] = ()
+    thinking: bool = False
+    acp_updates: bool = False
+    agents: dict[str, AgentConfig] = field(default_factory=dict)
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidParams(where, "must be an object")
+    return value
+
+
+def parse_initialize(params: Any) -> EditorHello:
+    """Check ``initialize`` params; ``InvalidParams`` names the first field that is wrong."""
+    params = _object(params, "params")
+    version = params.get("protocolVersion")
+    if version != PROTOCOL_VERSION:
+        raise InvalidParams("protocolVersion", f"unsupported version {version!r}; this bridge speaks {PROTOCOL_VERSION}")
+    client_info: dict[str, Any] = {}
+    if params.get("clientInfo") is not None:
+        client_info = _object(params["clientInfo"], "clientInfo")
+        for key in ("name", "version"):
+            if key in client_info and not isinstance(client_info[key], str):
+                raise InvalidParams(f"clientInfo.{key}", "must be a string")
+    folders = params.get("workspaceFolders")
+    if folders is not None:
+        if not isinstance(folders, list):
+            raise InvalidParams("workspaceFolders", "must be a list of absolute paths")
+        for index, folder in enumerate(folders):
+            if not isinstance(folder, str) or not os.path.isabs(folder):
+                raise InvalidParams(f"workspaceFolders[{index}]", "must be an absolute path")
+    capabilities: dict[str, Any] = {}
+    if params.get("capabilities") is not None:
+        capabilities = _object(params["capabilities"], "capabilities")
+        for key in ("thinking", "acpUpdates"):
+            if key in capabilities and not isinstance(capabilities[key], bool):
+                raise InvalidParams(f"capabilities.{key}", "must be true or false")
+    agents: dict[str, AgentConfig] = {}
+    if params.get("agents") is not None:
+        for agent_id, raw in _object(params["agents"], "agents").items():
+            if agent_id == DEMO_AGENT_ID:
+                raise InvalidParams("agents.demo", "'demo' is the built-in demo agent; choose another id")
+            try:
+                agents[agent_id] = agent_from_mapping(agent_id, raw)
+            except ConfigError as exc:
+                raise InvalidParams(exc.key or f"agents.{agent_id}", str(exc).split(": ", 1)[-1]) from None
+    return EditorHello(client_info, tuple(folders or ()), capabilities.get("thinking", False),
+                       capabilities.get("acpUpdates", False), agents)
+
+
+def initialize_result(permission_tool: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "protocolVersion": PROTOCOL_VERSION,
+        "serverInfo": {"name": "lmbridge", "version": __version__},
+        "permissionTool": permission_tool,
+    }
