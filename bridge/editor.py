@@ -36,11 +36,12 @@ class EditorConnection:
         self.name = name
         self.methods = MethodTable()
         self.methods.request("initialize", self._initialize, inline=True)
-        self.methods.request("lm/models", self._models)
-        self.methods.request("lm/chat", self._chat, handles_cancel=True)
-        self.methods.request("lm/countTokens", self._count_tokens)
+        initialized = self._require_initialized  # checked in arrival order, not when the handler gets to run
+        self.methods.request("lm/models", self._models, precondition=initialized)
+        self.methods.request("lm/chat", self._chat, handles_cancel=True, precondition=initialized)
+        self.methods.request("lm/countTokens", self._count_tokens, precondition=initialized)
         self.methods.request("shutdown", self._shutdown)
-        self.methods.request("daemon/status", self._status)
+        self.methods.request("daemon/status", self._status, precondition=initialized)
         self.connection: JsonRpcConnection | None = None
         self.initialized = False
         self.client_info: dict[str, Any] = {}
@@ -87,7 +88,6 @@ class EditorConnection:
             raise RpcError(INVALID_REQUEST, "Invalid Request: call initialize first")
 
     async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        self._require_initialized()
         models = []
         for config in self.daemon.agent_configs():
             models.append({
@@ -102,7 +102,6 @@ class EditorConnection:
         return {"models": models}
 
     async def _chat(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        self._require_initialized()
         params = _object(params, "params")
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
@@ -148,7 +147,6 @@ class EditorConnection:
         return result
 
     async def _count_tokens(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        self._require_initialized()
         params = _object(params, "params")
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
@@ -169,7 +167,6 @@ class EditorConnection:
         raise InvalidParams("text", "give either text or message")
 
     async def _status(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        self._require_initialized()
         return self.daemon.status()
 
     async def _shutdown(self, params: Any, context: RequestContext) -> None:

@@ -101,6 +101,7 @@ class _Method:
     is_request: bool
     handles_cancel: bool
     inline: bool = False
+    precondition: Callable[[], None] | None = None
 
 
 class MethodTable:
@@ -110,10 +111,12 @@ class MethodTable:
     def __init__(self) -> None:
         self._methods: dict[str, _Method] = {}
 
-    def request(self, name: str, handler: RequestHandler, *, handles_cancel: bool = False, inline: bool = False) -> None:
+    def request(self, name: str, handler: RequestHandler, *, handles_cancel: bool = False, inline: bool = False,
+                precondition: Callable[[], None] | None = None) -> None:
         """``inline`` handlers run in the reader, before the next message is looked at: for quick requests that
-        later ones depend on (``initialize``: a client may send its first chat right behind it)."""
-        self._methods[name] = _Method(handler, True, handles_cancel, inline)
+        later ones depend on (``initialize``: a client may send its first chat right behind it).
+        ``precondition`` is checked when the request is read, in arrival order (raise ``RpcError`` to refuse it)."""
+        self._methods[name] = _Method(handler, True, handles_cancel, inline, precondition)
 
     def notification(self, name: str, handler: NotificationHandler) -> None:
         self._methods[name] = _Method(handler, False, False)
@@ -460,6 +463,12 @@ class JsonRpcConnection:
                 )
             )
             return
+        if method.precondition is not None:
+            try:
+                method.precondition()
+            except RpcError as exc:
+                self._enqueue(JsonRpcProtocol.respond_error(event.id, exc))
+                return
         if self._max_concurrent is not None and len(self._incoming) >= self._max_concurrent:
             self._enqueue(JsonRpcProtocol.respond_error(event.id, RpcError(
                 TOO_MANY_REQUESTS, f"too many requests in flight on this connection (the limit is {self._max_concurrent}); "

@@ -294,3 +294,26 @@ unset_env = ["SECRET_*"]
     async with open_bridge(tmp_path, config, env={"SECRET_TOKEN": "s3cret", "PLAIN": "kept"}) as live:
         reply = await live.chat("/env SECRET_TOKEN\n/env PLAIN\n/env GIVEN", model="clean")
     assert reply.text == "SECRET_TOKEN=(unset)\nPLAIN=kept\nGIVEN=by config\n"
+
+
+@pytest.mark.parametrize("first", [
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":7}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize"',
+    b'{"jsonrpc":"2.0","id":1,"method":"lm/models","params":{}}',
+])
+async def test_an_unusual_first_message_is_answered_by_the_engine(first: bytes) -> None:
+    import subprocess as sp
+    import sys as _sys
+
+    process = await trio.lowlevel.open_process([_sys.executable, "-m", "bridge", "stdio", "--log-level", "warning"],
+                                               stdin=sp.PIPE, stdout=sp.PIPE, stderr=sp.DEVNULL)
+    await process.stdin.send_all(first + b"\n" + b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}\n')
+    out = b""
+    with trio.fail_after(20):
+        while out.count(b"\n") < 2:
+            out += await process.stdout.receive_some()
+        await process.stdin.aclose()
+        assert await process.wait() == 0
+    error, ok = (json.loads(line) for line in out.splitlines()[:2])
+    assert error["error"]["code"] in (-32602, -32700, -32600)
+    assert ok["id"] == 2 and ok["result"]["protocolVersion"] == 1
