@@ -32,7 +32,7 @@ __all__ = [
 
 DEMO_AGENT_ID = "demo"
 PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
-MCP_TRANSPORTS = ("stdio", "http", "acp")
+MCP_TRANSPORTS = ("stdio", "http")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 

@@ -101,14 +101,19 @@ class SessionTools:
 
     # -- serving ----------------------------------------------------------------------------------------------
 
-    def _make_server(self) -> Any:
-        import mcp_types as types
-        from mcp.server.lowlevel import Server
+    @property
+    def server(self) -> Any:
+        """The SDK's low-level ``Server`` for these tools (made on first use)."""
+        if self._server is None:
+            import mcp_types as types
+            from mcp.server.lowlevel import Server
 
-        server = Server(SERVER_NAME, version="1", instructions="Tools of the user's editor. Calls run in the editor.",
-                        on_list_tools=self._list_tools, on_call_tool=self._call_tool)
-        server.add_notification_handler("notifications/initialized", types.NotificationParams, self._initialized)
-        return server
+            self._server = Server(SERVER_NAME, version="1",
+                                  instructions="Tools of the user's editor. Calls run in the editor.",
+                                  on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+            self._server.add_notification_handler("notifications/initialized", types.NotificationParams,
+                                                  self._initialized)
+        return self._server
 
     async def serve(self, stream: trio.abc.Stream) -> None:
         """Run the MCP server on one connection (newline-delimited JSON-RPC) until either side closes it."""
@@ -117,9 +122,7 @@ class SessionTools:
         from mcp.server.lowlevel import NotificationOptions
         from mcp.shared.message import SessionMessage
 
-        if self._server is None:
-            self._server = self._make_server()
-        server = self._server
+        server = self.server
         to_server_send, to_server = anyio.create_memory_object_stream[Any](64)
         from_server, from_server_receive = anyio.create_memory_object_stream[Any](64)
 

@@ -80,10 +80,22 @@ class EditorToolsSetup:
         token = secrets.token_urlsafe(32)
         if self._tracer is not None:
             self._tracer.add_secret(token)
-        path = self._socket_path()
-        assert self._nursery is not None
-        scope = await self._nursery.start(self._listen, path, token, tools)
         session.extra["tools"] = tools
+        assert self._nursery is not None
+        agent = session.agent
+        wanted = getattr(getattr(agent, "config", None), "mcp_transport", "stdio")
+        if wanted == "http":
+            if agent.info is not None and agent.info.mcp("http"):
+                from .http import serve_http
+
+                url, scope = await self._nursery.start(serve_http, tools, token, self._log)
+                session.extra["listener"] = (scope, None)
+                return [{"type": "http", "name": SERVER_NAME, "url": url,
+                         "headers": [{"name": "Authorization", "value": f"Bearer {token}"}]}]
+            self._log.warning("mcp_transport is http but the agent does not advertise mcpCapabilities.http; "
+                              "using the stdio shim", agent=getattr(agent, "id", None))
+        path = self._socket_path()
+        scope = await self._nursery.start(self._listen, path, token, tools)
         session.extra["listener"] = (scope, path)
         return [{
             "name": SERVER_NAME,
@@ -104,10 +116,11 @@ class EditorToolsSetup:
         if listener is not None:
             scope, path = listener
             scope.cancel()
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
 
     # -- sockets ----------------------------------------------------------------------------------------------
 

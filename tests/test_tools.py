@@ -202,3 +202,36 @@ def _talk(path: str, data: bytes) -> bytes:
         while chunk := sock.recv(4096):
             received += chunk
         return received
+
+
+async def test_editor_tools_over_streamable_http(tmp_path: Path, marker: str) -> None:
+    from conftest import PYTHON
+
+    config = tmp_path / "http.toml"
+    config.write_text(f"""
+[agents.direct]
+command = "{PYTHON}"
+args = ["-m", "bridge.demo_agent"]
+env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
+mcp_transport = "http"
+""")
+    traces = tmp_path / "traces"
+    async with open_bridge(tmp_path, config, "--trace-dir", str(traces)) as live:
+        history = [user('/tool get_weather {"city": "Paris"}')]
+        first = await live.chat(history, model="direct", tools=TOOLS)
+        (call,) = first.tool_calls
+        history += [first.assistant_message(), {"role": "user", "content": [result(call, "sunny over http")]}]
+        second = await live.chat(history, model="direct", tools=TOOLS)
+        assert second.text == "tool get_weather returned: sunny over http\n"
+    agent_trace = next(traces.glob("*agent_direct.ndjson")).read_text()
+    new_session = next(json.loads(line)["msg"] for line in agent_trace.splitlines()
+                       if '"session/new"' in line and '"dir":"out"' in line)
+    (server,) = new_session["params"]["mcpServers"]
+    assert server["type"] == "http" and server["url"].startswith("http://127.0.0.1:")
+    assert server["headers"] == [{"name": "Authorization", "value": "Bearer ***"}]  # the token never reaches a trace
+    # Without the token, the endpoint refuses.
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(urllib.request.Request(server["url"], data=b"{}", method="POST"), timeout=5)

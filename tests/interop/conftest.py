@@ -149,12 +149,20 @@ class LiveBridge:
 
 
 @pytest.fixture
+def mcp_transport() -> str:
+    """How the editor's tools reach the agent (``[agents.<id>] mcp_transport``); a test may parametrize it."""
+    return "stdio"
+
+
+@pytest.fixture
 async def live(installed: dict[str, Installed], kit: AgentKit, model: FakeModel, tmp_path: Path,
-               marker: str) -> AsyncIterator[LiveBridge]:
+               marker: str, mcp_transport: str) -> AsyncIterator[LiveBridge]:
     home, project, traces = tmp_path / "home", tmp_path / "project", tmp_path / "traces"
     home.mkdir()
     project.mkdir()
     table = kit.agent_table(model_url=model.base_url, home=home, project=project, marker=marker)
+    if mcp_transport != "stdio":
+        table["mcp_transport"] = mcp_transport
     config = write_config(tmp_path / "lmbridge.toml", {kit.id: table})
     stderr_path = tmp_path / "lmbridge.stderr"
     with open(stderr_path, "wb") as stderr:

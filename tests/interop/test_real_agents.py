@@ -114,6 +114,22 @@ async def test_editor_tool_round_trip(live: LiveBridge) -> None:
     assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results), model.turns[1].text
 
 
+@pytest.mark.parametrize("mcp_transport", ["http"])
+async def test_editor_tool_round_trip_over_http(live: LiveBridge) -> None:
+    """The same round trip with the MCP server on streamable HTTP (all three advertise mcpCapabilities.http)."""
+    kit, model = live.kit, live.model
+    model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
+    tools = [WEATHER_TOOL, live.permission_tool]
+
+    first = await live.chat("What is the weather in Paris?", tools=tools)
+    assert first.stop_reason == "tool_calls", f"{first!r}" + live.evidence()
+    [weather] = first.tool_calls
+    final = await live.chat(tool_results({weather["callId"]: "Sunny, 22 degrees"}), tools=tools)
+    assert final.stop_reason == "end_turn" and final.text.endswith("It is sunny in Paris."), live.evidence()
+    assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results)
+    assert '"type":"http"' in "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
+
+
 async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) -> None:
     kit, model = live.kit, live.model
     model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
