@@ -42,5 +42,11 @@ vscode-test: $(STAMP)
 vscode-package: $(STAMP)
 	cd $(VSCODE_DIR) && npm ci --no-audit --no-fund && npm run package
 
+# The benchmarks (docs/performance.md): about 3 minutes on 2 cores; results in bench/results/latest.json.
+# BENCH_ARGS=--quick for a ~20 s smoke run; --only NAME,...; --check exits 1 when a goal is missed.
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,248 @@
+"""A minimal ACP agent for the benchmarks: raw newline-delimited JSON-RPC over stdio, standard library only.
+
+It is the far end of every benchmark that measures the bridge's own cost, so it does as little as possible: no SDK,
+no validation, one process, blocking I/O. The bridge (through ``[agents.<id>]`` in a temporary config) and the
+benchmarks' direct readers (no bridge) drive exactly the same program.
+
+The prompt's last text line (blocks the bridge writes as context, starting with ``[lmbridge]``, are skipped) is one
+directive:
+
+    flood N          N ``agent_message_chunk`` updates, written as fast as the pipe takes them
+    steady N RATE    N chunks at RATE per second; each chunk's text is its CLOCK_MONOTONIC time in ns and a space
+    say TEXT         one chunk with TEXT
+    plan             one ``plan`` update (the bridge renders it with the ACP SDK's models, importing them if needed:
+                     a warm-up turn with it returns only once that import is done)
+    tools N          connect to the session's first MCP server (stdio), then call its tool ``echo`` N + 1 times in
+                     a row (the first is a warm-up) timing each call; the last chunk is ``timings:`` + a JSON list
+                     of the N round trips in microseconds
+    anything else    one chunk "ok"
+
+then answers the prompt with ``end_turn``. Run as ``python bench/agent.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from typing import Any
+
+CONTEXT_PREFIX = "[lmbridge]"
+MCP_PROTOCOL_VERSION = "2025-06-18"
+
+
+class Lines:
+    """Blocking newline framing over a file descriptor."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._rest = b""
+        self._lines: deque[bytes] = deque()
+
+    def next(self) -> bytes | None:
+        while not self._lines:
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                return None
+            pieces = (self._rest + data).split(b"\n")
+            self._rest = pieces.pop()
+            self._lines.extend(piece for piece in pieces if piece.strip())
+        return self._lines.popleft()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def send(message: dict[str, Any]) -> None:
+    write_all(1, json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+def chunk_line(session_id: str, text: str) -> bytes:
+    return (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + session_id.encode()
+            + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+            + json.dumps(text).encode() + b"}}}}\n")
+
+
+class McpClient:
+    """Just enough of an MCP client (stdio transport) to time ``tools/call``."""
+
+    def __init__(self, server: dict[str, Any]) -> None:
+        env = dict(os.environ)
+        env.update({item["name"]: item["value"] for item in server.get("env") or ()})
+        self.process = subprocess.Popen([server["command"], *server.get("args", [])], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, env=env, bufsize=0)
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._in = self.process.stdin.fileno()
+        self._lines = Lines(self.process.stdout.fileno())
+        self._next_id = 1
+        self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
+                                    "clientInfo": {"name": "lmbridge-bench-agent", "version": "1"}})
+        write_all(self._in, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        self.request("tools/list", {})
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = self._next_id
+        self._next_id += 1
+        write_all(self._in, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
+                                       separators=(",", ":")).encode() + b"\n")
+        while True:
+            line = self._lines.next()
+            if line is None:
+                raise EOFError("the MCP server closed its output")
+            message = json.loads(line)
+            if message.get("id") == request_id and "method" not in message:
+                if "error" in message:
+                    raise RuntimeError(f"MCP error: {message['error']}")
+                return message["result"]
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class Agent:
+    def __init__(self) -> None:
+        self.sessions: dict[str, list[Any]] = {}  # session id → its mcpServers
+        self.mcp: dict[str, McpClient] = {}
+        self._count = 0
+
+    def handle(self, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        request_id = message.get("id")
+        params = message.get("params") or {}
+        if method is None or request_id is None:  # a response, or a notification (session/cancel): nothing to do
+            return
+        if method == "initialize":
+            result: Any = {
+                "protocolVersion": 1,
+                "agentCapabilities": {"loadSession": False, "promptCapabilities": {"image": False},
+                                      "mcpCapabilities": {"http": False}, "sessionCapabilities": {"close": {}}},
+                "agentInfo": {"name": "lmbridge-bench-agent", "version": "1"},
+                "authMethods": [],
+            }
+        elif method == "session/new":
+            self._count += 1
+            session_id = f"bench-{os.getpid()}-{self._count}"
+            self.sessions[session_id] = list(params.get("mcpServers") or [])
+            result = {"sessionId": session_id}
+        elif method == "session/close":
+            session_id = params.get("sessionId")
+            self.sessions.pop(session_id, None)
+            client = self.mcp.pop(session_id, None)
+            if client is not None:
+                client.close()
+            result = {}
+        elif method == "session/prompt":
+            result = {"stopReason": self.prompt(params.get("sessionId"), params.get("prompt") or [])}
+        else:
+            error = {"code": -32601, "message": f"Method not found: {method}"}
+            send({"jsonrpc": "2.0", "id": request_id, "error": error})
+            return
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def prompt(self, session_id: str, blocks: list[dict[str, Any]]) -> str:
+        texts = [b.get("text", "") for b in blocks
+                 if b.get("type") == "text" and not b.get("text", "").startswith(CONTEXT_PREFIX)]
+        directive = texts[-1].strip().splitlines()[-1].strip() if texts and texts[-1].strip() else ""
+        word, _, rest = directive.partition(" ")
+        if word == "flood":
+            self.flood(session_id, int(rest))
+        elif word == "steady":
+            count, rate = rest.split()
+            self.steady(session_id, int(count), float(rate))
+        elif word == "say":
+            write_all(1, chunk_line(session_id, rest))
+        elif word == "plan":
+            entry = {"content": "warm up", "priority": "medium", "status": "pending"}
+            send({"jsonrpc": "2.0", "method": "session/update",
+                  "params": {"sessionId": session_id, "update": {"sessionUpdate": "plan", "entries": [entry]}}})
+        elif word == "tools":
+            self.tools(session_id, int(rest))
+        else:
+            write_all(1, chunk_line(session_id, "ok"))
+        return "end_turn"
+
+    def flood(self, session_id: str, count: int) -> None:
+        head = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + session_id.encode()
+                + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"')
+        tail = b' "}}}}\n'
+        batch: list[bytes] = []
+        for number in range(1, count + 1):
+            batch.append(head + str(number).encode() + tail)
+            if len(batch) == 256:
+                write_all(1, b"".join(batch))
+                batch.clear()
+        if batch:
+            write_all(1, b"".join(batch))
+
+    def steady(self, session_id: str, count: int, rate: float) -> None:
+        """Paced emission (the pacing is the load generator, not synchronisation): chunk i is due at start + i/rate;
+        each carries the monotonic time at which it was written."""
+        period = int(1e9 / rate)
+        clock = time.monotonic_ns
+        start = clock()
+        for index in range(count):
+            due = start + index * period
+            now = clock()
+            if due > now:
+                time.sleep((due - now) / 1e9)
+            write_all(1, chunk_line(session_id, f"{clock()} "))
+
+    def tools(self, session_id: str, count: int) -> None:
+        client = self.mcp.get(session_id)
+        if client is None:
+            servers = [s for s in self.sessions.get(session_id, []) if s.get("command")]
+            if not servers:
+                write_all(1, chunk_line(session_id, "error: no stdio MCP server in session/new"))
+                return
+            client = self.mcp[session_id] = McpClient(servers[0])
+        clock = time.perf_counter_ns
+        timings = []
+        for index in range(count + 1):
+            started = clock()
+            result = client.request("tools/call", {"name": "echo", "arguments": {"text": f"call {index}"}})
+            elapsed = clock() - started
+            if result.get("isError"):
+                write_all(1, chunk_line(session_id, f"error: {json.dumps(result)}"))
+                return
+            if index:
+                timings.append(elapsed / 1000)
+        write_all(1, chunk_line(session_id, "timings:" + json.dumps(timings)))
+
+
+def main() -> int:
+    agent = Agent()
+    lines = Lines(0)
+    try:
+        while True:
+            line = lines.next()
+            if line is None:
+                return 0
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                agent.handle(message)
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+    finally:
+        for client in agent.mcp.values():
+            client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""What every benchmark shares: a scratch workspace (config files, logs, state), statistics, result rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .wire import AGENT, ROOT, BridgeClient, DirectAgent
+
+__all__ = ["Workspace", "Row", "Summary", "summarize", "percentile", "rss_kib", "children_of", "RESULTS"]
+
+RESULTS = ROOT / "bench" / "results"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass
+class Summary:
+    median: float
+    p99: float | None
+    n: int
+    min: float
+    max: float
+
+    def scaled(self, factor: float) -> Summary:
+        return Summary(self.median * factor, None if self.p99 is None else self.p99 * factor, self.n,
+                       self.min * factor, self.max * factor)
+
+
+def summarize(values: Sequence[float], *, p99: bool = True) -> Summary:
+    return Summary(statistics.median(values), percentile(values, 99) if p99 else None, len(values), min(values),
+                   max(values))
+
+
+@dataclass
+class Row:
+    """One line of the table: a figure of the bridge path next to its baseline."""
+
+    benchmark: str
+    metric: str
+    unit: str
+    bridge: Summary
+    baseline: Summary | None
+    baseline_name: str
+    goal: str = ""
+    passed: bool | None = None  # None: no goal for this figure
+    ratio: float | None = None  # bridge / baseline (medians) unless given
+    added: dict[str, float] | None = None  # bridge minus baseline, at the median and p99
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.ratio is None and self.baseline is not None and self.baseline.median:
+            self.ratio = self.bridge.median / self.baseline.median
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Workspace:
+    """A scratch directory for one run: config files, the bridge's stderr logs, XDG dirs, and a bytecode cache.
+
+    Subprocesses get an environment like a normal installation's: ``.pyc`` files are written and used (this
+    machine may set ``PYTHONDONTWRITEBYTECODE``, which would make every start recompile lmbridge's own modules);
+    they are kept under ``bench/results/pycache`` so nothing is written into the source tree. The user's own
+    lmbridge config and state are never read."""
+
+    def __init__(self, keep: bool = False) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix="lmbridge-bench-"))
+        self.keep = keep
+        self.env = dict(os.environ)
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        self.env.pop("LMBRIDGE_CONFIG", None)
+        self.env.pop("LMBRIDGE_LOG_LEVEL", None)
+        self.env["PYTHONPYCACHEPREFIX"] = str(RESULTS / "pycache")
+        self.env["XDG_CONFIG_HOME"] = str(self.path / "config")
+        self.env["XDG_STATE_HOME"] = str(self.path / "state")
+        pythonpath = self.env.get("PYTHONPATH")
+        self.env["PYTHONPATH"] = str(ROOT) + (os.pathsep + pythonpath if pythonpath else "")
+        self._logs: list[Any] = []
+        self._count = 0
+
+    def config(self, **sessions: Any) -> Path:
+        """A config file with the bench agent (``bench``); ``sessions`` go to ``[sessions]``."""
+        self._count += 1
+        path = self.path / f"config-{self._count}.toml"
+        lines = ["[agents.bench]", 'name = "bench agent"', f"command = {json.dumps(sys.executable)}",
+                 f"args = [{json.dumps(AGENT)}]", "", "[sessions]", "stop_grace = 2"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in sessions.items()]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def log(self, name: str) -> Any:
+        handle = open(self.path / f"{name}-{len(self._logs)}.log", "wb")
+        self._logs.append(handle)
+        return handle
+
+    def bridge(self, config: Path, name: str = "bridge", **kwargs: Any) -> BridgeClient:
+        return BridgeClient(config, env=self.env, stderr=self.log(name), **kwargs)
+
+    def direct(self, argv: list[str] | None = None, name: str = "agent") -> DirectAgent:
+        return DirectAgent(argv, env=self.env, stderr=self.log(name))
+
+    def close(self) -> None:
+        for handle in self._logs:
+            handle.close()
+        if not self.keep:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
