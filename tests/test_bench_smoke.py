@@ -16,5 +16,5 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(output.read_text())
-    assert report["errors"] == []
+    assert not report["errors"]
     assert "throughput" in done.stdout.lower()
