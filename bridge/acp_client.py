@@ -84,7 +84,7 @@ class AgentExitedError(RpcError):
 class SessionEndpoint(Protocol):
     """What an ACP session (the session actor) receives from its agent."""
 
-    async def on_agent_update(self, params: dict[str, Any]) -> None: ...
+    async def on_agent_updates(self, updates: list[dict[str, Any]]) -> None: ...
 
     async def on_permission_request(self, params: dict[str, Any], context: RequestContext) -> dict[str, Any]: ...
 
@@ -183,7 +183,7 @@ class AgentProcess:
         self._log.info("agent process started", pid=process.pid, command=config.command)
         assert process.stdin is not None and process.stdout is not None
         methods = MethodTable()
-        methods.notification("session/update", self._on_update)
+        methods.notification("session/update", self._on_updates, batch=True)
         methods.request("session/request_permission", self._on_permission_request, handles_cancel=True)
         self._conn = JsonRpcConnection(StreamWire(process.stdout, process.stdin), methods, name=f"agent:{config.id}",
                                        cancel_style=ACP_CANCEL, tracer=self._tracer,
@@ -394,15 +394,31 @@ class AgentProcess:
         if self._conn is not None and self.alive:
             self._conn.notify_nowait(method, params)
 
-    async def _on_update(self, params: Any) -> None:
-        if not isinstance(params, dict) or not isinstance(params.get("sessionId"), str):
-            self._log.warning("session/update without a sessionId; ignored")
-            return
-        session_id = params["sessionId"]
+    async def _on_updates(self, batch: list[Any]) -> None:
+        """Updates that arrived together, handed to their sessions in runs (order kept within each session)."""
+        run: list[dict[str, Any]] = []
+        current = None
+        for params in batch:
+            if not isinstance(params, dict) or not isinstance(params.get("sessionId"), str):
+                self._log.warning("session/update without a sessionId; ignored")
+                continue
+            if params["sessionId"] != current and run:
+                await self._deliver(current, run)
+                run = []
+            current = params["sessionId"]
+            run.append(params)
+        if run:
+            await self._deliver(current, run)
+
+    async def _deliver(self, session_id: Any, updates: list[dict[str, Any]]) -> None:
         endpoint = self._sessions.get(session_id)
         if endpoint is not None:
-            await endpoint.on_agent_update(params)
+            await endpoint.on_agent_updates(updates)
             return
+        for params in updates:
+            self._hold(session_id, params)
+
+    def _hold(self, session_id: str, params: dict[str, Any]) -> None:
         held = self._early.get(session_id)
         if held is None:
             if len(self._early) >= _EARLY_SESSIONS:

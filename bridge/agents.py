@@ -50,7 +50,6 @@ class AgentPool:
         self._idle_since: dict[str, float] = {}
         self._nursery: trio.Nursery | None = None
         self._closed = False
-        self._prewarmed = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -95,16 +94,8 @@ class AgentPool:
     def _begin(self, config: AgentConfig) -> _Start:
         assert self._nursery is not None
         start = self._starting[config.id] = _Start()
-        self.prewarm()
         self._nursery.start_soon(self._start, config, start)
         return start
-
-    def prewarm(self) -> None:
-        """Import acp.schema (about 0.8 s) in a worker thread, once: the first update that is not plain text needs
-        it, and importing it then would stall every session. Called when an editor initializes."""
-        if not self._prewarmed and self._nursery is not None:
-            self._prewarmed = True
-            self._nursery.start_soon(_prewarm_imports)
 
     async def _start(self, config: AgentConfig, start: _Start) -> None:
         assert self._nursery is not None
@@ -156,11 +147,3 @@ class AgentPool:
                     assert self._nursery is not None
                     self._nursery.start_soon(process.stop)
 
-
-async def _prewarm_imports() -> None:
-    def load() -> None:
-        from session.render import parse_update
-
-        parse_update({"sessionUpdate": "plan", "entries": []})
-
-    await trio.to_thread.run_sync(load, abandon_on_cancel=True)

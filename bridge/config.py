@@ -78,7 +78,8 @@ class SessionSettings:
     idle_ttl: float = 1800.0  # seconds an idle session is kept
     max_sessions: int = 64  # across all agents; the least recently used idle session is closed past it
     agent_idle_ttl: float = 600.0  # seconds an agent process with no sessions is kept running
-    tool_batch_window: float = 0.05  # seconds to gather parallel tool calls into one response
+    tool_batch_window: float = 0.05  # at most this long (seconds) to gather parallel tool calls into one response
+    tool_batch_idle: float = 0.005  # ...and the response goes out once no further call came for this long
     cancel_drain_timeout: float = 10.0  # seconds to wait for an agent to acknowledge session/cancel
     stop_grace: float = 3.0  # seconds between SIGTERM and SIGKILL when stopping an agent
     state_file: str | None = None  # conversation fingerprint → ACP session id, for session/load after restart

@@ -80,7 +80,6 @@ class EditorConnection:
         if hello.agents:
             self.daemon.add_agents(hello.agents)
         self.initialized = True
-        self.daemon.prewarm()
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
 
     def _require_initialized(self) -> None:

@@ -125,9 +125,12 @@ class StrayResponse:
 Event = Union[Request, Notification, Response, ErrorResponse, InvalidMessage, StrayResponse]
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
+
+
 def encode(message: dict[str, Any]) -> bytes:
     """One message as one line: compact JSON, UTF-8, terminated by a newline (JSON escapes any inside)."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
 
 
 class LineFramer:

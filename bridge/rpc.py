@@ -102,6 +102,7 @@ class _Method:
     handles_cancel: bool
     inline: bool = False
     precondition: Callable[[], None] | None = None
+    batch: bool = False
 
 
 class MethodTable:
@@ -118,8 +119,10 @@ class MethodTable:
         ``precondition`` is checked when the request is read, in arrival order (raise ``RpcError`` to refuse it)."""
         self._methods[name] = _Method(handler, True, handles_cancel, inline, precondition)
 
-    def notification(self, name: str, handler: NotificationHandler) -> None:
-        self._methods[name] = _Method(handler, False, False)
+    def notification(self, name: str, handler: NotificationHandler, *, batch: bool = False) -> None:
+        """``batch``: the handler takes a list of params — the consecutive notifications of this method that
+        arrived together — instead of one (for floods such as an agent's streamed updates)."""
+        self._methods[name] = _Method(handler, False, False, batch=batch)
 
     def get(self, name: str) -> _Method | None:
         return self._methods.get(name)
@@ -411,8 +414,21 @@ class JsonRpcConnection:
                 events = await self._wire.read(self._protocol)
                 if events is None:
                     break
-                for event in events:
+                index, count = 0, len(events)
+                while index < count:
+                    event = events[index]
+                    method = self._methods.get(event.method) if type(event) is Notification else None
+                    if method is not None and method.batch:
+                        # Consecutive notifications of a batching method go to its handler together; anything in
+                        # between (a response, a request) keeps its place in the order.
+                        end = index + 1
+                        while end < count and type(events[end]) is Notification and events[end].method == event.method:
+                            end += 1
+                        await self._notify_handler(method, event.method, [e.params for e in events[index:end]])
+                        index = end
+                        continue
                     await self._dispatch(event)
+                    index += 1
         finally:
             self.peer_closed.set()
             self._fail_waiters(ConnectionClosed(f"{self.name}: peer closed the connection"))
@@ -447,12 +463,15 @@ class JsonRpcConnection:
         if method is None or method.is_request:
             self._log.debug("ignoring unknown notification", method=event.method)
             return
+        await self._notify_handler(method, event.method, [event.params] if method.batch else event.params)
+
+    async def _notify_handler(self, method: _Method, name: str, params: Any) -> None:
         try:
-            await method.handler(event.params)
+            await method.handler(params)
         except InvalidParams as exc:
-            self._log.warning("bad notification params", method=event.method, error=exc.message)
+            self._log.warning("bad notification params", method=name, error=exc.message)
         except Exception:
-            self._log.exception("notification handler failed", method=event.method)
+            self._log.exception("notification handler failed", method=name)
 
     async def _on_request(self, event: Request) -> None:
         method = self._methods.get(event.method)

@@ -23,7 +23,7 @@ import trio
 
 from .machine import (
     AgentExited,
-    AgentUpdate,
+    AgentUpdates,
     AnswerPermission,
     EditorCancel,
     EditorGone,
@@ -44,7 +44,7 @@ from .machine import (
     ToolInvocation,
 )
 from .permissions import cancelled_outcome
-from .render import prompt_usage
+from .render import load_schema, needs_schema, prompt_usage, schema_loaded
 
 __all__ = ["AgentLink", "TurnOutcome", "SessionActor", "PartSink", "STOP_REASONS"]
 
@@ -148,15 +148,38 @@ class SessionActor:
         machine = self.machine
         while machine.state is not State.CLOSED:
             deadline = machine.deadline
-            event: object = Tick()
-            with trio.move_on_at(deadline if deadline is not None else math.inf):
-                event = await self._inbox.receive()
-            if type(event) is AgentUpdate:
-                self._update_slots.release()
-            elif type(event) is _CloseRequest:
-                await self._execute(machine.close(event.reason, trio.current_time()))
-                continue
-            await self._execute(machine.handle(event, trio.current_time()))
+            if deadline is None:
+                event: object = await self._inbox.receive()
+            else:
+                event = Tick()
+                with trio.move_on_at(deadline):
+                    event = await self._inbox.receive()
+            # Take whatever else is queued without yielding, then carry out all the actions together: a flood of
+            # updates becomes a few large parts and writes instead of one per update.
+            actions: list[object] = []
+            while True:
+                if _needs_schema(event):
+                    await self._execute(actions)
+                    actions = []
+                    # The first update that needs the ACP schema models loads them (about 0.7 s) off the event
+                    # loop: other sessions carry on meanwhile; this one keeps its order.
+                    await trio.to_thread.run_sync(load_schema, abandon_on_cancel=True)
+                actions += self._handle(event)
+                if machine.state is State.CLOSED or len(actions) > 1024:
+                    break
+                try:
+                    event = self._inbox.receive_nowait()
+                except trio.WouldBlock:
+                    break
+            await self._execute(actions)
+
+    def _handle(self, event: object) -> list[object]:
+        kind = type(event)
+        if kind is AgentUpdates:
+            self._update_slots.release()
+        elif kind is _CloseRequest:
+            return self.machine.close(event.reason, trio.current_time())  # type: ignore[attr-defined]
+        return self.machine.handle(event, trio.current_time())
 
     def _answer_leftovers(self) -> None:
         while True:
@@ -174,7 +197,7 @@ class SessionActor:
             self._finish_turn(EndTurn(turn_id, reroute=True))
 
     async def _execute(self, actions: list[object]) -> None:
-        for action in actions:
+        for action in _coalesce_text(actions):
             kind = type(action)
             if kind is Emit:
                 turn = self._turns.get(action.turn)
@@ -262,16 +285,29 @@ class SessionActor:
 
     # -- what the agent side calls (SessionEndpoint) ---------------------------------------------------------
 
-    async def on_agent_update(self, params: dict[str, Any]) -> None:
-        update = params.get("update")
-        if not isinstance(update, dict):
-            self._log.warning("session/update without an update object; ignored")
+    async def on_agent_updates(self, batch: list[dict[str, Any]]) -> None:
+        """Updates that arrived together. A bounded number of batches wait in the inbox: beyond that the agent's
+        reader waits too, and the agent with it (backpressure from a slow editor)."""
+        updates = []
+        for params in batch:
+            update = params.get("update")
+            if isinstance(update, dict):
+                updates.append(update)
+            else:
+                self._log.warning("session/update without an update object; ignored")
+        if not updates:
             return
-        await self._update_slots.acquire()
         try:
-            self._inbox_send.send_nowait(AgentUpdate(update))
+            self._update_slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._update_slots.acquire()
+        try:
+            self._inbox_send.send_nowait(AgentUpdates(tuple(updates)))
         except trio.ClosedResourceError:
             self._update_slots.release()
+
+    async def on_agent_update(self, params: dict[str, Any]) -> None:
+        await self.on_agent_updates([params])
 
     async def on_permission_request(self, params: dict[str, Any], context: Any) -> dict[str, Any]:
         waiter = _Waiter(cancelled_outcome())
@@ -315,6 +351,22 @@ class SessionActor:
         except trio.ClosedResourceError:
             return False
         return True
+
+
+def _coalesce_text(actions: list[object]) -> list[object]:
+    """Adjacent text parts for the same turn become one part: the editor gets the same text in fewer messages."""
+    out: list[object] = []
+    for action in actions:
+        if (type(action) is Emit and action.part["type"] == "text" and out and type(out[-1]) is Emit
+                and out[-1].turn == action.turn and out[-1].part["type"] == "text"):
+            out[-1] = Emit(action.turn, {"type": "text", "value": out[-1].part["value"] + action.part["value"]})
+        else:
+            out.append(action)
+    return out
+
+
+def _needs_schema(event: object) -> bool:
+    return type(event) is AgentUpdates and not schema_loaded() and any(map(needs_schema, event.updates))
 
 
 class _Flag:

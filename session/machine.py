@@ -48,6 +48,7 @@ __all__ = [
     "EditorCancel",
     "EditorGone",
     "AgentUpdate",
+    "AgentUpdates",
     "PermissionRequest",
     "ToolInvocation",
     "InvocationWithdrawn",
@@ -130,6 +131,13 @@ class EditorGone:
 @dataclass(frozen=True, slots=True)
 class AgentUpdate:
     update: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentUpdates:
+    """Several updates that arrived together, in order (a streaming agent sends hundreds per read)."""
+
+    updates: tuple[dict[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,12 +271,15 @@ class SessionMachine:
         new_call_id: Callable[[], str],
         permission_policy: PermissionPolicy = PermissionPolicy(),
         batch_window: float = 0.05,
+        batch_idle: float = 0.005,
         drain_timeout: float = 10.0,
     ) -> None:
         self.state = State.IDLE
         self._new_call_id = new_call_id
         self._policy = permission_policy
         self._batch_window = batch_window
+        self._batch_idle = min(batch_idle, batch_window)
+        self._window_opened: float | None = None
         self._drain_timeout = drain_timeout
         self._close_timeout = min(2.0, drain_timeout)
         self._closing: str | None = None  # set by close(): end the session when the cancelled prompt finishes
@@ -391,7 +402,7 @@ class SessionMachine:
             pending.emitted = True
             self._emit(turn, pending.part, out)
         if unsent:
-            self._window_deadline = now + self._batch_window
+            self._arm_window(now)
 
         if self._prompt_running:
             if event.prompt:
@@ -466,24 +477,31 @@ class SessionMachine:
     # -- agent events ----------------------------------------------------------------------------------------
 
     def _on_update(self, event: AgentUpdate, now: float, out: list[Action]) -> None:
+        self._update(event.update, out)
+
+    def _on_updates(self, event: AgentUpdates, now: float, out: list[Action]) -> None:
+        for update in event.updates:
+            self._update(update, out)
+
+    def _update(self, update: dict[str, Any], out: list[Action]) -> None:
         if self.state is State.CLOSED:
             return
         if self.state is State.CANCELLING:
             self.drained_updates += 1
             return
-        parts = self._renderer.render(event.update)
+        parts = self._renderer.render(update)
         turn = self._turn
         if turn is not None:
             for part in parts:
                 self._emit(turn, part, out)
             if turn.options.acp_updates:
-                self._emit(turn, acp_update_part(event.update), out)
+                self._emit(turn, acp_update_part(update), out)
         else:
             for part in parts:
                 self._buffer_part(part)
             if self._options.acp_updates and self._buffered_data_parts < _MAX_BUFFERED_DATA_PARTS:
                 self._buffered_data_parts += 1
-                self._buffer.append(acp_update_part(event.update))
+                self._buffer.append(acp_update_part(update))
 
     def _on_permission(self, event: PermissionRequest, now: float, out: list[Action]) -> None:
         if self.state in (State.CANCELLING, State.CLOSED):
@@ -513,9 +531,15 @@ class SessionMachine:
         if self._turn is not None:
             pending.emitted = True
             self._emit(self._turn, pending.part, out)
-            if self._window_deadline is None:
-                self._window_deadline = now + self._batch_window
+            self._arm_window(now)
         # else: announced by the next turn's buffer flush
+
+    def _arm_window(self, now: float) -> None:
+        """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
+        latest ``batch_window`` after the first (agents issue parallel calls within a millisecond or two)."""
+        if self._window_opened is None:
+            self._window_opened = now
+        self._window_deadline = min(self._window_opened + self._batch_window, now + self._batch_idle)
 
     def _on_withdrawn(self, event: InvocationWithdrawn, now: float, out: list[Action]) -> None:
         call_id = self._by_key.get(event.invocation)
@@ -575,7 +599,7 @@ class SessionMachine:
     def _on_tick(self, event: Tick, now: float, out: list[Action]) -> None:
         if self.state is State.STREAMING and self._window_deadline is not None and now >= self._window_deadline:
             if not any(p.emitted for p in self._pending.values()):
-                self._window_deadline = None  # the agent withdrew its calls meanwhile: keep streaming
+                self._window_deadline = self._window_opened = None  # the agent withdrew its calls: keep streaming
                 return
             self._end_turn(out, stop_reason="tool_calls")
             tools_pending = any(p.permission is None for p in self._pending.values())
@@ -641,6 +665,7 @@ class SessionMachine:
         assert turn is not None
         self._turn = None
         self._window_deadline = None
+        self._window_opened = None
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
         if self._renderer.usage is not None:
             usage = {**(usage or {}), "contextUsed": self._renderer.usage.used, "contextSize": self._renderer.usage.size}
@@ -665,6 +690,7 @@ class SessionMachine:
         EditorCancel: _on_cancel,
         EditorGone: _on_gone,
         AgentUpdate: _on_update,
+        AgentUpdates: _on_updates,
         PermissionRequest: _on_permission,
         ToolInvocation: _on_invocation,
         InvocationWithdrawn: _on_withdrawn,

@@ -39,6 +39,24 @@ def _update_adapter() -> Any:
     return _adapter
 
 
+def schema_loaded() -> bool:
+    return _adapter is not None
+
+
+def load_schema() -> None:
+    """Build the ``acp.schema`` update model (about 0.7 s the first time: run it off the event loop)."""
+    _update_adapter()
+
+
+def needs_schema(update: dict[str, Any]) -> bool:
+    """Whether rendering this update parses it with the schema models (plain text and quiet updates do not)."""
+    kind = update.get("sessionUpdate")
+    if kind == "agent_message_chunk":
+        content = update.get("content")
+        return not (isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str))
+    return kind not in _QUIET and kind != "usage_update"
+
+
 def parse_update(update: dict[str, Any]) -> Any:
     """The ``acp.schema`` model for a known update variant; the raw dict for anything the schema rejects."""
     from pydantic import ValidationError

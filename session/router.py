@@ -80,6 +80,7 @@ class RouterSettings:
     idle_ttl: float = 1800.0
     max_sessions: int = 64
     tool_batch_window: float = 0.05
+    tool_batch_idle: float = 0.005
     cancel_drain_timeout: float = 10.0
     permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
     store: SessionStore | None = None  # fingerprints → session ids, for session/resume and session/load
@@ -309,15 +310,15 @@ class SessionRouter:
             new_call_id=lambda: f"lmb_{uuid.uuid4().hex}",
             permission_policy=settings.permission_policy(request.agent_id),
             batch_window=settings.tool_batch_window,
+            batch_idle=settings.tool_batch_idle,
             drain_timeout=settings.cancel_drain_timeout,
         )
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
         session.actor = actor
         await self._nursery.start(self._run_actor, session)
         early = agent.attach(session_id, actor)
-        if known is None:  # (session/load replays the history as updates before answering: not new output)
-            for params in early:
-                await actor.on_agent_update(params)
+        if known is None and early:  # (session/load replays the history as updates before answering: not new output)
+            await actor.on_agent_updates(early)
         self._log.info("session opened", agent=request.agent_id, session=session_id, cwd=request.cwd)
         return known
 

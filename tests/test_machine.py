@@ -98,16 +98,21 @@ def test_thinking_is_sent_only_to_editors_that_render_it() -> None:
     assert machine.handle(thought("aha"), 0) == [Emit(2, {"type": "thinking", "value": "aha"})]
 
 
-def test_tool_calls_are_batched_in_a_window_then_end_the_turn() -> None:
-    machine = new_machine(batch_window=0.05)
+def test_tool_calls_are_batched_until_a_pause_or_the_window_ends() -> None:
+    machine = new_machine(batch_window=0.05, batch_idle=0.005)
     machine.handle(EditorTurn(1, PROMPT), 0)
     first = machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
     assert first == [Emit(1, {"type": "tool_call", "callId": "lmb_1", "name": "read_file", "input": {"path": "a"}})]
-    assert machine.deadline == pytest.approx(10.05)
-    machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.02)
-    assert machine.handle(Tick(), 10.04) == []
+    assert machine.deadline == pytest.approx(10.005)  # a pause of 5 ms ends the batch...
+    machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.004)
+    assert machine.deadline == pytest.approx(10.009)  # ...each new call extends it...
+    for moment in (10.008, 10.012, 10.016, 10.020, 10.024, 10.028, 10.032, 10.036, 10.040, 10.044, 10.048):
+        machine.handle(ToolInvocation(f"k{moment}", "t", {}), moment)
+    assert machine.deadline == pytest.approx(10.05)  # ...up to the window's end
+    assert machine.handle(Tick(), 10.049) == []
     (end,) = machine.handle(Tick(), 10.05)
-    assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1", "lmb_2")
+    assert end.stop_reason == "tool_calls" and end.pending_calls[:2] == ("lmb_1", "lmb_2")
+    assert len(end.pending_calls) == 13
     assert machine.state is State.AWAITING_TOOL_RESULTS
     result = {"type": "tool_result", "callId": "lmb_1", "content": [{"type": "text", "value": "A"}]}
     actions = machine.handle(EditorTurn(2, None, {"lmb_1": result}), 11)

@@ -31,9 +31,16 @@ async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Pat
 async def test_a_text_turn_streams_parts_before_its_stop_reason(bridge: Bridge) -> None:
     result = await bridge.chat("/say the quick brown fox")
     assert result.error is None and result.stop_reason == "end_turn"
-    assert len(result.parts) >= 4  # streamed in several chunks, not one blob
     assert result.text == "the quick brown fox\n"
     assert bridge.client.stray_parts == []
+    # Streamed: the first words reach the editor while the agent is still busy with the rest of its turn.
+    turn = await bridge.client.start_chat("scripted", [user("hi"), result.assistant_message(),
+                                                        user("/say early words\n/sleep 20000\n/say late words")])
+    with trio.fail_after(20):
+        await turn.first_part.wait()
+    assert not turn.request.answered and "".join(p["value"] for p in turn.parts) == "early words\n"
+    turn.cancel()
+    assert (await turn.result()).stop_reason == "cancelled"
 
 
 async def test_plain_text_gets_the_deterministic_echo(bridge: Bridge) -> None:
