@@ -17,27 +17,32 @@ from . import __version__
 __all__ = ["main", "build_parser"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common(log_level: str = "info") -> argparse.ArgumentParser:
+    """The options every command takes. A new parser each time: argparse shares a parent's option objects with
+    every child, so one command changing a default (``demo`` logs warnings only) would change it for all."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE",
                         help="agents file (TOML); default $LMBRIDGE_CONFIG, then $XDG_CONFIG_HOME/lmbridge/config.toml")
-    common.add_argument("--log-level", default=os.environ.get("LMBRIDGE_LOG_LEVEL", "info"),
-                        choices=("debug", "info", "warning", "error"), help="log level (default info)")
+    common.add_argument("--log-level", default=os.environ.get("LMBRIDGE_LOG_LEVEL", log_level),
+                        choices=("debug", "info", "warning", "error"), help=f"log level (default {log_level})")
     common.add_argument("--log-format", default="console", choices=("console", "json"),
                         help="log lines on stderr: console (readable) or json")
     common.add_argument("--trace-dir", metavar="DIR",
                         help="write every JSON-RPC message of every connection to DIR as NDJSON")
+    return common
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmbridge", description="Make any ACP agent usable as an editor language model.")
     parser.add_argument("--version", action="version", version=f"lmbridge {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    stdio = commands.add_parser("stdio", parents=[common], help="serve one editor on stdin/stdout (editor protocol v1)")
+    stdio = commands.add_parser("stdio", parents=[_common()], help="serve one editor on stdin/stdout (editor protocol v1)")
     stdio.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                        help="largest message accepted (default 64 MiB)")
 
-    serve = commands.add_parser("serve", parents=[common],
+    serve = commands.add_parser("serve", parents=[_common()],
                                 help="run the daemon on a WebSocket for any number of editors (editor protocol v1)")
     where = serve.add_mutually_exclusive_group()
     where.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
@@ -59,23 +64,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-requests", type=int, default=32, metavar="N",
                        help="requests in flight per connection (default 32)")
 
-    chat = commands.add_parser("chat", parents=[common], help="chat with an agent from the terminal, for trying agents")
+    chat = commands.add_parser("chat", parents=[_common("warning")], help="chat with an agent from the terminal, for trying agents")
     chat.add_argument("--connect", metavar="URL", help="a running lmbridge serve (ws://..., ws+unix://...); "
                                                        "default: start lmbridge stdio")
     chat.add_argument("--token-file", metavar="FILE", help="token for --connect (default $XDG_STATE_HOME/lmbridge/token)")
     chat.add_argument("--agent", default=None, help="model to talk to (default: the first configured)")
-    chat.set_defaults(log_level="warning")
 
-    demo = commands.add_parser("demo", parents=[common],
+    demo = commands.add_parser("demo", parents=[_common("warning")],
                                help="run a short scripted conversation through lmbridge stdio and the demo agent")
     demo.add_argument("--agent", default="demo", help="agent to talk to (default: the built-in demo agent)")
-    demo.set_defaults(log_level="warning")
+
+    from .harness.commands import add_replay_parser, add_test_parser
+
+    add_test_parser(commands)
+    add_replay_parser(commands)
 
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("test", "replay"):  # the harness reads no config of its own and logs nothing here
+        from .harness.commands import run
+
+        return run(args)
     from .config import ConfigError, load_config
 
     try:

@@ -25,6 +25,14 @@ executed.
     /stop REASON            end the turn with this stopReason (end_turn, max_tokens, max_turn_requests, refusal)
     /crash                  exit abruptly, mid-turn
 
+Scripted misbehaviours, for testing ACP test tools (``lmbridge test`` catches each one):
+
+    /badstop [REASON]       end the turn with a stopReason ACP does not have (default "finished")
+    /ignorecancel           from here on this turn ignores session/cancel (and ends normally, not "cancelled")
+    /orphan TITLE           an agent-internal tool call that starts (pending → in_progress) and never ends
+    /straycall              a tool_call_update for a toolCallId that was never announced
+    /badupdate              a session/update that violates the schema (a text chunk without its text)
+
 With ``$LMBRIDGE_DEMO_STATE_DIR`` set, sessions are kept there (one JSON file each, 0600) and the agent supports
 ``session/load`` (which replays the earlier prompts as ``user_message_chunk`` updates) and ``session/resume`` —
 also across restarts of the agent.
@@ -141,6 +149,14 @@ def _directive(name: str, arg: str) -> Step:
         return Step(name, arg)
     if name in ("recall", "crash", "flush"):
         return Step(name)
+    if name in ("ignorecancel", "straycall", "badupdate"):
+        return Step(name)
+    if name == "badstop":
+        return Step(name, arg or "finished")
+    if name == "orphan":
+        if not arg:
+            raise ScriptError("/orphan needs a title")
+        return Step(name, arg)
     raise ScriptError(f"unknown directive /{name}")
 
 
@@ -190,6 +206,7 @@ class _Session:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     later: set[asyncio.Task[Any]] = field(default_factory=set)
     tools: Any = None  # the MCP client connection, opened on first use
+    ignore_cancel: bool = False  # /ignorecancel: this turn does not react to session/cancel
 
 
 class _Cancelled(Exception):
@@ -308,7 +325,7 @@ class DemoAgent:
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         session = self._sessions.get(session_id)
-        if session is not None:
+        if session is not None and not session.ignore_cancel:
             session.cancelled.set()
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> Any:
@@ -319,6 +336,7 @@ class DemoAgent:
         if session is None:
             raise RequestError.invalid_params({"sessionId": f"unknown session {session_id}"})
         session.cancelled = asyncio.Event()
+        session.ignore_cancel = False
         self._turn_ended[session_id] = turn_ended = asyncio.Event()
         own_texts: list[str] = []
         others: list[str] = []
@@ -340,6 +358,8 @@ class DemoAgent:
         finally:
             session.prompts.append("\n".join(others + own_texts))
             self._save(session)
+        if stop_reason not in (*STOP_REASONS, "cancelled"):  # /badstop: not something PromptResponse can hold
+            return {"stopReason": stop_reason}
         return PromptResponse(stop_reason=stop_reason)
 
     async def _run(self, session: _Session, text: str, turn_ended: asyncio.Event) -> str:
@@ -471,6 +491,33 @@ class DemoAgent:
         sys.stderr.write("demo agent: crashing on purpose (/crash)\n")
         sys.stderr.flush()
         os._exit(3)
+
+    # -- misbehaviours (for testing test tools) -------------------------------------------------------------
+
+    async def _do_badstop(self, session: _Session, step: Step, _: Any) -> str:
+        return step.arg
+
+    async def _do_ignorecancel(self, session: _Session, step: Step, _: Any) -> None:
+        session.ignore_cancel = True
+
+    async def _do_orphan(self, session: _Session, step: Step, _: Any) -> None:
+        from acp import start_tool_call, update_tool_call
+
+        call_id = f"orphan-{uuid.uuid4().hex[:8]}"
+        await self._conn.session_update(session.id, start_tool_call(call_id, step.arg, kind="execute", status="pending"))
+        await self._conn.session_update(session.id, update_tool_call(call_id, status="in_progress"))
+
+    async def _do_straycall(self, session: _Session, step: Step, _: Any) -> None:
+        from acp import text_block, tool_content, update_tool_call
+
+        call_id = f"stray-{uuid.uuid4().hex[:8]}"
+        await self._conn.session_update(
+            session.id, update_tool_call(call_id, status="completed", content=[tool_content(text_block("stray"))]))
+
+    async def _do_badupdate(self, session: _Session, step: Step, _: Any) -> None:
+        # Through the SDK's raw connection: its models would refuse to build this.
+        await self._conn._conn.send_notification("session/update", {
+            "sessionId": session.id, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}}})
 
     # -- helpers -------------------------------------------------------------------------------------------
 

@@ -43,12 +43,42 @@ async def serve_http(tools: SessionTools, token: str, log: Any, *,
                         "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
             await send({"type": "http.response.body", "body": b"missing or wrong token"})
             return
-        await manager.handle_request(scope, receive, send)
+        if tools.tracer is None:
+            await manager.handle_request(scope, receive, send)
+            return
+        await manager.handle_request(scope, _traced_receive(receive, tools), _traced_send(send, tools))
 
     with trio.CancelScope() as scope:
         async with manager.run():
             task_status.started((f"http://127.0.0.1:{port}/mcp", scope))
             await trio.serve_listeners(lambda stream: _connection(stream, app, port, log), listeners)
+
+
+def _traced_receive(receive: Any, tools: SessionTools) -> Any:
+    async def traced() -> dict[str, Any]:
+        message = await receive()
+        if message.get("type") == "http.request" and message.get("body"):
+            tools.trace("in", message["body"])
+        return message
+
+    return traced
+
+
+def _traced_send(send: Any, tools: SessionTools) -> Any:
+    """Record the JSON-RPC messages of a response: a JSON body, or the ``data:`` lines of an event stream."""
+
+    async def traced(message: dict[str, Any]) -> None:
+        if message.get("type") == "http.response.body" and message.get("body"):
+            body = message["body"]
+            for line in body.split(b"\n") if body.startswith((b"data:", b"event:", b"id:", b":")) else [body]:
+                line = line.strip()
+                if line.startswith(b"data:"):
+                    line = line[5:].strip()
+                if line.startswith((b"{", b"[")):
+                    tools.trace("out", line)
+        await send(message)
+
+    return traced
 
 
 async def _connection(stream: trio.SocketStream, app: Any, port: int, log: Any) -> None:

@@ -85,6 +85,15 @@ class SessionTools:
         return True
 
     @property
+    def tracer(self) -> Any:
+        return self._tracer
+
+    def trace(self, direction: str, raw: bytes) -> None:
+        """Record one MCP message (by any transport) under this session's ``mcp:`` connection name."""
+        if self._tracer is not None:
+            self._tracer.record(self._name, direction, raw, _is_json(raw))
+
+    @property
     def agent_names(self) -> set[str]:
         return set(self._tools)
 
@@ -141,8 +150,7 @@ class SessionTools:
                     for line in lines:
                         if not line.strip():
                             continue
-                        if self._tracer is not None:
-                            self._tracer.record(self._name, "in", line, _is_json(line))
+                        self.trace("in", line)
                         try:
                             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                         except Exception as exc:
@@ -154,8 +162,7 @@ class SessionTools:
             async with from_server_receive:
                 async for item in from_server_receive:
                     data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
-                    if self._tracer is not None:
-                        self._tracer.record(self._name, "out", data)
+                    self.trace("out", data)
                     try:
                         await stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError):

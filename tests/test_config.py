@@ -113,3 +113,11 @@ def test_unset_env_removes_inherited_variables(tmp_path: Path) -> None:
     assert config.agents["a"].unset_env == ("OPENAI_*", "HOME2")
     with pytest.raises(ConfigError, match="unset_env"):
         parse_config('[agents.a]\ncommand = "x"\nunset_env = [""]\n')
+
+
+def test_each_command_keeps_its_own_log_level_default() -> None:
+    from bridge.cli import build_parser
+
+    parser = build_parser()
+    assert [parser.parse_args([c]).log_level for c in ("stdio", "serve", "demo", "chat")] == [
+        "info", "info", "warning", "warning"]

@@ -232,6 +232,8 @@ mcp_transport = "http"
     agent_trace = next(traces.glob("*agent_direct.ndjson")).read_text()
     new_session = next(json.loads(line)["msg"] for line in agent_trace.splitlines()
                        if '"session/new"' in line and '"dir":"out"' in line)
+    mcp_trace = next(traces.glob("*mcp_*.ndjson")).read_text()
+    assert '"method":"tools/call"' in mcp_trace and "sunny over http" in mcp_trace
     (server,) = new_session["params"]["mcpServers"]
     assert server["type"] == "http" and server["url"].startswith("http://127.0.0.1:")
     assert server["headers"] == [{"name": "Authorization", "value": "Bearer ***"}]  # the token never reaches a trace

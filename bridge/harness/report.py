@@ -1,0 +1,115 @@
+"""Reports of ``lmbridge test``: the console (one line per scenario, then each failure as expected / got / where),
+JUnit XML (a testsuite per scenario, a testcase per turn and per check) and JSON (everything, including what the
+editor saw in each round).
+
+Owns the presentation only; results come from ``runner``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from typing import IO, Any
+
+from .runner import ScenarioResult
+
+__all__ = ["ConsoleReport", "write_junit", "write_json"]
+
+_MARK = {"passed": "ok", "failed": "FAILED", "skipped": "skipped"}
+
+
+class ConsoleReport:
+    def __init__(self, out: IO[str], *, verbose: bool = False) -> None:
+        self.out = out
+        self.verbose = verbose
+        self._agent_shown: str | None = None
+
+    def _line(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def scenario(self, result: ScenarioResult) -> None:
+        agent = result.agent.describe() if result.agent else "?"
+        if agent != self._agent_shown:
+            self._line(f"agent: {agent}")
+            self._agent_shown = agent
+        checks = [c for c in result.checks if c.status != "skipped"]
+        self._line(f"{'PASS' if result.passed else 'FAIL'}  {result.scenario.file} — {result.scenario.name} "
+                   f"({len(result.turns)} turn(s), {len(checks)} check(s), {result.seconds:.1f} s)")
+        if self.verbose:
+            for turn in result.turns:
+                failures = result.turn_failures.get(turn.number, [])
+                label = next((t.label for t in result.scenario.turns if t.number == turn.number), f"turn {turn.number}")
+                ending = f"error {turn.error['code']}" if turn.error else turn.stop_reason
+                self._line(f"      {'ok' if not failures else 'FAILED':6} {label}: {len(turn.rounds)} round(s), "
+                           f"{ending}, {turn.seconds:.2f} s")
+            for check in result.checks:
+                self._line(f"      {_MARK[check.status]:6} check {check.name}" + (f": {check.note}" if check.note else ""))
+        for number in result.not_run:
+            self._line(f"      not run: turn {number}")
+        for failure in result.all_failures:
+            self._line(f"    ✗ {failure.file}: {failure.where}: {failure.what}")
+            self._line(f"        expected: {failure.expected}")
+            self._line(f"        got:      {failure.got}")
+        if not result.passed and result.artifacts:
+            self._line(f"      traces and lmbridge log: {result.artifacts}")
+        if result.transcript:
+            self._line(f"      transcript: {result.transcript}")
+
+    def summary(self, results: list[ScenarioResult], seconds: float) -> None:
+        passed = sum(r.passed for r in results)
+        failed = len(results) - passed
+        self._line(f"{len(results)} scenario(s): {passed} passed, {failed} failed ({seconds:.1f} s)")
+        if failed and not any(r.artifacts for r in results):
+            self._line("(run with --artifacts DIR to keep the wire traces and lmbridge's log of each scenario)")
+
+
+def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> None:
+    root = ET.Element("testsuites", name="lmbridge test", time=f"{seconds:.3f}")
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    for result in results:
+        suite = ET.SubElement(root, "testsuite", name=result.scenario.name, file=result.scenario.file,
+                              time=f"{result.seconds:.3f}")
+        counts = {"tests": 0, "failures": 0, "skipped": 0}
+        classname = os.path.splitext(os.path.basename(result.scenario.file))[0]
+
+        def case(name: str, time_: float, failures: list[Any], skipped: str | None = None) -> None:
+            element = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{time_:.3f}")
+            counts["tests"] += 1
+            if failures:
+                counts["failures"] += 1
+                failure = ET.SubElement(element, "failure", message=failures[0].message()[:500])
+                failure.text = "\n".join(f.message() for f in failures)
+            elif skipped is not None:
+                counts["skipped"] += 1
+                ET.SubElement(element, "skipped", message=skipped)
+
+        if result.failures:
+            case("scenario", 0.0, result.failures)
+        labels = {t.number: t.label for t in result.scenario.turns}
+        for turn in result.turns:
+            case(labels.get(turn.number, f"turn {turn.number}"), turn.seconds, result.turn_failures.get(turn.number, []))
+        for number in result.not_run:
+            case(labels.get(number, f"turn {number}"), 0.0, [], skipped="not run")
+        for check in result.checks:
+            case(f"check {check.name}", 0.0, check.failures, skipped=check.note if check.status == "skipped" else None)
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+        out = ET.SubElement(suite, "system-out")
+        out.text = "\n".join(filter(None, [f"agent: {result.agent.describe() if result.agent else '?'}",
+                                           f"transcript: {result.transcript}" if result.transcript else "",
+                                           f"artifacts: {result.artifacts}" if result.artifacts else ""]))
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def write_json(results: list[ScenarioResult], path: str, seconds: float) -> None:
+    report = {"passed": all(r.passed for r in results), "seconds": round(seconds, 3),
+              "scenarios": [r.to_json() for r in results]}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
