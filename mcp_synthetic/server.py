@@ -122,6 +122,9 @@ class SessionTools:
                                   on_list_tools=self._list_tools, on_call_tool=self._call_tool)
             self._server.add_notification_handler("notifications/initialized", types.NotificationParams,
                                                   self._initialized)
+            # The SDK wraps every request in an OpenTelemetry span by default: about a sixth of a tool round trip's
+            # cost here, for traces nobody collects (lmbridge has its own wire traces).
+            self._server.middleware.clear()
         return self._server
 
     async def serve(self, stream: trio.abc.Stream) -> None:

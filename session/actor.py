@@ -356,12 +356,24 @@ class SessionActor:
 def _coalesce_text(actions: list[object]) -> list[object]:
     """Adjacent text parts for the same turn become one part: the editor gets the same text in fewer messages."""
     out: list[object] = []
+    run: list[str] = []  # text of a run of text Emits, ending at out[-1]
+
+    def close_run() -> None:
+        if len(run) > 1:
+            out[-1] = Emit(out[-1].turn, {"type": "text", "value": "".join(run)})  # type: ignore[attr-defined]
+        run.clear()
+
     for action in actions:
-        if (type(action) is Emit and action.part["type"] == "text" and out and type(out[-1]) is Emit
-                and out[-1].turn == action.turn and out[-1].part["type"] == "text"):
-            out[-1] = Emit(action.turn, {"type": "text", "value": out[-1].part["value"] + action.part["value"]})
+        if type(action) is Emit and action.part["type"] == "text":
+            if run and out[-1].turn == action.turn:  # type: ignore[attr-defined]
+                run.append(action.part["value"])
+                continue
+            close_run()
+            run.append(action.part["value"])
         else:
-            out.append(action)
+            close_run()
+        out.append(action)
+    close_run()
     return out
 
 

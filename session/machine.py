@@ -247,9 +247,34 @@ class _Pending:
 
 @dataclass(slots=True)
 class _OpenTurn:
+    """An editor turn being answered. What it was sent is kept (for the provisional history), adjacent text merged
+    as it comes — a long stream is one part, not a hundred thousand."""
+
     turn: Hashable
     options: TurnOptions
-    emitted: list[dict[str, Any]] = field(default_factory=list)
+    _parts: list[dict[str, Any]] = field(default_factory=list)
+    _text: list[str] = field(default_factory=list)  # the text run after the last non-text part
+
+    def sent(self, part: dict[str, Any]) -> None:
+        if part["type"] == "text":
+            self._text.append(part["value"])
+            return
+        self._flush()
+        self._parts.append(part)
+
+    def _flush(self) -> None:
+        if self._text:
+            self._parts.append({"type": "text", "value": "".join(self._text)})
+            self._text.clear()
+
+    @property
+    def emitted(self) -> list[dict[str, Any]]:
+        self._flush()
+        return self._parts
+
+    def forget_emitted(self) -> None:
+        self._parts.clear()
+        self._text.clear()
 
 
 def _answer_text(result: dict[str, Any]) -> str:
@@ -453,7 +478,7 @@ class SessionMachine:
             self._buffer_part(part)
         for pending in self._pending.values():
             pending.emitted = False
-        turn.emitted.clear()
+        turn.forget_emitted()
         self._end_turn(out, stop_reason="cancelled")
         self._resumable = True
         self._to(State.DETACHED if self._prompt_running else State.IDLE)
@@ -649,7 +674,7 @@ class SessionMachine:
             return
         if kind == "data" and part["mimeType"] == ACP_UPDATE_MIME_TYPE and not turn.options.acp_updates:
             return
-        turn.emitted.append(part)
+        turn.sent(part)
         out.append(Emit(turn.turn, part))
 
     def _buffer_part(self, part: dict[str, Any]) -> None:

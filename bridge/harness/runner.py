@@ -162,7 +162,9 @@ async def _run_in(work: Path, scenario: Scenario, options: RunOptions, result: S
         path = Path(options.record) / f"{slug}.ndjson"
         secrets = dict(agent.config.env) if agent.config is not None else {}
         private = {str(work.resolve()): "<work>",
-                   str(Path(workspace).resolve() if workspace else (work / "workspace").resolve()): "<workspace>"}
+                   str(Path(workspace).resolve() if workspace else (work / "workspace").resolve()): "<workspace>",
+                   # Where this lmbridge and its Python live differs between machines, not between runs of the agent.
+                   sys.executable: "<python>", str(Path(__file__).resolve().parents[2]): "<lmbridge>"}
         transcript = build_transcript(driver.follower.events, scenario=scenario.name, agent_conn=agent.conn,
                                       secrets=secrets, paths=private)
         write_transcript(transcript, path)
