@@ -27,14 +27,16 @@ pytest: $(STAMP)
 interop: $(STAMP)
 	$(BIN)/python -m pytest -m interop tests/interop $(PYTEST_ARGS)
 
-# The reference VS Code extension, tested against the real lmbridge stdio (needs Node.js 20+ and npm).
+# The reference VS Code extension, tested against the real lmbridge stdio, then built into a .vsix (needs Node.js
+# 20+ and npm).
 VSCODE_DIR := editors/vscode
 HAVE_NODE := command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && \
 	node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'
 
 vscode-test: $(STAMP)
 	@if $(HAVE_NODE); then \
-		cd $(VSCODE_DIR) && npm ci --no-audit --no-fund && LMBRIDGE_BIN="$(CURDIR)/$(BIN)/lmbridge" npm test; \
+		cd $(VSCODE_DIR) && npm ci --no-audit --no-fund && LMBRIDGE_BIN="$(CURDIR)/$(BIN)/lmbridge" npm test \
+			&& npm run package; \
 	else \
 		echo "!!!!!!!! SKIPPED: the VS Code extension tests ($(VSCODE_DIR)) need Node.js 20+ and npm, not found !!!!!!!!" >&2; \
 	fi

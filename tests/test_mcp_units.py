@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import re
 
+import pytest
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,3 +72,56 @@ def test_result_content_maps_text_images_and_data() -> None:
     assert [c.type for c in content] == ["text", "image", "text", "text"]
     assert content[1].data == png and content[1].mime_type == "image/png"
     assert content[2].text == '{"a": 1}' and content[3].text == "[application/zip data, 4 bytes]"
+
+
+async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
+    """While the editor runs a tool, an agent that gave a progress token hears from us every 15 s (agents time
+    tools out). In-process, on a mock clock."""
+    import trio
+
+    from bridge.logs import get_logger
+    from mcp_synthetic.server import PROGRESS_INTERVAL, SessionTools
+
+    release = trio.Event()
+
+    async def invoke(name, arguments, cancel):
+        await release.wait()
+        return {"type": "tool_result", "callId": "x", "content": [{"type": "text", "value": "done"}]}, ""
+
+    class Session:
+        def __init__(self) -> None:
+            self.beats: list[tuple] = []
+
+        async def send_progress_notification(self, token, progress, total, message, related_request_id=None):
+            self.beats.append((token, progress, trio.current_time()))
+
+    class Ctx:
+        meta = {"progress_token": "tok"}
+        request_id = 7
+        session = Session()
+
+    class Params:
+        name = "slow"
+        arguments: dict = {}
+
+    tools = SessionTools(invoke, log=get_logger())
+    tools.update([{"name": "slow", "description": "", "inputSchema": {"type": "object"}}])
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def call() -> None:
+            results.append(await tools._call(Ctx(), Params()))
+
+        nursery.start_soon(call)
+        await trio.sleep(PROGRESS_INTERVAL * 3 + 1)
+        release.set()
+    assert [(t, p) for t, p, _ in Ctx.session.beats] == [("tok", 1), ("tok", 2), ("tok", 3)]
+    assert [round(at) for _, _, at in Ctx.session.beats] == [15, 30, 45]
+    assert results[0].content[0].text == "done" and not results[0].is_error
+
+
+@pytest.fixture
+def autojump_clock():
+    import trio.testing
+
+    return trio.testing.MockClock(autojump_threshold=0)
