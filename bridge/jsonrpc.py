@@ -13,6 +13,7 @@ already saw answered, is reported as ``StrayResponse`` instead of being mistaken
 from __future__ import annotations
 
 import json
+import json.scanner
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -126,6 +127,24 @@ Event = Union[Request, Notification, Response, ErrorResponse, InvalidMessage, St
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
+# json.loads on bytes sniffs the encoding and wraps the C scanner in Python checks on every call: for one message
+# per line, decoding the line and calling the scanner directly takes half the time.
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def parse(raw: bytes | str) -> Any:
+    """One JSON value, as ``json.loads`` reads it (``ValueError`` when it is not JSON; bytes must be UTF-8)."""
+    text = raw if isinstance(raw, str) else bytes(raw).decode()
+    start = 0
+    if text[:1].isspace():
+        start = len(text) - len(text.lstrip())
+    try:
+        value, end = _SCAN(text, start)
+    except StopIteration as stop:
+        raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+    if end != len(text) and not text[end:].isspace():
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -233,7 +252,7 @@ class JsonRpcProtocol:
         if len(raw) > self.max_message_bytes:
             return self._too_long(len(raw))
         try:
-            message = json.loads(raw)
+            message = parse(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             if self.on_message is not None:
                 self.on_message(raw, False)

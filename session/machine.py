@@ -505,8 +505,25 @@ class SessionMachine:
         self._update(event.update, out)
 
     def _on_updates(self, event: AgentUpdates, now: float, out: list[Action]) -> None:
+        turn = self._turn
+        if self.state is not State.STREAMING or turn is None or turn.options.acp_updates:
+            for update in event.updates:
+                self._update(update, out)
+            return
+        # Streaming a batch: adjacent text goes out as one part (the hot path of a talkative agent).
+        run: list[str] = []
+        render = self._renderer.render
         for update in event.updates:
-            self._update(update, out)
+            for part in render(update):
+                if part["type"] == "text":
+                    run.append(part["value"])
+                    continue
+                if run:
+                    self._emit(turn, {"type": "text", "value": "".join(run)}, out)
+                    run.clear()
+                self._emit(turn, part, out)
+        if run:
+            self._emit(turn, {"type": "text", "value": "".join(run)}, out)
 
     def _update(self, update: dict[str, Any], out: list[Action]) -> None:
         if self.state is State.CLOSED:
