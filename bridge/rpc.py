@@ -266,7 +266,6 @@ class JsonRpcConnection:
         self._outbox_ready = trio.Event()
         self._outbox_drained = trio.Event()
         self._outbox_drained.set()
-        self._writing = False  # a write to the wire is under way (the writer's, or a direct one in _send)
         self._closed = False
         self._nursery: trio.Nursery | None = None
         self.peer_closed = trio.Event()  # end of input, or the peer stopped reading
@@ -373,22 +372,6 @@ class JsonRpcConnection:
             self._enqueue(JsonRpcProtocol.notify(method, params))
 
     async def _send(self, data: bytes) -> None:
-        if not self._writing and not self._outbox and not self._closed:
-            # Nothing queued and nobody writing: write it from this task — one scheduler hop less per message,
-            # which is most of the latency a streamed part picks up on its way through.
-            if self._tracer is not None:
-                self._tracer.record(self.name, "out", data)
-            self._writing = True
-            try:
-                await self._wire.write([data])
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._peer_stopped_reading(exc)
-                raise ConnectionClosed(f"{self.name}: peer stopped reading") from None
-            finally:
-                self._writing = False
-                if self._outbox:
-                    self._outbox_ready.set()  # queued meanwhile: the writer takes it from here
-            return
         self._enqueue(data)
         if self._outbox_bytes > self._outbox_high_water:
             await self._outbox_drained.wait()
@@ -408,28 +391,20 @@ class JsonRpcConnection:
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready = trio.Event()
-            if self._writing:
-                continue  # a direct write is under way; it wakes us when it is done
             while self._outbox:
                 batch = list(self._outbox)
                 self._outbox.clear()
                 self._outbox_bytes = 0
-                self._writing = True
                 try:
                     await self._wire.write(batch)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    self._peer_stopped_reading(exc)
+                    self._log.debug("write failed; peer gone", error=str(exc))
+                    self._closed = True
+                    self.peer_closed.set()
+                    self._outbox_drained.set()
+                    self._fail_waiters(ConnectionClosed(f"{self.name}: peer stopped reading"))
                     return
-                finally:
-                    self._writing = False
             self._outbox_drained.set()
-
-    def _peer_stopped_reading(self, exc: BaseException) -> None:
-        self._log.debug("write failed; peer gone", error=str(exc))
-        self._closed = True
-        self.peer_closed.set()
-        self._outbox_drained.set()
-        self._fail_waiters(ConnectionClosed(f"{self.name}: peer stopped reading"))
 
     # -- incoming -------------------------------------------------------------------------------------------
 
