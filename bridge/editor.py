@@ -16,6 +16,7 @@ import trio
 
 from . import __version__
 from .acp_client import AgentExitedError, AgentStartError
+from .history_parse import HistoryReusingParser
 from .initialize import PROTOCOL_VERSION, EditorHello, initialize_result, parse_initialize
 from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, InvalidParams, RpcError
 from .rpc import JsonRpcConnection, MethodTable, RequestContext
@@ -43,6 +44,8 @@ class EditorConnection:
         self.methods.request("shutdown", self._shutdown)
         self.methods.request("daemon/status", self._status, precondition=initialized)
         self.connection: JsonRpcConnection | None = None
+        # The editor re-sends every history in full: its connection parses with this (see bridge.history_parse).
+        self.parse = HistoryReusingParser()
         self.initialized = False
         self.client_info: dict[str, Any] = {}
         self.workspace_folders: list[str] = []

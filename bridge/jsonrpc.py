@@ -26,6 +26,8 @@ __all__ = [
     "INTERNAL_ERROR",
     "REQUEST_CANCELLED",
     "RequestId",
+    "parse",
+    "scan_json",
     "RpcError",
     "InvalidParams",
     "Request",
@@ -129,7 +131,9 @@ Event = Union[Request, Notification, Response, ErrorResponse, InvalidMessage, St
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
 # json.loads on bytes sniffs the encoding and wraps the C scanner in Python checks on every call: for one message
 # per line, decoding the line and calling the scanner directly takes half the time.
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+# scan_json(text, index) → (the JSON value starting exactly at index, the index after it); StopIteration when
+# no value starts there.
+scan_json = json.scanner.make_scanner(json.JSONDecoder())
 
 
 def parse(raw: bytes | str) -> Any:
@@ -139,7 +143,7 @@ def parse(raw: bytes | str) -> Any:
     if text[:1].isspace():
         start = len(text) - len(text.lstrip())
     try:
-        value, end = _SCAN(text, start)
+        value, end = scan_json(text, start)
     except StopIteration as stop:
         raise json.JSONDecodeError("Expecting value", text, stop.value) from None
     if end != len(text) and not text[end:].isspace():
@@ -169,7 +173,12 @@ class LineFramer:
         if max_line_bytes < 1:
             raise ValueError("max_line_bytes must be positive")
         self.max_line_bytes = max_line_bytes
-        self._buffer = bytearray()
+        # An incomplete line: its pieces, joined once when its newline comes (a long line arrives in many reads;
+        # growing one buffer copies it again and again: 2.8 ms for 3 MB against 0.2). Small reads gather in
+        # ``_small`` first, so a peer trickling bytes cannot make a list of millions of tiny objects.
+        self._pieces: list[bytes] = []
+        self._small = bytearray()
+        self._pieces_bytes = 0
         self._discarding = 0  # bytes dropped so far of an over-long line; 0 when not discarding
 
     def feed(self, data: bytes) -> list[bytes | LineFramer.LineTooLong]:
@@ -185,10 +194,11 @@ class LineFramer:
                 out.append(self.LineTooLong(self._discarding + len(chunk)))
                 self._discarding = 0
                 continue
-            if self._buffer:
-                self._buffer += chunk
-                line = bytes(self._buffer)
-                self._buffer.clear()
+            if self._pieces_bytes:
+                self._hold(chunk)
+                self._flush_small()
+                line = b"".join(self._pieces)
+                self._forget_pieces()
             else:
                 line = chunk
             if len(line) > self.max_line_bytes:
@@ -202,16 +212,37 @@ class LineFramer:
         if self._discarding:
             self._discarding += len(rest)
         elif rest:
-            self._buffer += rest
-            if len(self._buffer) > self.max_line_bytes:
-                self._discarding = len(self._buffer)
-                self._buffer.clear()
+            self._hold(rest)
+            if self._pieces_bytes > self.max_line_bytes:
+                self._discarding = self._pieces_bytes
+                self._forget_pieces()
         return out
+
+    def _hold(self, piece: bytes) -> None:
+        """Keep a piece of the incomplete line."""
+        self._pieces_bytes += len(piece)
+        if len(piece) < 4096:
+            self._small += piece
+            if len(self._small) >= 65536:
+                self._flush_small()
+        else:
+            self._flush_small()
+            self._pieces.append(bytes(piece))
+
+    def _flush_small(self) -> None:
+        if self._small:
+            self._pieces.append(bytes(self._small))
+            self._small.clear()
+
+    def _forget_pieces(self) -> None:
+        self._pieces.clear()
+        self._small.clear()
+        self._pieces_bytes = 0
 
     @property
     def buffered(self) -> int:
         """Bytes of an incomplete line held (or being discarded) at the moment."""
-        return len(self._buffer) or self._discarding
+        return self._pieces_bytes or self._discarding
 
 
 def _valid_id(value: Any) -> bool:
@@ -227,13 +258,21 @@ class JsonRpcProtocol:
     our unanswered requests to their method names.
     """
 
-    def __init__(self, *, max_message_bytes: int = 32 * 1024 * 1024, first_id: int = 1) -> None:
+    def __init__(self, *, max_message_bytes: int = 32 * 1024 * 1024, first_id: int = 1,
+                 parse: Callable[[bytes], Any] = parse) -> None:
+        """``parse``: bytes → JSON value, ``ValueError`` when not JSON (e.g. ``history_parse.HistoryReusingParser``)."""
         self.max_message_bytes = max_message_bytes
+        self._parse = parse
         self._framer = LineFramer(max_message_bytes)
         self._next_id = first_id
         self.pending: dict[RequestId, str] = {}
         # Called with every incoming message's raw bytes and whether they parsed as JSON (for wire traces).
         self.on_message: Callable[[bytes, bool], None] | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete message received so far (0 between messages)."""
+        return self._framer.buffered
 
     # -- input ---------------------------------------------------------------------------------------------
 
@@ -252,11 +291,12 @@ class JsonRpcProtocol:
         if len(raw) > self.max_message_bytes:
             return self._too_long(len(raw))
         try:
-            message = parse(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
+            message = self._parse(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             if self.on_message is not None:
                 self.on_message(raw, False)
-            return InvalidMessage(RpcError(PARSE_ERROR, f"Parse error: {exc}"), None, raw)
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            return InvalidMessage(RpcError(PARSE_ERROR, f"Parse error: {reason}"), None, raw)
         if self.on_message is not None:
             self.on_message(raw, True)
         if not isinstance(message, dict):

@@ -144,11 +144,13 @@ class StreamWire:
     """Newline-delimited JSON over a pair of Trio byte streams (stdio, pipes, unix sockets)."""
 
     def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, read_size: int = 65536,
-                 pending: bytes = b""):
-        """``pending``: input already read from ``receive`` by someone else, to be processed first."""
+                 long_read_size: int | None = None, pending: bytes = b""):
+        """``long_read_size``: reads while a long message is coming in part by part (default: ``read_size``).
+        ``pending``: input already read from ``receive`` by someone else, to be processed first."""
         self._receive = receive
         self._send = send
         self._read_size = read_size
+        self._long_read_size = long_read_size or read_size
         self._pending = pending
 
     async def read(self, protocol: JsonRpcProtocol) -> list[jsonrpc.Event] | None:
@@ -156,7 +158,7 @@ class StreamWire:
             data, self._pending = self._pending, b""
             return protocol.receive_data(data)
         try:
-            data = await self._receive.receive_some(self._read_size)
+            data = await self._receive.receive_some(self._long_read_size if protocol.buffered else self._read_size)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None
         if not data:
@@ -247,13 +249,14 @@ class JsonRpcConnection:
         tracer: Any = None,
         outbox_high_water: int = 4 * 1024 * 1024,
         max_concurrent_requests: int | None = None,
+        parse: Callable[[bytes], Any] = jsonrpc.parse,
     ) -> None:
         self.name = name
         self._max_concurrent = max_concurrent_requests
         self._wire = wire
         self._methods = methods
         self._cancel_style = cancel_style
-        self._protocol = JsonRpcProtocol(max_message_bytes=max_message_bytes)
+        self._protocol = JsonRpcProtocol(max_message_bytes=max_message_bytes, parse=parse)
         self._tracer = tracer
         if tracer is not None:
             self._protocol.on_message = lambda raw, valid: tracer.record(name, "in", raw, valid)

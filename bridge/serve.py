@@ -205,7 +205,7 @@ class WebSocketDaemon:
         wire = WebSocketWire(ws)
         connection = JsonRpcConnection(wire, editor.methods, name=name, cancel_style=EDITOR_CANCEL, tracer=self._tracer,
                                        max_message_bytes=self._options.max_message_bytes,
-                                       max_concurrent_requests=self._options.max_requests)
+                                       max_concurrent_requests=self._options.max_requests, parse=editor.parse)
         editor.connection = connection
         self._connections[number] = (editor, connection)
         self._log.info("editor connected", conn=name, connections=len(self._connections))

@@ -245,7 +245,7 @@ def _is_json(line: bytes) -> bool:
 
     try:
         json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 

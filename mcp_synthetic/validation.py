@@ -68,7 +68,7 @@ def _parse_nested_json(value: Any, schema: Any) -> Any:
     if isinstance(value, str) and (_wants(schema, "object") or _wants(schema, "array")):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
         if isinstance(parsed, (dict, list)):
             value = parsed

@@ -163,7 +163,7 @@ def _canonical_json(value: Any) -> str:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 

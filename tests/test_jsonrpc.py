@@ -152,10 +152,26 @@ def test_framer_memory_stays_bounded_while_discarding() -> None:
     framer = LineFramer(100)
     for _ in range(1000):
         assert framer.feed(b"x" * 1000) == []
-    assert len(framer._buffer) == 0
+    assert framer._pieces == [] and not framer._small and framer.buffered == 1_000_000
     out = framer.feed(b"\nabc\n")
     assert isinstance(out[0], LineFramer.LineTooLong) and out[0].size == 1_000_000
     assert out[1] == b"abc"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 300_000), min_size=1, max_size=4), st.data())
+def test_long_lines_in_reads_of_any_size_come_out_whole(sizes: list[int], data: st.DataObject) -> None:
+    lines = [bytes([65 + n % 26]) * size for n, size in enumerate(sizes)]
+    stream = b"".join(line + b"\n" for line in lines)
+    framer = LineFramer(1_000_000)
+    out: list = []
+    position = 0
+    while position < len(stream):
+        # Reads of a few bytes up to more than the small-piece buffer, as pipes and sockets deliver them.
+        size = data.draw(st.sampled_from([1, 7, 4095, 4096, 65_535, 70_000, 400_000]))
+        out += framer.feed(stream[position:position + size])
+        position += size
+    assert out == lines and framer.buffered == 0
 
 
 def test_crlf_and_blank_lines_are_tolerated() -> None:

@@ -57,6 +57,24 @@ async def test_the_second_turn_of_a_conversation_reuses_the_acp_session(bridge: 
     assert bridge.stderr.count("session opened") == 1
 
 
+async def test_a_long_conversation_continues_turn_after_turn(bridge: Bridge) -> None:
+    # Over the parser's 16 KiB threshold: from the second turn on, the repeated history is reused, not re-parsed.
+    long_opening = "context " * 6000
+    history = [user(long_opening)]
+    history.append((await bridge.chat(history)).assistant_message())
+    for n in range(3):
+        history.append(user(f"turn {n}"))
+        history.append((await bridge.chat(history)).assistant_message())
+    history.append(user("/recall"))
+    recall = await bridge.chat(history)
+    assert recall.text == "earlier prompts: " + json.dumps([long_opening, "turn 0", "turn 1", "turn 2"]) + "\n"
+    assert bridge.stderr.count("session opened") == 1
+    # An edit deep inside the long history is still seen: another conversation, a new session (seeded with it).
+    edited = [user(long_opening.replace("context", "contexts", 1)), *history[1:]]
+    assert (await bridge.chat(edited)).text == "earlier prompts: []\n"
+    assert bridge.stderr.count("session opened") == 2
+
+
 async def test_cancel_ends_the_turn_promptly_and_the_next_turn_is_clean(bridge: Bridge) -> None:
     history = [user("/stream 3\n/sleep 20000\n/say never")]
     turn = await bridge.client.start_chat("scripted", history)
@@ -324,3 +342,21 @@ async def test_an_unusual_first_message_is_answered_by_the_engine(first: bytes) 
     error, ok = (json.loads(line) for line in out.splitlines()[:2])
     assert error["error"]["code"] in (-32602, -32700, -32600)
     assert ok["id"] == 2 and ok["result"]["protocolVersion"] == 1
+
+
+def test_the_input_pipe_is_widened_for_long_histories(tmp_path: Path) -> None:
+    import fcntl
+
+    from bridge.stdio import _LONG_INPUT, _widen_pipe
+
+    read_end, write_end = os.pipe()
+    try:
+        _widen_pipe(read_end)
+        assert fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ) == _LONG_INPUT
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    regular = tmp_path / "input"
+    regular.write_bytes(b"")
+    with regular.open("rb") as file:
+        _widen_pipe(file.fileno())  # not a pipe: left alone, no error

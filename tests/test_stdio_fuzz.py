@@ -59,6 +59,9 @@ garbage = st.one_of(
             st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "x"]), inner, max_size=4),
         max_leaves=10)),
     st.just(b"x" * 5000),  # over --max-message-bytes
+    st.just(b"[" * 2000 + b"]" * 2000),  # deeper than Python's recursion limit
+    st.just(b'{"jsonrpc":"2.0","id":7,"method":"lm/countTokens","params":{"messages":[' + b"[" * 1900 + b"]" * 1900
+            + b"]}}"),
 )
 
 

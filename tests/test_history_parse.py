@@ -1,0 +1,166 @@
+"""The history-reusing parser: always exactly what json.loads returns, and the repeated history parsed once."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.history_parse import HistoryReusingParser
+from bridge.jsonrpc import PARSE_ERROR, InvalidMessage, JsonRpcProtocol, Request
+
+
+def chat(messages: list, request_id: int = 1, **params) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "lm/chat",
+                       "params": {"modelId": "demo", "messages": messages, **params}}).encode()
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": [{"type": "text", "value": text}]}
+
+
+def assistant(text: str) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "value": text}]}
+
+
+def test_a_continued_history_reuses_the_parsed_messages() -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    history = [user("hello " * 100), assistant("hi"), user("list the files")]
+    first = parser(chat(history, 1))
+    assert first == json.loads(chat(history, 1)) and parser.reused_messages == 0
+    longer = [*history, assistant("two files"), user("and now?")]
+    second = parser(chat(longer, 2))
+    assert second == json.loads(chat(longer, 2))
+    assert parser.reused_messages == 3 and parser.parsed_messages == 5
+    # The repeated messages are the very objects of the first parse: history matching compares them by identity.
+    assert all(a is b for a, b in zip(second["params"]["messages"], first["params"]["messages"]))
+    # The same history once more (a retry): all reused, nothing parsed.
+    third = parser(chat(longer, 3))
+    assert third["params"]["messages"] == longer and parser.reused_messages == 8 and parser.parsed_messages == 5
+
+
+def test_an_edit_inside_the_history_is_parsed_afresh() -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    history = [user("one"), assistant("two"), user("three")]
+    parser(chat(history))
+    edited = [user("one"), assistant("TWO"), user("three"), assistant("four")]
+    assert parser(chat(edited))["params"]["messages"] == edited
+    assert parser.reused_messages == 0
+
+
+def test_an_element_that_continues_past_the_old_end_is_not_mistaken_for_a_repeat() -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    for messages in ([1, 2, 3], [1, 2, 34], [1, 2, 34.5e1], [1, 2, 34.5e1, "x"], [1, 2, 34.5e1, "x", {"a": []}]):
+        assert parser(chat(messages))["params"]["messages"] == messages
+
+
+def test_short_histories_are_not_remembered() -> None:
+    parser = HistoryReusingParser()  # the default threshold: 16 KiB
+    history = [user("short")]
+    parser(chat(history))
+    parser(chat([*history, assistant("ok")]))
+    assert parser.reused_messages == 0 and parser.remembered_chars == 0
+
+
+def test_memory_is_bounded_by_entries_and_characters() -> None:
+    parser = HistoryReusingParser(min_chars=0, max_entries=3, max_chars=10_000)
+    for n in range(10):
+        parser(chat([user(f"conversation {n} " + "x" * 100)]))
+    assert len(parser._remembered) == 3
+    parser(chat([user("y" * 20_000)]))  # the newest is kept even alone over the budget; the others go
+    assert len(parser._remembered) == 1
+    parser(chat([user("z" * 100)]))
+    assert len(parser._remembered) == 1 and parser.remembered_chars < 200
+
+
+def test_concurrent_conversations_each_continue_their_own_history() -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    a = [user("a" * 50)]
+    b = [user("b" * 50)]
+    for turn in range(5):
+        a = [*a, assistant(f"a{turn}"), user(f"more a {turn}")]
+        b = [*b, assistant(f"b{turn}"), user(f"more b {turn}")]
+        assert parser(chat(a))["params"]["messages"] == a
+        assert parser(chat(b))["params"]["messages"] == b
+    assert parser.reused_messages == 2 * (3 + 5 + 7 + 9)  # from the second turn on, the previous history repeats
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}',
+    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}]}} trailing',
+    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"},]}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages" [1]}}',
+    b"\xff\xfe{}",
+    b"",
+])
+def test_invalid_input_fails_as_the_plain_parse_does(raw: bytes) -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    parser(b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}]}}')
+    with pytest.raises(ValueError):
+        parser(raw)
+
+
+def test_deep_nesting_is_a_parse_error_not_a_crash() -> None:
+    protocol = JsonRpcProtocol(parse=HistoryReusingParser(min_chars=0))
+    for raw in (b"[" * 100_000 + b"]" * 100_000,
+                b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[' + b"[" * 5000 + b"]" * 5000
+                + b"]}}"):
+        event = protocol.receive_message(raw)
+        assert isinstance(event, InvalidMessage) and event.error.code == PARSE_ERROR
+        assert "nested too deeply" in event.error.message
+    event = protocol.receive_message(chat([user("still serving")]))
+    assert isinstance(event, Request) and event.params["messages"] == [user("still serving")]
+
+
+# -- property: whatever the sequence of messages, the result is json.loads' ---------------------------------------
+
+scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.sampled_from(["role", "content", "messages", "params", "x"]), inner, max_size=3), max_leaves=8)
+message_values = st.one_of(values, st.builds(user, st.text(max_size=20)), st.builds(assistant, st.text(max_size=20)))
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[bytes]:
+    """Requests as an editor (or a hostile peer) might send them: histories that grow, get edited or replaced,
+    in varied layouts — indentation, key order, repeated keys, a ``messages`` key nested inside a message."""
+    history = draw(st.lists(message_values, max_size=4))
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        action = draw(st.sampled_from(["extend", "extend", "edit", "replace", "same"]))
+        if action == "extend":
+            history = history + draw(st.lists(message_values, min_size=1, max_size=3))
+        elif action == "edit" and history:
+            index = draw(st.integers(0, len(history) - 1))
+            history = [*history[:index], draw(message_values), *history[index + 1:]]
+        elif action == "replace":
+            history = draw(st.lists(message_values, max_size=4))
+        params = {"modelId": "demo", "messages": history}
+        if draw(st.booleans()):
+            params = {"options": {"messages": draw(values)}, **params}
+        envelope = {"jsonrpc": "2.0", "id": len(out), "method": "lm/chat", "params": params}
+        if draw(st.booleans()):
+            envelope = {"params": params, **envelope}  # params first
+        text = json.dumps(envelope, indent=draw(st.sampled_from([None, None, 1, "\t"])),
+                          separators=draw(st.sampled_from([None, (",", ":"), (" ,", " : ")])),
+                          ensure_ascii=draw(st.booleans()))
+        if draw(st.booleans()):  # a repeated key: the last one wins
+            text = text.replace('"params"', '"params": {"messages": [1, 2]}, "params"', 1)
+        out.append(("  " if draw(st.booleans()) else "") + text + draw(st.sampled_from(["", " ", "\r\n"])))
+    return [line.encode() for line in out]
+
+
+@settings(max_examples=300, deadline=None)
+@given(conversations())
+def test_the_result_is_always_what_json_loads_returns(requests: list[bytes]) -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    for raw in requests:
+        try:
+            expected = json.loads(raw)
+        except ValueError:  # the repeated key landed inside a string list: not JSON any more
+            with pytest.raises(ValueError):
+                parser(raw)
+        else:
+            assert parser(raw) == expected
