@@ -136,7 +136,8 @@ def _widen_pipe(fd: int) -> None:
     import stat
 
     try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(fcntl, "F_SETPIPE_SZ"):
+        if (stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(fcntl, "F_SETPIPE_SZ")
+                and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < _LONG_INPUT):  # grow it, never shrink it
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _LONG_INPUT)
     except OSError:
         pass  # over the system's limit, or not allowed: the default pipe works, only slower

@@ -353,6 +353,9 @@ def test_the_input_pipe_is_widened_for_long_histories(tmp_path: Path) -> None:
     try:
         _widen_pipe(read_end)
         assert fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ) == _LONG_INPUT
+        fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, 4096)  # smaller now: widened again
+        _widen_pipe(read_end)
+        assert fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ) == _LONG_INPUT
     finally:
         os.close(read_end)
         os.close(write_end)
