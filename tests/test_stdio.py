@@ -34,10 +34,19 @@ async def test_a_text_turn_streams_parts_before_its_stop_reason(bridge: Bridge) 
     assert result.text == "the quick brown fox\n"
     assert bridge.client.stray_parts == []
     # Streamed: the first words reach the editor while the agent is still busy with the rest of its turn.
+    early_words = trio.Event()
+    streamed: list[str] = []
+
+    def on_part(part: dict) -> None:  # the words may come in one part or several
+        streamed.append(part["value"])
+        if "".join(streamed) == "early words\n":
+            early_words.set()
+
     turn = await bridge.client.start_chat("scripted", [user("hi"), result.assistant_message(),
-                                                        user("/say early words\n/sleep 20000\n/say late words")])
+                                                        user("/say early words\n/sleep 20000\n/say late words")],
+                                          on_part=on_part)
     with trio.fail_after(20):
-        await turn.first_part.wait()
+        await early_words.wait()
     assert not turn.request.answered and "".join(p["value"] for p in turn.parts) == "early words\n"
     turn.cancel()
     assert (await turn.result()).stop_reason == "cancelled"
