@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bridge.client import assistant_message
+
 __all__ = ["Peer", "BridgeClient", "DirectAgent", "user", "assistant_message", "ROOT", "AGENT", "MCP_SERVER",
            "bridge_argv", "clock"]
 
@@ -37,20 +39,6 @@ def _dumps(message: Any) -> bytes:
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "value": text}]}
-
-
-def assistant_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """A response as the editor puts it back in the history: text merged, tool calls kept."""
-    content: list[dict[str, Any]] = []
-    for part in parts:
-        if part.get("type") == "text":
-            if content and content[-1]["type"] == "text":
-                content[-1] = {"type": "text", "value": content[-1]["value"] + part["value"]}
-            else:
-                content.append(dict(part))
-        elif part.get("type") == "tool_call":
-            content.append(dict(part))
-    return {"role": "assistant", "content": content}
 
 
 def bridge_argv(*args: str) -> list[str]:

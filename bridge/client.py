@@ -21,7 +21,7 @@ import trio
 from .jsonrpc import RpcError
 from .rpc import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
 
-__all__ = ["ChatResult", "ChatTurn", "EditorClient", "spawn_stdio", "connect_daemon", "lmbridge_command"]
+__all__ = ["ChatResult", "ChatTurn", "assistant_message", "EditorClient", "spawn_stdio", "connect_daemon", "lmbridge_command"]
 
 PartCallback = Callable[[dict[str, Any]], None]
 
@@ -42,19 +42,23 @@ class ChatResult:
         return [part for part in self.parts if part.get("type") == "tool_call"]
 
     def assistant_message(self) -> dict[str, Any]:
-        """This response as the assistant message an editor puts in its history (text merged, tool calls kept,
-        thinking and data dropped — what VS Code re-sends)."""
-        content: list[dict[str, Any]] = []
-        for part in self.parts:
-            kind = part.get("type")
-            if kind == "text":
-                if content and content[-1]["type"] == "text":
-                    content[-1] = {"type": "text", "value": content[-1]["value"] + part["value"]}
-                else:
-                    content.append(dict(part))
-            elif kind == "tool_call":
+        return assistant_message(self.parts)
+
+
+def assistant_message(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A response's parts as the assistant message an editor puts in its history (text merged, tool calls kept,
+    thinking and data dropped — what VS Code re-sends)."""
+    content: list[dict[str, Any]] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text":
+            if content and content[-1]["type"] == "text":
+                content[-1] = {"type": "text", "value": content[-1]["value"] + part["value"]}
+            else:
                 content.append(dict(part))
-        return {"role": "assistant", "content": content}
+        elif kind == "tool_call":
+            content.append(dict(part))
+    return {"role": "assistant", "content": content}
 
 
 class ChatTurn:

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from ..client import ChatTurn, EditorClient, spawn_stdio
+from ..client import ChatTurn, EditorClient, assistant_message, spawn_stdio
 from .scenario import Cancel, Timeouts, ToolSpec
 from .traces import AcpLog, TraceFollower, WireEvent
 
@@ -385,7 +385,7 @@ class Driver:
 
     def _remember(self, result: RoundResult) -> None:
         """Add the response to the history as an editor does: what it showed (an empty response is not kept)."""
-        message = _assistant_message(result)
+        message = assistant_message(result.parts)
         if message["content"]:
             self.history.append(message)
 
@@ -538,20 +538,6 @@ class _TurnState:
     text_so_far: str
     cancel: Cancel | None
     fired: bool
-
-
-def _assistant_message(result: RoundResult) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
-    for part in result.parts:
-        kind = part.get("type")
-        if kind == "text":
-            if content and content[-1]["type"] == "text":
-                content[-1] = {"type": "text", "value": content[-1]["value"] + part["value"]}
-            else:
-                content.append(dict(part))
-        elif kind == "tool_call":
-            content.append(dict(part))
-    return {"role": "assistant", "content": content}
 
 
 def _tool_result(answer: ToolAnswer) -> dict[str, Any]:
