@@ -91,6 +91,17 @@ class AgentPool:
             if start.process is not None:
                 return start.process
 
+    def prestart(self, agent_id: str) -> None:
+        """Start the agent in the background unless it runs or is starting (no one waits; a failure is logged and
+        the next ``acquire`` tries again). Unused, it is stopped like any idle agent, after ``idle_ttl``."""
+        config = self.config(agent_id)
+        if self._closed or self._nursery is None or agent_id in self._starting:
+            return
+        process = self._running.get(agent_id)
+        if process is None or not process.alive:
+            self._log.info("prestarting an agent", agent=agent_id)
+            self._begin(config)
+
     def _begin(self, config: AgentConfig) -> _Start:
         assert self._nursery is not None
         start = self._starting[config.id] = _Start()
@@ -112,6 +123,7 @@ class AgentPool:
                 start.error = AgentStartError(config.id, "lmbridge is shutting down")
         except Exception as exc:
             start.error = exc
+            self._log.warning("agent failed to start", agent=config.id, error=str(exc))
         finally:
             del self._starting[config.id]
             start.done.set()

@@ -67,6 +67,7 @@ class AgentConfig:
     max_output_tokens: int = 32_000
     image_input: bool = False
     initialize_timeout: float = 60.0
+    prestart: bool = False  # start (and initialize) the agent as soon as an editor connects, not at its first chat
 
     @property
     def argv(self) -> list[str]:
@@ -183,6 +184,7 @@ _AGENT_KEYS = {
     "max_output_tokens": int,
     "image_input": bool,
     "initialize_timeout": (int, float),
+    "prestart": bool,
 }
 # Editors send JSON, where camelCase is the norm; accept both spellings there.
 _CAMEL = {"unsetEnv": "unset_env", "permissionPolicy": "permission_policy", "mcpTransport": "mcp_transport", "maxInputTokens": "max_input_tokens",

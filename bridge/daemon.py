@@ -95,6 +95,15 @@ class Daemon:
     def add_agents(self, configs: Mapping[str, AgentConfig]) -> None:
         self.pool.add(configs)
 
+    def prestart_agents(self) -> None:
+        """An editor connected: start the agents configured with ``prestart``, and the MCP SDK's import its first
+        chat would otherwise wait for (editors send their tools with every chat)."""
+        prestart = [config.id for config in self.pool.configs.values() if config.prestart]
+        for agent_id in prestart:
+            self.pool.prestart(agent_id)
+        if prestart:
+            self.tools.preload()
+
     def status(self) -> dict[str, Any]:
         from . import __version__
 

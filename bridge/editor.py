@@ -82,6 +82,7 @@ class EditorConnection:
         self.acp_updates = hello.acp_updates
         if hello.agents:
             self.daemon.add_agents(hello.agents)
+        self.daemon.prestart_agents()
         self.initialized = True
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
 

@@ -55,7 +55,12 @@ class EditorToolsSetup:
 
     def prepare(self, request: Any) -> None:
         """Start importing the MCP SDK (about a second) as soon as a request with tools arrives."""
-        if request.tools and self._sdk_loaded is None and self._nursery is not None:
+        if request.tools:
+            self.preload()
+
+    def preload(self) -> None:
+        """Start importing the MCP SDK in a worker thread, once."""
+        if self._sdk_loaded is None and self._nursery is not None:
             self._sdk_loaded = trio.Event()
             self._nursery.start_soon(self._load_sdk, self._sdk_loaded)
 

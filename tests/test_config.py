@@ -47,6 +47,7 @@ cwd = "/tmp"
 authenticate = "api-key"
 permission_policy = "allow_reads"
 max_input_tokens = 100000
+prestart = true
 
 [sessions]
 idle_ttl = 60
@@ -59,7 +60,8 @@ tool_name = "confirm_agent_action"
     claude = config.agents["claude"]
     assert claude.argv == ["npx", "-y", "@agentclientprotocol/claude-agent-acp@0.49.0"]
     assert claude.env == {"IS_SANDBOX": "1"} and claude.cwd == "/tmp" and claude.authenticate == "api-key"
-    assert claude.permission_policy == "allow_reads" and claude.max_input_tokens == 100000
+    assert claude.permission_policy == "allow_reads" and claude.max_input_tokens == 100000 and claude.prestart
+    assert config.agents["demo"].prestart is False
     assert config.sessions.idle_ttl == 60.0 and config.sessions.max_sessions == 8
     assert config.permissions.policy == "deny" and config.permissions.tool_name == "confirm_agent_action"
     assert set(config.agents) == {"demo", "claude"}
@@ -75,6 +77,7 @@ tool_name = "confirm_agent_action"
     ('[agents.a]\ncommand = "x"\ncwd = "relative/dir"\n', 3, "agents.a.cwd", "absolute"),
     ('[agents.a]\ncommand = "x"\nenv = { K = 1 }\n', 3, "agents.a.env", "strings"),
     ('[agent.a]\ncommand = "x"\n', 1, "agent", "unknown table"),
+    ('[agents.a]\ncommand = "x"\nprestart = "yes"\n', 3, "agents.a.prestart", "must be true or false"),
 ])
 def test_mistakes_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, words: str) -> None:
     path = tmp_path / "config.toml"

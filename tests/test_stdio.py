@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,38 @@ def test_the_input_pipe_is_widened_for_long_histories(tmp_path: Path) -> None:
     regular.write_bytes(b"")
     with regular.open("rb") as file:
         _widen_pipe(file.fileno())  # not a pipe: left alone, no error
+
+
+def _prestart_toml(tmp_path: Path, marker: str) -> Path:
+    path = tmp_path / "prestart.toml"
+    path.write_text(f"""
+[agents.scripted]
+command = "{sys.executable}"
+args = ["-m", "bridge.demo_agent"]
+env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
+prestart = true
+
+[agents.broken]
+command = "{sys.executable}"
+args = ["-c", "import sys; sys.stderr.write('fatal: no credentials configured\\\\n'); sys.exit(3)"]
+prestart = true
+""")
+    return path
+
+
+async def test_prestarted_agents_start_when_the_editor_connects(tmp_path: Path, marker: str) -> None:
+    async with open_bridge(tmp_path, _prestart_toml(tmp_path, marker)) as live:
+        # Logged when the editor's initialize is applied, before any later request is read (initialize itself
+        # may be answered before the daemon is up).
+        await live.client.models()
+        assert "prestarting an agent" in live.stderr and "agent=scripted" in live.stderr
+        first = await live.chat("hello")
+        assert first.text == "echo: hello\n"
+        assert live.stderr.count("agent ready") == 1, "the chat waited for the prestarted agent, not a second one"
+        assert len(processes_with_marker(marker)) == 1
+        # An agent that cannot start: the failure is logged, and the chat that needs it says why.
+        broken = await live.chat("hello", model="broken")
+        assert broken.error is not None and "no credentials configured" in json.dumps(broken.error.data)
+        assert "agent failed to start" in live.stderr and "agent=broken" in live.stderr
+    assert live.process.returncode == 0
+    assert processes_with_marker(marker) == [], "the prestarted agent outlived the bridge"
