@@ -155,14 +155,22 @@ def mcp_transport() -> str:
 
 
 @pytest.fixture
+def prestart() -> bool:
+    """``[agents.<id>] prestart``; a test may parametrize it."""
+    return False
+
+
+@pytest.fixture
 async def live(installed: dict[str, Installed], kit: AgentKit, model: FakeModel, tmp_path: Path,
-               marker: str, mcp_transport: str) -> AsyncIterator[LiveBridge]:
+               marker: str, mcp_transport: str, prestart: bool) -> AsyncIterator[LiveBridge]:
     home, project, traces = tmp_path / "home", tmp_path / "project", tmp_path / "traces"
     home.mkdir()
     project.mkdir()
     table = kit.agent_table(model_url=model.base_url, home=home, project=project, marker=marker)
     if mcp_transport != "stdio":
         table["mcp_transport"] = mcp_transport
+    if prestart:
+        table["prestart"] = True
     config = write_config(tmp_path / "lmbridge.toml", {kit.id: table})
     stderr_path = tmp_path / "lmbridge.stderr"
     with open(stderr_path, "wb") as stderr:

@@ -130,6 +130,20 @@ async def test_editor_tool_round_trip_over_http(live: LiveBridge) -> None:
     assert '"type":"http"' in "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
 
 
+@pytest.mark.parametrize("prestart", [True])
+async def test_prestarted_agent_serves_the_first_chat(live: LiveBridge) -> None:
+    """With ``prestart`` the agent starts when the editor connects; the first chat (with tools, as editors send
+    them) uses that process."""
+    await live.client.models()  # by now lmbridge has applied the editor's initialize
+    assert "prestarting an agent" in live.stderr, live.evidence()
+    live.model.add(say("Ready when you are."))
+
+    result = await live.chat("Are you there?", tools=[WEATHER_TOOL, live.permission_tool])
+
+    assert result.stop_reason == "end_turn" and result.text == "Ready when you are.", f"{result!r}" + live.evidence()
+    assert len(live.agent_pids) == 1 and live.stderr.count("agent ready") == 1, live.evidence()
+
+
 async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) -> None:
     kit, model = live.kit, live.model
     model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
