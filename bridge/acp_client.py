@@ -16,6 +16,7 @@ import fnmatch
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +37,8 @@ __all__ = [
     "SessionEndpoint",
     "AgentProcess",
     "StderrTail",
+    "agent_environment",
+    "stop_process_group",
 ]
 
 ACP_PROTOCOL_VERSION = 1
@@ -167,13 +170,10 @@ class AgentProcess:
 
     async def run(self, *, task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
-        env = {name: value for name, value in os.environ.items()
-               if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)}
-        env.update(config.env)
         try:
             self._process = await trio.lowlevel.open_process(
                 config.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, env=env, cwd=config.cwd)
+                start_new_session=True, env=agent_environment(config), cwd=config.cwd)
         except FileNotFoundError:
             raise AgentStartError(config.id, f"command not found: {config.command!r} (check [agents.{config.id}].command "
                                   "and PATH)") from None
@@ -331,25 +331,11 @@ class AgentProcess:
         if process is None:
             return
         self._stop_requested.set()
-        if process.stdin is not None:
-            try:
-                await process.stdin.aclose()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                pass
-        pgid = process.pid  # start_new_session: the agent leads its own group
-        if _group_alive(pgid) or process.returncode is None:
-            _signal_group(pgid, signal.SIGTERM)
-            with trio.move_on_after(self._stop_grace):
-                while process.returncode is None or _group_alive(pgid):
-                    if process.returncode is None:
-                        with trio.move_on_after(0.05):
-                            await process.wait()
-                    else:
-                        await trio.sleep(0.05)  # polling the group: there is no event for "group empty"
-            if process.returncode is None or _group_alive(pgid):
-                self._log.warning("agent did not stop after SIGTERM; sending SIGKILL", grace=self._stop_grace)
-                _signal_group(pgid, signal.SIGKILL)
-                await process.wait()
+
+        def killing() -> None:
+            self._log.warning("agent did not stop after SIGTERM; sending SIGKILL", grace=self._stop_grace)
+
+        await stop_process_group(process, self._stop_grace, on_kill=killing)
 
     def _notify_exit(self) -> None:
         error = AgentExitedError(self.id, self.exit_code, self.stderr.text())
@@ -472,6 +458,41 @@ class AgentReply:
                 callback(result, error)
 
         self._call.on_answer(relay)
+
+
+def agent_environment(config: AgentConfig) -> dict[str, str]:
+    """lmbridge's environment minus the agent's ``unset_env`` patterns, plus its ``env``."""
+    env = {name: value for name, value in os.environ.items()
+           if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)}
+    env.update(config.env)
+    return env
+
+
+async def stop_process_group(process: trio.Process, grace: float, *, on_kill: Callable[[], None] | None = None
+                             ) -> None:
+    """Stop a process started with ``start_new_session`` and everything in its group: close its stdin, SIGTERM
+    the group, SIGKILL it after ``grace`` seconds. Also sweeps the group after the leader exited, for launchers
+    that leave children behind. Returns once the leader has exited."""
+    if process.stdin is not None:
+        try:
+            await process.stdin.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    pgid = process.pid  # start_new_session: the process leads its own group
+    if _group_alive(pgid) or process.returncode is None:
+        _signal_group(pgid, signal.SIGTERM)
+        with trio.move_on_after(grace):
+            while process.returncode is None or _group_alive(pgid):
+                if process.returncode is None:
+                    with trio.move_on_after(0.05):
+                        await process.wait()
+                else:
+                    await trio.sleep(0.05)  # polling the group: there is no event for "group empty"
+        if process.returncode is None or _group_alive(pgid):
+            if on_kill is not None:
+                on_kill()
+            _signal_group(pgid, signal.SIGKILL)
+            await process.wait()
 
 
 def _signal_group(pgid: int, sig: int) -> None:

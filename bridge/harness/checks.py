@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from typing import Any
 
 import trio
 
+from ..acp_client import agent_environment, stop_process_group
 from .driver import SHUTDOWN_TURN, AgentUnderTest
 from .expect import Failure
 from .scenario import CHECK_NAMES
@@ -398,15 +398,11 @@ _CHECKS: dict[str, Callable[[_Context], CheckResult]] = {
 
 async def probe_negotiation(agent: AgentUnderTest, timeout: float) -> ProbeResult:
     """Start the agent on its own (no lmbridge) and ask ``initialize`` with ``protocolVersion: 99``."""
-    import fnmatch
-
     config = agent.config
     if config is None:
-        argv, env_extra, unset, cwd = [sys.executable, "-m", "bridge.demo_agent"], {}, (), None
+        argv, env, cwd = [sys.executable, "-m", "bridge.demo_agent"], dict(os.environ), None
     else:
-        argv, env_extra, unset, cwd = config.argv, dict(config.env), config.unset_env, config.cwd
-    env = {k: v for k, v in os.environ.items() if not any(fnmatch.fnmatchcase(k, p) for p in unset)}
-    env.update(env_extra)
+        argv, env, cwd = config.argv, agent_environment(config), config.cwd
     try:
         process = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                    stderr=subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd)
@@ -438,28 +434,12 @@ async def probe_negotiation(agent: AgentUnderTest, timeout: float) -> ProbeResul
         result = ProbeResult(problem="the agent closed its stdin/stdout without answering")
     finally:
         with trio.CancelScope(shield=True):
-            await _stop(process)
+            await stop_process_group(process, 3.0)
     return result
 
 
 def _json_or_none(line: bytes) -> Any:
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-
-
-async def _stop(process: trio.Process) -> None:
-    try:
-        if process.stdin is not None:
-            await process.stdin.aclose()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass
-    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        with trio.move_on_after(grace):
-            await process.wait()
-            return
