@@ -271,7 +271,7 @@ def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
     def demo_direct() -> float:
         # The same demo agent, spawned and driven directly by the minimal reader: the part of the figure above
         # that is the agent's own start (its ACP SDK import dominates).
-        agent = ws.direct([sys.executable, "-m", "bridge.demo_agent"], name="cold-demo-agent")
+        agent = ws.direct([sys.executable, "-m", "bridge.demo"], name="cold-demo-agent")
         try:
             agent.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                         "params": {"protocolVersion": 1, "clientCapabilities": {}}})
@@ -471,7 +471,7 @@ def _matching(plan: Plan) -> list[Row]:
     answer + a new user message, as after every turn): ``ConversationIndex.match`` on the request as the daemon
     parses it (``HistoryReusingParser``: the repeated messages are the objects already known), next to ``match``
     on a fresh ``json.loads`` of the same request (every message a new object, compared by value)."""
-    from bridge.history_parse import HistoryReusingParser
+    from bridge.editor.history_parse import HistoryReusingParser
     from session.history import ConversationIndex, MatchKind
 
     rows = []

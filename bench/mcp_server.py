@@ -19,8 +19,8 @@ ECHO_TOOL = {"name": "echo", "description": "Answers ok.",
 
 async def serve() -> None:
     import anyio
-    import trio
     import mcp_types as types
+    import trio
     from mcp.server.lowlevel import NotificationOptions, Server
     from mcp.shared.message import SessionMessage
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bridge.client import assistant_message
+from bridge.editor.client import assistant_message
 
 __all__ = ["Peer", "BridgeClient", "DirectAgent", "user", "assistant_message", "ROOT", "AGENT", "MCP_SERVER",
            "bridge_argv", "clock"]

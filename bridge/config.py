@@ -108,7 +108,7 @@ def demo_agent() -> AgentConfig:
         id=DEMO_AGENT_ID,
         name="lmbridge demo agent",
         command=sys.executable,
-        args=("-m", "bridge.demo_agent"),
+        args=("-m", "bridge.demo"),
         image_input=True,
         initialize_timeout=30.0,
     )

@@ -199,7 +199,6 @@ class SessionTools:
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: Any) -> Any:
-        import mcp_types as types
 
         try:
             return await self._call(ctx, params)

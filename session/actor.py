@@ -21,6 +21,9 @@ from typing import Any, Protocol
 
 import trio
 
+from bridge.acp.vocabulary import STOP_REASONS
+from bridge.errors import AgentError, AgentReplyError, InternalError, RpcError
+
 from .machine import (
     AgentExited,
     AgentUpdates,
@@ -46,9 +49,7 @@ from .machine import (
 from .permissions import cancelled_outcome
 from .render import load_schema, needs_schema, prompt_usage, schema_loaded
 
-__all__ = ["AgentLink", "TurnOutcome", "SessionActor", "PartSink", "STOP_REASONS"]
-
-STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+__all__ = ["AgentLink", "TurnOutcome", "SessionActor", "PartSink"]
 _SESSION_ENDED = "The session ended; the tool call was withdrawn."
 _UPDATE_SLOTS = 256
 
@@ -56,7 +57,7 @@ PartSink = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class AgentLink(Protocol):
-    """The agent connection as the actor sees it (``bridge.acp_client.AgentProcess`` provides it)."""
+    """The agent connection as the actor sees it (``bridge.acp.process.AgentProcess`` provides it)."""
 
     id: str
 
@@ -108,10 +109,6 @@ class _Waiter:
 
     def give_up(self) -> None:
         _answer(self, self.fallback)
-
-
-class InvalidAgentReply(Exception):
-    pass
 
 
 class SessionActor:
@@ -240,14 +237,23 @@ class SessionActor:
     def _prompt_answered(self, answered: _Flag, result: Any, error: BaseException | None) -> None:
         answered.value = True
         if error is not None:
-            event: object = PromptFailed(error if isinstance(error, Exception) else RuntimeError(str(error)))
+            event: object = PromptFailed(self._agent_failure(error))
         else:
             stop_reason = result.get("stopReason") if isinstance(result, dict) else None
             if stop_reason in STOP_REASONS:
                 event = PromptFinished(stop_reason, prompt_usage(result))
             else:
-                event = PromptFailed(InvalidAgentReply(f"the agent answered session/prompt with stopReason {stop_reason!r}"))
+                event = PromptFailed(AgentReplyError(
+                    f"the agent answered session/prompt with stopReason {stop_reason!r}", agent=self.agent.id))
         self._send_nowait(event)
+
+    def _agent_failure(self, error: BaseException) -> Exception:
+        """A failed prompt as the error a client is shown: the agent's own JSON-RPC error is quoted."""
+        if isinstance(error, AgentError) or not isinstance(error, Exception):
+            return error if isinstance(error, Exception) else InternalError(str(error))
+        if isinstance(error, RpcError):
+            return AgentReplyError.from_agent_error(error, agent=self.agent.id)
+        return error
 
     async def _prompt_lost(self, reply: Any, answered: _Flag) -> None:
         """Waits for the prompt's answer only to learn whether the agent went away without one (an answer
@@ -256,7 +262,7 @@ class SessionActor:
             await reply.result()
         except Exception as exc:
             if not answered.value:
-                self._send_nowait(PromptFailed(exc))
+                self._send_nowait(PromptFailed(self._agent_failure(exc)))
 
     # -- what the router calls -------------------------------------------------------------------------------
 

@@ -16,6 +16,8 @@ import hashlib
 import json
 from typing import Any
 
+from bridge.errors import MessageError
+
 __all__ = [
     "ROLES",
     "PART_TYPES",
@@ -41,15 +43,6 @@ IGNORABLE_DATA_MIME_TYPES = frozenset({
     "application/vnd.vscode.stateful-marker",
     ACP_UPDATE_MIME_TYPE,
 })
-
-
-class MessageError(ValueError):
-    """A malformed message or part; ``field`` is a path such as ``messages[3].content[0].callId``."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
 
 
 def check_message(message: Any, where: str) -> list[dict[str, Any]]:

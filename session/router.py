@@ -19,15 +19,16 @@ from typing import Any, Protocol
 
 import trio
 
+from bridge.errors import AgentReplyError, InternalError
+
 from .actor import PartSink, SessionActor, TurnOutcome
-from .history import ConversationIndex, Conversation, HistoryMatch, MatchKind, chain_of
+from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
 from .permissions import PermissionPolicy
 from .store import SessionStore, StoredSession
 from .transcript import prompt_blocks, trailing_input, transcript
 
-__all__ = ["AgentHandle", "AgentProvider", "ChatRequest", "RouterSettings", "SessionRouter", "RoutingError",
-           "SessionSetup"]
+__all__ = ["AgentHandle", "AgentProvider", "ChatRequest", "RouterSettings", "SessionRouter", "SessionSetup"]
 
 
 class AgentHandle(Protocol):
@@ -60,10 +61,6 @@ class SessionSetup(Protocol):
     async def session_closed(self, session: LiveSession) -> None: ...
 
     def turn_started(self, session: LiveSession, request: ChatRequest) -> None: ...
-
-
-class RoutingError(Exception):
-    pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +189,7 @@ class SessionRouter:
                 index.add_pending_calls(session.conversation, outcome.pending_calls)
                 self._remember(session, request)
             return outcome
-        raise RoutingError("could not route the request: its sessions kept closing")
+        raise InternalError("could not route the request: its sessions kept closing")
 
     async def _new_session_turn(self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest,
                                 turn_id: int) -> tuple[LiveSession, EditorTurn]:
@@ -303,7 +300,8 @@ class SessionRouter:
             result = await agent.request("session/new", {"cwd": request.cwd, "mcpServers": servers})
             session_id = result.get("sessionId") if isinstance(result, dict) else None
             if not isinstance(session_id, str) or not session_id:
-                raise RoutingError(f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}")
+                raise AgentReplyError(f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}",
+                                      agent=request.agent_id)
         session.session_id = session_id
         settings = self._settings
         machine = SessionMachine(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from bridge.client import ChatResult, EditorClient, spawn_stdio
+from bridge.editor.client import ChatResult, EditorClient, spawn_stdio
 
 PYTHON = sys.executable
 
@@ -52,7 +52,7 @@ def agents_toml(tmp_path: Path, marker: str) -> Path:
 [agents.scripted]
 name = "Scripted test agent"
 command = "{PYTHON}"
-args = ["-m", "bridge.demo_agent"]
+args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 
 [agents.missing]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import trio
 
-from bridge.chat import run_example_tool
+from bridge.cli.chat import run_example_tool
 
 
 async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:

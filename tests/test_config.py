@@ -14,7 +14,7 @@ from bridge.config import ConfigError, agent_from_mapping, find_config_file, loa
 def test_without_a_file_only_the_demo_agent_exists(tmp_path: Path) -> None:
     config = load_config(None, {"XDG_CONFIG_HOME": str(tmp_path)})
     assert list(config.agents) == ["demo"]
-    assert config.agents["demo"].argv[1:] == ["-m", "bridge.demo_agent"]
+    assert config.agents["demo"].argv[1:] == ["-m", "bridge.demo"]
 
 
 def test_search_order_is_flag_then_env_then_xdg(tmp_path: Path) -> None:

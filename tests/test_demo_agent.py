@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.demo_agent import ScriptError, Step, chunk_text, parse_script
+from bridge.demo.agent import chunk_text
+from bridge.demo.directives import ScriptError, Step, parse_script
 
 
 def test_directives_and_echo_paragraphs_in_order() -> None:
@@ -38,3 +39,22 @@ def test_chunking_keeps_every_character_and_gives_several_chunks() -> None:
         chunks = chunk_text(text)
         assert "".join(chunks) == text
         assert len(chunks) >= 2
+
+
+def test_every_directive_in_the_table_has_a_handler_and_every_handler_a_row() -> None:
+    from bridge.demo.agent import DemoAgent
+    from bridge.demo.directives import DIRECTIVES
+
+    handlers = {name.removeprefix("_do_") for name in dir(DemoAgent) if name.startswith("_do_")}
+    assert handlers - {"echo"} == set(DIRECTIVES)
+
+
+def test_the_reference_lists_every_directive_once_with_what_it_does() -> None:
+    from bridge.demo.directives import DIRECTIVES, reference
+
+    text = reference()
+    for directive in DIRECTIVES.values():
+        (line,) = [line for line in text.splitlines() if line.startswith(f"/{directive.name} ") or
+                   line == f"/{directive.name}"]
+        assert directive.does in line
+    assert text.index("/badstop") > text.index("misbehaviours") > text.index("/say")

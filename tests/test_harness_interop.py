@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from conftest import processes_with_marker
 from interop.fake_models import call, open_fake_model, say
 from interop.installs import InstallError, ensure_installed, npm_missing

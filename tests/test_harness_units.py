@@ -281,7 +281,7 @@ def test_a_recording_with_an_agent_restart_splits_into_starts() -> None:
 
 
 def test_the_demo_agents_misbehaviour_directives_parse() -> None:
-    from bridge.demo_agent import ScriptError, Step, parse_script
+    from bridge.demo.directives import ScriptError, Step, parse_script
 
     assert parse_script("/badstop\n/badstop done\n/ignorecancel\n/orphan cargo build\n/straycall\n/badupdate") == [
         Step("badstop", "finished"), Step("badstop", "done"), Step("ignorecancel"), Step("orphan", "cargo build"),

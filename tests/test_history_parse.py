@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.history_parse import HistoryReusingParser
-from bridge.jsonrpc import PARSE_ERROR, InvalidMessage, JsonRpcProtocol, Request
+from bridge.editor.history_parse import HistoryReusingParser
+from bridge.errors import PARSE_ERROR
+from bridge.rpc.protocol import InvalidMessage, JsonRpcProtocol, Request
 
 
 def chat(messages: list, request_id: int = 1, **params) -> bytes:

@@ -8,9 +8,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.jsonrpc import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
+from bridge.errors import INVALID_REQUEST, PARSE_ERROR
+from bridge.rpc.protocol import (
     ErrorResponse,
     InvalidMessage,
     JsonRpcProtocol,

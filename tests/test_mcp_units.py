@@ -6,7 +6,6 @@ import base64
 import re
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,7 +78,7 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
     tools out). In-process, on a mock clock."""
     import trio
 
-    from bridge.logs import get_logger
+    from bridge.observe.logs import get_logger
     from mcp_synthetic.server import PROGRESS_INTERVAL, SessionTools
 
     release = trio.Event()

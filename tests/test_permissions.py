@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import trio
-
 from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
 
 PERMISSION_TOOL = {"name": "acp_agent_action", "description": "Approve an agent action", "inputSchema": {"type": "object"}}
@@ -18,7 +17,7 @@ CLOCK = {"name": "get_time", "description": "The time", "inputSchema": {"type": 
 
 @pytest.fixture
 def policies_toml(tmp_path: Path, marker: str) -> Path:
-    agent = f'command = "{PYTHON}"\nargs = ["-m", "bridge.demo_agent"]\nenv = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}\n'
+    agent = f'command = "{PYTHON}"\nargs = ["-m", "bridge.demo"]\nenv = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}\n'
     path = tmp_path / "policies.toml"
     path.write_text("".join(f"[agents.{name}]\n{agent}" + (f'permission_policy = "{policy}"\n' if policy else "") + "\n"
                             for name, policy in [("asks", None), ("trusting", "allow_all"), ("strict", "deny"),

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from bridge.logs import get_logger
+from bridge.observe.logs import get_logger
 from session.router import ChatRequest, RouterSettings, SessionRouter
 
 
@@ -264,7 +264,7 @@ async def test_an_agent_exit_fails_the_turn_and_the_next_request_starts_afresh(n
                                                                                autojump_clock) -> None:
     agent = FakeAgent()
     router, editor = await start_router(nursery, agent)
-    from bridge.acp_client import AgentExitedError
+    from bridge.acp.process import AgentExitedError
 
     async def crash() -> None:
         await agent.prompt_started.wait()

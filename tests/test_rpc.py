@@ -8,8 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from bridge.jsonrpc import RpcError
-from bridge.rpc import (
+from bridge.rpc.connection import (
     ACP_CANCEL,
     EDITOR_CANCEL,
     ConnectionClosed,
@@ -18,6 +17,7 @@ from bridge.rpc import (
     MethodTable,
     StreamWire,
 )
+from bridge.errors import RpcError
 
 
 def connection_pair(left: MethodTable, right: MethodTable, *, style=EDITOR_CANCEL, max_message_bytes=1 << 20):

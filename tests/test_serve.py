@@ -4,7 +4,6 @@ reconnecting to a running conversation, and an orderly stop."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import stat
 import subprocess
@@ -17,9 +16,9 @@ from typing import Any
 import pytest
 import trio
 import trio_websocket
-
-from bridge.client import EditorClient, connect_daemon
 from conftest import processes_with_marker, user
+
+from bridge.editor.client import EditorClient, connect_daemon
 
 
 class Daemon:

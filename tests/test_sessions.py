@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import trio
-
 from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
 
 
@@ -109,7 +108,7 @@ async def test_a_restarted_bridge_resumes_the_stored_session(tmp_path: Path, mar
     config.write_text(f"""
 [agents.keeper]
 command = "{PYTHON}"
-args = ["-m", "bridge.demo_agent"]
+args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_DEMO_STATE_DIR = "{tmp_path / 'agent-state'}", LMBRIDGE_TEST_MARKER = "{marker}" }}
 
 [sessions]

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import trio
-
 from conftest import Bridge, open_bridge, processes_with_marker, user
 
 
@@ -142,7 +141,7 @@ async def test_unknown_part_types_are_ignored(bridge: Bridge) -> None:
 
 
 async def test_requests_before_initialize_are_refused(tmp_path: Path, agents_toml: Path) -> None:
-    from bridge.client import spawn_stdio
+    from bridge.editor.client import spawn_stdio
 
     async with spawn_stdio(["--config", str(agents_toml)]) as (client, _process):
         with pytest.raises(Exception) as error:
@@ -292,7 +291,7 @@ async def test_cancel_while_the_agent_is_still_starting_is_prompt(tmp_path: Path
     config.write_text(f"""
 [agents.slow]
 command = "{__import__('sys').executable}"
-args = ["-c", "import time, runpy, sys; time.sleep(20); sys.argv = ['demo']; runpy.run_module('bridge.demo_agent', run_name='__main__')"]
+args = ["-c", "import time, runpy, sys; time.sleep(20); sys.argv = ['demo']; runpy.run_module('bridge.demo', run_name='__main__')"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 """)
     async with open_bridge(tmp_path, config) as live:
@@ -322,7 +321,7 @@ async def test_an_agent_gets_lmbridges_environment_minus_unset_env(tmp_path: Pat
     config.write_text(f"""
 [agents.clean]
 command = "{__import__('sys').executable}"
-args = ["-m", "bridge.demo_agent"]
+args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}", GIVEN = "by config" }}
 unset_env = ["SECRET_*"]
 """)
@@ -357,7 +356,7 @@ async def test_an_unusual_first_message_is_answered_by_the_engine(first: bytes) 
 def test_the_input_pipe_is_widened_for_long_histories(tmp_path: Path) -> None:
     import fcntl
 
-    from bridge.stdio import _LONG_INPUT, _widen_pipe
+    from bridge.daemon.stdio import _LONG_INPUT, _widen_pipe
 
     read_end, write_end = os.pipe()
     try:
@@ -380,7 +379,7 @@ def _prestart_toml(tmp_path: Path, marker: str) -> Path:
     path.write_text(f"""
 [agents.scripted]
 command = "{sys.executable}"
-args = ["-m", "bridge.demo_agent"]
+args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 prestart = true
 

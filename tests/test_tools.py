@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import trio
-
 from conftest import Bridge, open_bridge, processes_with_marker, user
 
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",
@@ -217,7 +216,7 @@ async def test_editor_tools_over_streamable_http(tmp_path: Path, marker: str) ->
     config.write_text(f"""
 [agents.direct]
 command = "{PYTHON}"
-args = ["-m", "bridge.demo_agent"]
+args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 mcp_transport = "http"
 """)

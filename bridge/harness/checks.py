@@ -25,7 +25,12 @@ from typing import Any
 
 import trio
 
-from ..acp_client import agent_environment, stop_process_group
+from bridge.acp.handshake import initialize_params
+from bridge.acp.process import agent_environment, stop_process_group
+from bridge.acp.vocabulary import STOP_REASONS
+from bridge.errors import RpcError
+from bridge.rpc.connection import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, StreamWire
+
 from .driver import SHUTDOWN_TURN, AgentUnderTest
 from .expect import Failure
 from .scenario import CHECK_NAMES
@@ -35,7 +40,6 @@ from .validation import JsonSchema, validate
 __all__ = ["CheckResult", "ProbeResult", "run_checks", "probe_negotiation", "PROBE_VERSION"]
 
 PROBE_VERSION = 99  # a protocol version no agent supports yet
-_STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
 _STATUS_ORDER = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
 MAX_FINDINGS = 10
 
@@ -236,7 +240,7 @@ def _check_stop_reason(c: _Context) -> CheckResult:
             continue
         problems = validate("PromptResponse", exchange.result, c.schema)
         reason = exchange.result.get("stopReason") if isinstance(exchange.result, dict) else None
-        if isinstance(reason, str) and reason not in _STOP_REASONS:
+        if isinstance(reason, str) and reason not in STOP_REASONS:
             problems = [f"stopReason {reason!r}, which ACP does not have"]
         for problem in problems:
             failures.append(c.failure("stop-reason", exchange.answer, "an ACP stop reason (end_turn, max_tokens, "
@@ -400,7 +404,7 @@ async def probe_negotiation(agent: AgentUnderTest, timeout: float) -> ProbeResul
     """Start the agent on its own (no lmbridge) and ask ``initialize`` with ``protocolVersion: 99``."""
     config = agent.config
     if config is None:
-        argv, env, cwd = [sys.executable, "-m", "bridge.demo_agent"], dict(os.environ), None
+        argv, env, cwd = [sys.executable, "-m", "bridge.demo"], dict(os.environ), None
     else:
         argv, env, cwd = config.argv, agent_environment(config), config.cwd
     try:
@@ -409,37 +413,22 @@ async def probe_negotiation(agent: AgentUnderTest, timeout: float) -> ProbeResul
     except OSError as exc:
         return ProbeResult(problem=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
     assert process.stdin is not None and process.stdout is not None
-    request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": PROBE_VERSION,
-        "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-        "clientInfo": {"name": "lmbridge-test-probe", "version": "1"}}}
+    connection = JsonRpcConnection(StreamWire(process.stdout, process.stdin), MethodTable(), name="probe",
+                                   cancel_style=ACP_CANCEL)
+    params = initialize_params(protocol_version=PROBE_VERSION, client_name="lmbridge-test-probe")
     result = ProbeResult(problem=f"no answer within {timeout:g} s")
     try:
-        with trio.move_on_after(timeout):
-            await process.stdin.send_all(json.dumps(request).encode() + b"\n")
-            buffer = b""
-            while True:
-                data = await process.stdout.receive_some(65536)
-                if not data:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(connection.serve)
+            with trio.move_on_after(timeout):
+                try:
+                    result = ProbeResult(answer={"result": await connection.request("initialize", params)})
+                except RpcError as exc:
+                    result = ProbeResult(answer={"error": exc.to_dict()})
+                except ConnectionClosed:
                     result = ProbeResult(problem="the agent exited without answering")
-                    break
-                buffer += data
-                *lines, buffer = buffer.split(b"\n")
-                answer = next((m for m in map(_json_or_none, lines) if isinstance(m, dict) and m.get("id") == 1
-                               and "method" not in m), None)
-                if answer is not None:
-                    result = ProbeResult(answer=answer)
-                    break
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        result = ProbeResult(problem="the agent closed its stdin/stdout without answering")
+            nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await stop_process_group(process, 3.0)
     return result
-
-
-def _json_or_none(line: bytes) -> Any:
-    try:
-        return json.loads(line)
-    except (ValueError, RecursionError):
-        return None

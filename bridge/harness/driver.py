@@ -11,7 +11,6 @@ answered before the checks read the wire.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import time
@@ -23,7 +22,8 @@ from typing import Any
 
 import trio
 
-from ..client import ChatTurn, EditorClient, assistant_message, spawn_stdio
+from bridge.editor.client import ChatTurn, EditorClient, assistant_message, spawn_stdio
+
 from .scenario import Cancel, Timeouts, ToolSpec
 from .traces import AcpLog, TraceFollower, WireEvent
 
@@ -60,7 +60,7 @@ def resolve_agent(agent_id: str | None = None, command: str | Sequence[str] | No
                   authenticate: str | None = None, command_id: str = "under-test") -> AgentUnderTest:
     """A configured agent (``agent_id``, looked up in the config file lmbridge would read, ``demo`` built in) or a
     command (``command``, a string split like a shell would, or a list)."""
-    from ..config import DEMO_AGENT_ID, AgentConfig, load_config
+    from bridge.config import DEMO_AGENT_ID, AgentConfig, load_config
 
     if command is not None:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
@@ -80,41 +80,31 @@ def resolve_agent(agent_id: str | None = None, command: str | Sequence[str] | No
     return AgentUnderTest(agent_id, config.agents[agent_id])
 
 
-def _toml_string(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
 def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: str, state_file: Path) -> str:
     """The private config file of a run: the agent under test, and the bridge settings the harness relies on."""
-    lines: list[str] = []
+    import tomli_w
+
+    data: dict[str, Any] = {}
     config = agent.config
     if config is not None:
-        lines.append(f"[agents.{_toml_string(agent.id)}]")
-        lines.append(f"name = {_toml_string(config.name)}")
-        lines.append(f"command = {_toml_string(config.command)}")
-        lines.append("args = [" + ", ".join(_toml_string(a) for a in config.args) + "]")
+        table: dict[str, Any] = {"name": config.name, "command": config.command, "args": list(config.args)}
         if config.env:
-            lines.append("env = { " + ", ".join(f"{_toml_string(k)} = {_toml_string(v)}" for k, v in config.env.items()) + " }")
+            table["env"] = dict(config.env)
         if config.unset_env:
-            lines.append("unset_env = [" + ", ".join(_toml_string(a) for a in config.unset_env) + "]")
+            table["unset_env"] = list(config.unset_env)
         for key in ("cwd", "authenticate", "permission_policy"):
-            value = getattr(config, key)
-            if value is not None:
-                lines.append(f"{key} = {_toml_string(value)}")
-        lines.append(f"mcp_transport = {_toml_string(config.mcp_transport)}")
-        lines.append(f"max_input_tokens = {config.max_input_tokens}")
-        lines.append(f"max_output_tokens = {config.max_output_tokens}")
-        lines.append(f"image_input = {'true' if config.image_input else 'false'}")
-        # A little later than the harness's own limit, so that the harness reports the timeout (naming the phase).
-        lines.append(f"initialize_timeout = {float(timeouts.initialize) + 5.0!r}")
-        lines.append("")
-    lines.append("[sessions]")
-    lines.append(f"cancel_drain_timeout = {float(timeouts.cancel)!r}")
-    lines.append(f"state_file = {_toml_string(str(state_file))}  # private: no session is resumed from another run")
-    lines.append("")
-    lines.append("[permissions]")
-    lines.append(f"policy = {_toml_string(permission_policy)}")
-    return "\n".join(lines) + "\n"
+            if getattr(config, key) is not None:
+                table[key] = getattr(config, key)
+        table.update(mcp_transport=config.mcp_transport, max_input_tokens=config.max_input_tokens,
+                     max_output_tokens=config.max_output_tokens, image_input=config.image_input,
+                     # A little later than the harness's own limit, so that the harness reports the timeout (naming
+                     # the phase).
+                     initialize_timeout=float(timeouts.initialize) + 5.0)
+        data["agents"] = {agent.id: table}
+    # The state file is private: no session is resumed from another run.
+    data["sessions"] = {"cancel_drain_timeout": float(timeouts.cancel), "state_file": str(state_file)}
+    data["permissions"] = {"policy": permission_policy}
+    return tomli_w.dumps(data)
 
 
 @dataclass

@@ -39,8 +39,8 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio

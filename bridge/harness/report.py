@@ -2,7 +2,7 @@
 JUnit XML (a testsuite per scenario, a testcase per turn and per check) and JSON (everything, including what the
 editor saw in each round).
 
-Owns the presentation only; results come from ``runner``.
+Owns the result of a scenario run (``ScenarioResult``, which ``runner`` fills) and its presentation.
 """
 
 from __future__ import annotations
@@ -10,13 +10,56 @@ from __future__ import annotations
 import json
 import os
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .runner import ScenarioResult
+from .checks import CheckResult
+from .driver import AgentUnderTest, TurnResult
+from .expect import Failure
+from .scenario import Scenario
 
-__all__ = ["ConsoleReport", "write_junit", "write_json"]
+__all__ = ["ConsoleReport", "ScenarioResult", "write_json", "write_junit"]
 
 _MARK = {"passed": "ok", "failed": "FAILED", "skipped": "skipped"}
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    agent: AgentUnderTest | None
+    turns: list[TurnResult] = field(default_factory=list)
+    turn_failures: dict[int, list[Failure]] = field(default_factory=dict)
+    not_run: list[int] = field(default_factory=list)  # turns skipped after a timeout or a driver error
+    checks: list[CheckResult] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)  # about the scenario as a whole
+    seconds: float = 0.0
+    transcript: str | None = None
+    artifacts: str | None = None
+
+    @property
+    def all_failures(self) -> list[Failure]:
+        out = list(self.failures)
+        for number in sorted(self.turn_failures):
+            out.extend(self.turn_failures[number])
+        for check in self.checks:
+            out.extend(check.failures)
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.all_failures
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.scenario.file, "name": self.scenario.name, "passed": self.passed,
+            "agent": self.agent.describe() if self.agent else None, "seconds": round(self.seconds, 3),
+            "turns": [{**t.to_json(), "passed": not self.turn_failures.get(t.number),
+                       "failures": [f.to_json() for f in self.turn_failures.get(t.number, [])]} for t in self.turns],
+            "notRun": self.not_run,
+            "checks": [c.to_json() for c in self.checks],
+            "failures": [f.to_json() for f in self.all_failures],
+            "transcript": self.transcript, "artifacts": self.artifacts,
+        }
 
 
 class ConsoleReport:

@@ -13,58 +13,20 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from .checks import CheckResult, ProbeResult, probe_negotiation, run_checks
-from .driver import AgentUnderTest, DriverError, TurnResult, open_driver, resolve_agent
+from .checks import ProbeResult, probe_negotiation, run_checks
+from .driver import AgentUnderTest, DriverError, open_driver, resolve_agent
 from .expect import Failure, check_turn
+from .report import ConsoleReport, ScenarioResult, write_json, write_junit
 from .scenario import CHECK_NAMES, Scenario, ScenarioError, load_scenario, parse_checks
 from .validation import JsonSchema, load_json_schema
 
 __all__ = ["ScenarioResult", "RunOptions", "run_scenario", "run_scenarios", "main", "collect_scenarios"]
-
-
-@dataclass
-class ScenarioResult:
-    scenario: Scenario
-    agent: AgentUnderTest | None
-    turns: list[TurnResult] = field(default_factory=list)
-    turn_failures: dict[int, list[Failure]] = field(default_factory=dict)
-    not_run: list[int] = field(default_factory=list)  # turns skipped after a timeout or a driver error
-    checks: list[CheckResult] = field(default_factory=list)
-    failures: list[Failure] = field(default_factory=list)  # about the scenario as a whole
-    seconds: float = 0.0
-    transcript: str | None = None
-    artifacts: str | None = None
-
-    @property
-    def all_failures(self) -> list[Failure]:
-        out = list(self.failures)
-        for number in sorted(self.turn_failures):
-            out.extend(self.turn_failures[number])
-        for check in self.checks:
-            out.extend(check.failures)
-        return out
-
-    @property
-    def passed(self) -> bool:
-        return not self.all_failures
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.scenario.file, "name": self.scenario.name, "passed": self.passed,
-            "agent": self.agent.describe() if self.agent else None, "seconds": round(self.seconds, 3),
-            "turns": [{**t.to_json(), "passed": not self.turn_failures.get(t.number),
-                       "failures": [f.to_json() for f in self.turn_failures.get(t.number, [])]} for t in self.turns],
-            "notRun": self.not_run,
-            "checks": [c.to_json() for c in self.checks],
-            "failures": [f.to_json() for f in self.all_failures],
-            "transcript": self.transcript, "artifacts": self.artifacts,
-        }
 
 
 @dataclass
@@ -221,8 +183,6 @@ async def run_scenarios(scenarios: list[Scenario], options: RunOptions, *,
 
 
 def main(args: argparse.Namespace) -> int:
-    from .report import ConsoleReport, write_json, write_junit
-
     out = sys.stdout
     try:
         checks = parse_checks(args.check.split(","), None, "--check") if args.check is not None else None

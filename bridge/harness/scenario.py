@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bridge.acp.vocabulary import TURN_STOP_REASONS
+
 __all__ = [
     "CHECK_NAMES",
     "ScenarioError",
@@ -34,7 +36,6 @@ __all__ = [
 CHECK_NAMES = ("initialize", "session-new", "stop-reason", "cancel", "update-schema", "tool-calls")
 PERMISSION_WORDS = {"allow": "allow", "allow_once": "allow", "allow_always": "always", "always": "always",
                     "reject": "reject", "reject_once": "reject", "deny": "reject", "never": "never"}
-STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "tool_calls")
 PART_TYPES = ("any", "text", "thinking", "tool_call", "data")
 
 
@@ -381,9 +382,9 @@ def _expect(r: _Reader, raw: dict[str, Any], key: str) -> Expect:
                       "no_updates", "tool_call_statuses"})
     stop = r.strings_or_one(raw, key, "stop_reason")
     for value in stop:
-        if value not in STOP_REASONS:
+        if value not in TURN_STOP_REASONS:
             raise ScenarioError(r.path, f"{key}.stop_reason", f"unknown stop reason {value!r} "
-                                                              f"(editor stop reasons: {', '.join(STOP_REASONS)})")
+                                                              f"(editor stop reasons: {', '.join(TURN_STOP_REASONS)})")
     for pattern in r.strings_or_one(raw, key, "text_matches"):
         try:
             re.compile(pattern)

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 import trio
-
-from bridge.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
 from conftest import processes_with_marker, user
 
+from bridge.editor.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
+
 from .fake_models import FakeModel, open_fake_model
-from .installs import PINS, InstallError, Installed, ensure_installed, npm_missing
+from .installs import PINS, Installed, InstallError, ensure_installed, npm_missing
 from .kits import KITS, AgentKit, write_config
 
 FIRST_TURN_TIMEOUT = 60  # seconds: includes the agent's cold start (Gemini CLI takes ~5 s on an idle machine)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from .fake_models import Call
 from .installs import PINS
 
@@ -160,24 +162,5 @@ KITS: dict[str, AgentKit] = {
 
 def write_config(path: Path, agents: dict[str, dict[str, Any]], **tables: dict[str, Any]) -> Path:
     """lmbridge's config file, as a user writes it: ``[agents.<id>]`` tables plus e.g. ``sessions={...}``."""
-    lines: list[str] = []
-    for agent_id, table in agents.items():
-        lines += [f"[agents.{agent_id}]", *(f"{key} = {_toml(value)}" for key, value in table.items()), ""]
-    for name, table in tables.items():
-        lines += [f"[{name}]", *(f"{key} = {_toml(value)}" for key, value in table.items()), ""]
-    path.write_text("\n".join(lines))
+    path.write_text(tomli_w.dumps({"agents": agents, **tables}))
     return path
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string for the characters used here
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + " }"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import trio
-
 from conftest import processes_with_marker
 
 from .conftest import FIRST_TURN_TIMEOUT, LiveBridge

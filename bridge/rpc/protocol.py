@@ -18,18 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from bridge.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError
+
 __all__ = [
-    "PARSE_ERROR",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "INVALID_PARAMS",
-    "INTERNAL_ERROR",
-    "REQUEST_CANCELLED",
     "RequestId",
     "parse",
     "scan_json",
-    "RpcError",
-    "InvalidParams",
     "Request",
     "Notification",
     "Response",
@@ -42,42 +36,7 @@ __all__ = [
     "encode",
 ]
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-# LSP's code for a request the client cancelled; ACP uses the same value.
-REQUEST_CANCELLED = -32800
-
 RequestId = Union[int, str]
-
-
-class RpcError(Exception):
-    """A JSON-RPC error object, raised by handlers and by ``request`` when the peer answers with an error."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def to_dict(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
-
-    def __repr__(self) -> str:
-        return f"RpcError({self.code}, {self.message!r})"
-
-
-class InvalidParams(RpcError):
-    """-32602, naming the offending field so the caller can fix it."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(INVALID_PARAMS, f"Invalid params: {field}: {problem}", {"field": field})
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,17 +13,12 @@ from typing import Any
 
 import trio
 
-from .acp_client import AgentProcess, AgentStartError
-from .config import AgentConfig
-from .jsonrpc import INVALID_PARAMS, RpcError
+from bridge.config import AgentConfig
+from bridge.errors import AgentStartError, UnknownModel
 
-__all__ = ["AgentPool", "UnknownAgent"]
+from .process import AgentProcess
 
-
-class UnknownAgent(RpcError):
-    def __init__(self, agent_id: str, known: list[str]) -> None:
-        super().__init__(INVALID_PARAMS, f"Invalid params: modelId: unknown model {agent_id!r}; known models: "
-                         f"{', '.join(sorted(known))}", {"field": "modelId"})
+__all__ = ["AgentPool"]
 
 
 class _Start:
@@ -61,7 +56,7 @@ class AgentPool:
     def config(self, agent_id: str) -> AgentConfig:
         config = self.configs.get(agent_id)
         if config is None:
-            raise UnknownAgent(agent_id, list(self.configs))
+            raise UnknownModel(agent_id, list(self.configs))
         return config
 
     def add(self, configs: Mapping[str, AgentConfig]) -> None:

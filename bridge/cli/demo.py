@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from .client import ChatResult, EditorClient, spawn_stdio
+from bridge.editor.client import ChatResult, EditorClient, spawn_stdio
 
 __all__ = ["run_demo", "DEMO_TOOLS"]
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__
+from bridge import __version__
 
 __all__ = ["main", "build_parser"]
 
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                                help="run a short scripted conversation through lmbridge stdio and the demo agent")
     demo.add_argument("--agent", default="demo", help="agent to talk to (default: the built-in demo agent)")
 
-    from .harness.commands import add_replay_parser, add_test_parser
+    from bridge.harness.commands import add_replay_parser, add_test_parser
 
     add_test_parser(commands)
     add_replay_parser(commands)
@@ -85,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("test", "replay"):  # the harness reads no config of its own and logs nothing here
-        from .harness.commands import run
+        from bridge.harness.commands import run
 
         return run(args)
-    from .config import ConfigError, load_config
+    from bridge.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tracer = None
     if args.trace_dir:
-        from .trace import Tracer
+        from bridge.observe.trace import Tracer
 
         tracer = Tracer(args.trace_dir)
     if args.command == "stdio":
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if tracer is not None:
                 tracer.close()
-    from .logs import configure
+    from bridge.observe.logs import configure
 
     configure(args.log_level, args.log_format)
     try:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
-    from .stdio import answer_initialize_early, reserve_stdout
+    from bridge.daemon.stdio import answer_initialize_early, reserve_stdout
 
     # The editor waits for the answer to initialize while it starts up: give it before importing the rest.
     protocol_fd = reserve_stdout()
@@ -135,8 +135,8 @@ def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
                                              max_message_bytes=args.max_message_bytes)
     import trio
 
-    from .logs import configure, get_logger
-    from .stdio import serve_stdio
+    from bridge.daemon.stdio import serve_stdio
+    from bridge.observe.logs import configure, get_logger
 
     configure(args.log_level, args.log_format)
     log = get_logger()
@@ -147,8 +147,9 @@ def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
 def _run_serve(config: object, tracer: object, args: argparse.Namespace) -> int:
     import trio
 
-    from .logs import get_logger
-    from .serve import ServeError, ServeOptions, serve_websocket
+    from bridge.daemon.security import ServeError
+    from bridge.daemon.serve import ServeOptions, serve_websocket
+    from bridge.observe.logs import get_logger
 
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():

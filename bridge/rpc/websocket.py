@@ -15,7 +15,9 @@ from typing import Any
 import trio
 import trio_websocket
 
-from .jsonrpc import INVALID_REQUEST, InvalidMessage, JsonRpcProtocol, RpcError
+from bridge.errors import INVALID_REQUEST, RpcError
+
+from .protocol import InvalidMessage, JsonRpcProtocol
 
 __all__ = ["WebSocketWire", "open_websocket"]
 

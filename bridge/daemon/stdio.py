@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from .config import Config
+from bridge.config import Config
 
 __all__ = ["serve_stdio", "reserve_stdout", "answer_initialize_early"]
 
@@ -36,8 +36,9 @@ def answer_initialize_early(config: Config, stdin_fd: int, protocol_fd: int, *, 
     said (``EditorHello``, or None if this was not a valid ``initialize``) and the input not consumed, for the
     protocol engine to carry on with. Anything unusual — another method, invalid params, a huge line, end of input
     — is left to the engine, which answers it exactly as it would have."""
-    from .initialize import initialize_result, parse_initialize
-    from .jsonrpc import JsonRpcProtocol, RpcError
+    from bridge.editor.initialize import initialize_result, parse_initialize
+    from bridge.errors import RpcError
+    from bridge.rpc.protocol import JsonRpcProtocol
 
     data = b""
     while b"\n" not in data:
@@ -76,15 +77,15 @@ async def serve_stdio(config: Config, *, log: Any, tracer: Any = None, stdin_fd:
     ``answer_initialize_early`` when it answered ``initialize`` already."""
     import trio
 
-    from .daemon import Daemon
-    from .editor import EditorConnection
-    from .rpc import EDITOR_CANCEL, JsonRpcConnection, StreamWire
+    from bridge.core.service import BridgeService
+    from bridge.editor.connection import EditorConnection
+    from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, StreamWire
 
     protocol_fd = reserve_stdout() if stdout_fd is None else stdout_fd
-    daemon = Daemon(config, log=log, tracer=tracer)
+    service = BridgeService(config, log=log, tracer=tracer)
     async with trio.open_nursery() as nursery:
-        await nursery.start(daemon.run)
-        editor = EditorConnection(daemon)
+        await nursery.start(service.run)
+        editor = EditorConnection(service)
         if hello is not None:
             editor.apply(hello)
         _widen_pipe(stdin_fd)
@@ -101,7 +102,7 @@ async def serve_stdio(config: Config, *, log: Any, tracer: Any = None, stdin_fd:
         log.info("lmbridge stdio ready", pid=os.getpid(), agents=sorted(config.agents))
         await stop.wait()
         editor.cancel_turns()
-        await daemon.shutdown()
+        await service.shutdown()
         await connection.aclose()
         nursery.cancel_scope.cancel()
     return 0

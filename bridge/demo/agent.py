@@ -1,43 +1,15 @@
 """The built-in ``demo`` agent: a real ACP agent on the official SDK's asyncio agent side, scripted by the prompt.
 
-Owns the directive language that tests, ``lmbridge demo``, benchmarks and users use to make an agent do exactly
-what they want. Lines of the prompt starting with ``/`` are directives, executed in order; other lines are
-echoed back (``echo: <text>``). A text block the bridge wrote as context (the transcript of an earlier
-conversation, the editor's instructions: they start with ``[lmbridge]``) is remembered for ``/recall`` but never
-executed.
-
-    /say TEXT               stream TEXT (and a newline) in several chunks
-    /stream N               N numbered chunks ("1 2 3 ...")
-    /think TEXT             a thought chunk
-    /plan A; B; C           a plan update
-    /run TITLE              an agent-internal tool call: pending → in_progress → completed
-    /tool NAME {json}       call NAME on the editor's MCP server, then say the result
-    /tools N {j} | M {j}    the same, several calls in parallel
-    /toolwait MS NAME {j}   call NAME but give up after MS (the MCP client sends notifications/cancelled)
-    /permission [kind=K] T  ask permission for T (options allow-once, allow-always, reject-once; K an ACP tool kind,
-                            default execute), then say the outcome
-    /permissions T1 | T2    several permission requests at once
-    /sleep MS               wait (cancellable)
-    /later MS TEXT          MS after this turn's response is sent, send TEXT as an out-of-turn update
-    /flush                  wait until every /later update of this session has been sent
-    /recall                 say the texts of the earlier prompts of this session
-    /env NAME               say the value of an environment variable of the agent (or "(unset)")
-    /stop REASON            end the turn with this stopReason (end_turn, max_tokens, max_turn_requests, refusal)
-    /crash                  exit abruptly, mid-turn
-
-Scripted misbehaviours, for testing ACP test tools (``lmbridge test`` catches each one):
-
-    /badstop [REASON]       end the turn with a stopReason ACP does not have (default "finished")
-    /ignorecancel           from here on this turn ignores session/cancel (and ends normally, not "cancelled")
-    /orphan TITLE           an agent-internal tool call that starts (pending → in_progress) and never ends
-    /straycall              a tool_call_update for a toolCallId that was never announced
-    /badupdate              a session/update that violates the schema (a text chunk without its text)
+Owns carrying out the directives of a prompt (the language itself, and its reference, is
+``bridge.demo.directives``: ``/say``, ``/stream``, ``/tool``, ``/permission``, ``/help`` lists them all). A text
+block the bridge wrote as context (the transcript of an earlier conversation, the editor's instructions: they start
+with ``[lmbridge]``) is remembered for ``/recall`` but never executed.
 
 With ``$LMBRIDGE_DEMO_STATE_DIR`` set, sessions are kept there (one JSON file each, 0600) and the agent supports
 ``session/load`` (which replays the earlier prompts as ``user_message_chunk`` updates) and ``session/resume`` —
 also across restarts of the agent.
 
-Run as ``python -m bridge.demo_agent``. Never prints to stdout except through the ACP connection.
+Run as ``python -m bridge.demo``. Never prints to stdout except through the ACP connection.
 """
 
 from __future__ import annotations
@@ -50,143 +22,18 @@ import os
 import re
 import sys
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.acp.vocabulary import STOP_REASONS
 from session.transcript import CONTEXT_PREFIX
 
-__all__ = ["Step", "parse_script", "chunk_text", "main"]
+from .directives import PERMISSION_OPTIONS, ScriptError, Step, parse_script, reference
 
-log = logging.getLogger("lmbridge.demo_agent")
+__all__ = ["DemoAgent", "chunk_text", "main"]
 
-STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal")
-PERMISSION_OPTIONS = (("allow-once", "Allow once", "allow_once"), ("allow-always", "Allow always", "allow_always"),
-                      ("reject-once", "Reject", "reject_once"))
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One directive (``kind`` is its name without the slash) or ``echo`` for plain text."""
-
-    kind: str
-    arg: str = ""
-    calls: tuple[tuple[str, Any], ...] = ()  # for tool/tools: (name, arguments)
-    number: int = 0
-
-
-class ScriptError(ValueError):
-    pass
-
-
-_DIRECTIVE = re.compile(r"^/([a-z]+)\b\s*(.*)$", re.DOTALL)
-
-
-def parse_script(text: str) -> list[Step]:
-    """Directives and echo paragraphs of one prompt, in order. A malformed directive raises ``ScriptError``
-    naming it, which the agent reports as text instead of failing the turn."""
-    steps: list[Step] = []
-    paragraph: list[str] = []
-
-    def flush() -> None:
-        if paragraph:
-            body = "\n".join(paragraph).strip()
-            if body:
-                steps.append(Step("echo", body))
-            paragraph.clear()
-
-    for line in text.splitlines():
-        match = _DIRECTIVE.match(line.strip())
-        if not match:
-            paragraph.append(line)
-            continue
-        flush()
-        name, arg = match.group(1), match.group(2).strip()
-        steps.append(_directive(name, arg))
-    flush()
-    return steps
-
-
-def _directive(name: str, arg: str) -> Step:
-    if name in ("say", "think", "run"):
-        if not arg:
-            raise ScriptError(f"/{name} needs a text")
-        return Step(name, arg)
-    if name in ("permission", "permissions"):
-        requests = tuple(_permission(part.strip()) for part in arg.split("|")) if name == "permissions" else (
-            _permission(arg),)
-        return Step(name, calls=requests)
-    if name in ("stream", "sleep"):
-        if not arg.isdigit():
-            raise ScriptError(f"/{name} needs a whole number, got {arg!r}")
-        return Step(name, number=int(arg))
-    if name == "later":
-        ms, _, rest = arg.partition(" ")
-        if not ms.isdigit() or not rest.strip():
-            raise ScriptError("/later needs MS and a text, e.g. /later 100 hello")
-        return Step(name, rest.strip(), number=int(ms))
-    if name == "plan":
-        entries = [entry.strip() for entry in arg.split(";") if entry.strip()]
-        if not entries:
-            raise ScriptError("/plan needs entries separated by ';'")
-        return Step(name, arg, calls=tuple((entry, None) for entry in entries))
-    if name == "tool":
-        return Step(name, calls=(_tool_call(arg),))
-    if name == "tools":
-        calls = tuple(_tool_call(part.strip()) for part in arg.split("|"))
-        return Step(name, calls=calls)
-    if name == "toolwait":
-        ms, _, rest = arg.partition(" ")
-        if not ms.isdigit():
-            raise ScriptError("/toolwait needs MS, a tool name and JSON arguments")
-        return Step(name, calls=(_tool_call(rest.strip()),), number=int(ms))
-    if name == "stop":
-        if arg not in STOP_REASONS:
-            raise ScriptError(f"/stop needs one of {', '.join(STOP_REASONS)}")
-        return Step(name, arg)
-    if name == "env":
-        if not arg:
-            raise ScriptError("/env needs a variable name")
-        return Step(name, arg)
-    if name in ("recall", "crash", "flush"):
-        return Step(name)
-    if name in ("ignorecancel", "straycall", "badupdate"):
-        return Step(name)
-    if name == "badstop":
-        return Step(name, arg or "finished")
-    if name == "orphan":
-        if not arg:
-            raise ScriptError("/orphan needs a title")
-        return Step(name, arg)
-    raise ScriptError(f"unknown directive /{name}")
-
-
-_TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
-
-
-def _permission(text: str) -> tuple[str, Any]:
-    kind = "execute"
-    if text.startswith("kind="):
-        first, _, text = text.partition(" ")
-        kind = first.removeprefix("kind=")
-        if kind not in _TOOL_KINDS:
-            raise ScriptError(f"/permission kind must be one of {', '.join(_TOOL_KINDS)}")
-    if not text.strip():
-        raise ScriptError("/permission needs a title")
-    return text.strip(), kind
-
-
-def _tool_call(text: str) -> tuple[str, Any]:
-    name, _, raw = text.partition(" ")
-    if not name:
-        raise ScriptError("/tool needs a tool name")
-    raw = raw.strip()
-    if not raw:
-        return name, {}
-    try:
-        return name, json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ScriptError(f"/tool {name}: arguments are not JSON: {exc}") from None
-
+log = logging.getLogger("lmbridge.demo")
 
 def chunk_text(text: str) -> list[str]:
     """Split text into several streaming chunks (word by word, whitespace kept), at least two when possible."""
@@ -241,9 +88,16 @@ class DemoAgent:
 
     async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
                          **_: Any) -> Any:
-        from acp.schema import (AgentCapabilities, Implementation, InitializeResponse, McpCapabilities,
-                                PromptCapabilities, SessionCapabilities, SessionCloseCapabilities,
-                                SessionResumeCapabilities)
+        from acp.schema import (
+            AgentCapabilities,
+            Implementation,
+            InitializeResponse,
+            McpCapabilities,
+            PromptCapabilities,
+            SessionCapabilities,
+            SessionCloseCapabilities,
+            SessionResumeCapabilities,
+        )
 
         persistent = self._state_dir is not None
         return InitializeResponse(
@@ -358,7 +212,7 @@ class DemoAgent:
         finally:
             session.prompts.append("\n".join(others + own_texts))
             self._save(session)
-        if stop_reason not in (*STOP_REASONS, "cancelled"):  # /badstop: not something PromptResponse can hold
+        if stop_reason not in STOP_REASONS:  # /badstop: not something PromptResponse can hold
             return {"stopReason": stop_reason}
         return PromptResponse(stop_reason=stop_reason)
 
@@ -486,6 +340,9 @@ class DemoAgent:
     async def _do_stop(self, session: _Session, step: Step, _: Any) -> str:
         return step.arg
 
+    async def _do_help(self, session: _Session, step: Step, _: Any) -> None:
+        await self._say(session, reference())
+
     async def _do_crash(self, session: _Session, step: Step, _: Any) -> None:
         await self._say(session, "crashing now")
         sys.stderr.write("demo agent: crashing on purpose (/crash)\n")
@@ -515,9 +372,15 @@ class DemoAgent:
             session.id, update_tool_call(call_id, status="completed", content=[tool_content(text_block("stray"))]))
 
     async def _do_badupdate(self, session: _Session, step: Step, _: Any) -> None:
-        # Through the SDK's raw connection: its models would refuse to build this.
-        await self._conn._conn.send_notification("session/update", {
-            "sessionId": session.id, "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}}})
+        from acp.schema import AgentMessageChunk, TextContentBlock
+
+        # ``model_construct`` is pydantic's way to build a model without validating it: a text block without its
+        # text goes out through the SDK's public ``session_update`` (pydantic warns while serialising it; we know).
+        chunk = AgentMessageChunk.model_construct(session_update="agent_message_chunk",
+                                                  content=TextContentBlock.model_construct(type="text"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            await self._conn.session_update(session.id, chunk)
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -547,7 +410,7 @@ class DemoAgent:
 
     async def _call_tools(self, session: _Session, calls: tuple[tuple[str, Any], ...],
                           timeout: float | None = None) -> list[tuple[bool, str]]:
-        from .demo_tools import call_tools
+        from .tools import call_tools
 
         return await call_tools(session, calls, timeout)
 

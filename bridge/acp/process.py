@@ -17,23 +17,26 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
 
-from . import __version__
-from .config import AgentConfig
-from .jsonrpc import RpcError
-from .logs import get_logger
-from .rpc import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, OutgoingRequest, RequestContext, StreamWire
+from bridge.config import AgentConfig
+from bridge.errors import AgentExitedError, AgentStartError, InvalidParams
+from bridge.observe.logs import get_logger
+from bridge.rpc.connection import (
+    ACP_CANCEL,
+    ConnectionClosed,
+    JsonRpcConnection,
+    MethodTable,
+    OutgoingRequest,
+    RequestContext,
+    StreamWire,
+)
+
+from .handshake import AgentInfo, HandshakeError, handshake
 
 __all__ = [
-    "ACP_PROTOCOL_VERSION",
-    "AGENT_START_FAILED",
-    "AGENT_EXITED",
-    "AgentStartError",
-    "AgentExitedError",
     "SessionEndpoint",
     "AgentProcess",
     "StderrTail",
@@ -41,9 +44,6 @@ __all__ = [
     "stop_process_group",
 ]
 
-ACP_PROTOCOL_VERSION = 1
-AGENT_START_FAILED = -32001
-AGENT_EXITED = -32002
 
 
 class StderrTail:
@@ -62,28 +62,6 @@ class StderrTail:
         return "\n".join(self._lines)
 
 
-class AgentStartError(RpcError):
-    """The agent could not be started or did not complete ``initialize``: -32001 with the stderr tail."""
-
-    def __init__(self, agent_id: str, problem: str, stderr: str = "", exit_code: int | None = None) -> None:
-        message = f"agent {agent_id!r} failed to start: {problem}"
-        if stderr:
-            message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
-        super().__init__(AGENT_START_FAILED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code})
-
-
-class AgentExitedError(RpcError):
-    """The agent process exited while a turn depended on it: -32002 with the stderr tail."""
-
-    def __init__(self, agent_id: str, exit_code: int | None, stderr: str) -> None:
-        how = f"with code {exit_code}" if exit_code is not None and exit_code >= 0 else (
-            f"on signal {-exit_code}" if exit_code is not None else "(connection lost)")
-        message = f"agent {agent_id!r} exited {how} during the turn; the next request starts a new session"
-        if stderr:
-            message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
-        super().__init__(AGENT_EXITED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code})
-
-
 class SessionEndpoint(Protocol):
     """What an ACP session (the session actor) receives from its agent."""
 
@@ -92,41 +70,6 @@ class SessionEndpoint(Protocol):
     async def on_permission_request(self, params: dict[str, Any], context: RequestContext) -> dict[str, Any]: ...
 
     def on_agent_exit(self, error: AgentExitedError) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class AgentInfo:
-    """What the agent told us in ``initialize``, reduced to what the bridge uses."""
-
-    protocol_version: int
-    capabilities: dict[str, Any]
-    auth_methods: list[Any]
-    agent_info: dict[str, Any]
-
-    @property
-    def session_capabilities(self) -> dict[str, Any]:
-        value = self.capabilities.get("sessionCapabilities")
-        return value if isinstance(value, dict) else {}
-
-    @property
-    def can_close(self) -> bool:
-        return self.session_capabilities.get("close") is not None
-
-    @property
-    def can_resume(self) -> bool:
-        return self.session_capabilities.get("resume") is not None
-
-    @property
-    def can_load(self) -> bool:
-        return self.capabilities.get("loadSession") is True
-
-    def mcp(self, transport: str) -> bool:
-        value = self.capabilities.get("mcpCapabilities")
-        return isinstance(value, dict) and value.get(transport) is True
-
-    def prompt(self, kind: str) -> bool:
-        value = self.capabilities.get("promptCapabilities")
-        return isinstance(value, dict) and value.get(kind) is True
 
 
 # Updates that arrive for a session id nobody has attached yet (the agent may notify right after answering
@@ -231,53 +174,15 @@ class AgentProcess:
                 await self._terminate()
 
     async def _handshake(self) -> None:
-        config = self.config
         assert self._conn is not None
-        params = {
-            "protocolVersion": ACP_PROTOCOL_VERSION,
-            "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-            "clientInfo": {"name": "lmbridge", "title": "lmbridge", "version": __version__},
-        }
+        config = self.config
         try:
-            with trio.fail_after(config.initialize_timeout):
-                result = await self._conn.request("initialize", params)
-        except trio.TooSlowError:
-            raise await self._start_error(f"no answer to initialize within {config.initialize_timeout:g} s") from None
-        except ConnectionClosed:
-            raise await self._start_error("it exited before answering initialize") from None
-        except RpcError as exc:
-            raise await self._start_error(f"initialize failed: {exc.message}") from None
-        if not isinstance(result, dict):
-            raise await self._start_error(f"initialize returned {type(result).__name__}, expected an object")
-        version = result.get("protocolVersion")
-        if version != ACP_PROTOCOL_VERSION:
-            raise await self._start_error(f"it speaks ACP protocol version {version!r}; lmbridge speaks "
-                                          f"{ACP_PROTOCOL_VERSION}")
-        capabilities = result.get("agentCapabilities")
-        auth_methods = result.get("authMethods")
-        agent_info = result.get("agentInfo")
-        self.info = AgentInfo(
-            protocol_version=version,
-            capabilities=capabilities if isinstance(capabilities, dict) else {},
-            auth_methods=auth_methods if isinstance(auth_methods, list) else [],
-            agent_info=agent_info if isinstance(agent_info, dict) else {},
-        )
+            self.info = await handshake(self._conn.request, timeout=config.initialize_timeout,
+                                        authenticate=config.authenticate, log=self._log)
+        except HandshakeError as exc:
+            raise await self._start_error(str(exc)) from None
         self._log.info("agent initialized", agent_info=self.info.agent_info.get("name"),
                        load=self.info.can_load, resume=self.info.can_resume, close=self.info.can_close)
-        if config.authenticate:
-            offered = [m.get("id") for m in self.info.auth_methods if isinstance(m, dict)]
-            if offered and config.authenticate not in offered:
-                self._log.warning("configured authenticate method not offered by the agent",
-                                  method=config.authenticate, offered=offered)
-            try:
-                with trio.fail_after(config.initialize_timeout):
-                    await self._conn.request("authenticate", {"methodId": config.authenticate})
-            except trio.TooSlowError:
-                raise await self._start_error(f"no answer to authenticate within {config.initialize_timeout:g} s") from None
-            except ConnectionClosed:
-                raise await self._start_error("it exited during authenticate") from None
-            except RpcError as exc:
-                raise await self._start_error(f"authenticate with method {config.authenticate!r} failed: {exc.message}") from None
 
     async def _start_error(self, problem: str) -> AgentStartError:
         # Give the process a moment to finish writing stderr and exit, so the error quotes all of it.
@@ -416,7 +321,7 @@ class AgentProcess:
 
     async def _on_permission_request(self, params: Any, context: RequestContext) -> Any:
         if not isinstance(params, dict):
-            raise RpcError(-32602, "Invalid params: expected an object")
+            raise InvalidParams("params", "must be an object")
         endpoint = self._sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
         if endpoint is None:
             self._log.warning("permission request for an unknown session; answering cancelled",

@@ -18,8 +18,8 @@ from typing import Any
 
 import trio
 
-from .jsonrpc import RpcError
-from .rpc import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
+from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
+from bridge.errors import RpcError
 
 __all__ = ["ChatResult", "ChatTurn", "assistant_message", "EditorClient", "spawn_stdio", "connect_daemon", "lmbridge_command"]
 
@@ -190,7 +190,7 @@ async def spawn_stdio(args: Sequence[str] = (), *, env: dict[str, str] | None = 
 @asynccontextmanager
 async def connect_daemon(url: str, token: str) -> AsyncIterator[EditorClient]:
     """A connected (not yet initialized) client of ``lmbridge serve`` at ``url``."""
-    from .websocket import WebSocketWire, open_websocket
+    from bridge.rpc.websocket import WebSocketWire, open_websocket
 
     async with open_websocket(url, token) as ws:
         client = EditorClient()

@@ -12,15 +12,10 @@ conversation, and a turn whose connection dropped keeps its agent's output for t
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
 import os
-import secrets
 import signal
 import socket
-import ssl
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,17 +24,25 @@ from typing import Any
 import trio
 import trio_websocket
 
-from .config import Config
-from .daemon import Daemon
-from .editor import EditorConnection
-from .rpc import EDITOR_CANCEL, JsonRpcConnection
-from .websocket import WebSocketWire
+from bridge.config import Config
+from bridge.core.service import BridgeService
+from bridge.editor.connection import EditorConnection
+from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
+from bridge.rpc.websocket import WebSocketWire
 
-__all__ = ["ServeOptions", "ServeError", "load_token", "serve_websocket", "default_token_path"]
+from .security import (
+    Refusal,
+    ServeError,
+    bearer,
+    check_listen_address,
+    check_origin,
+    check_token,
+    default_token_path,
+    load_token,
+    ssl_context,
+)
 
-
-class ServeError(Exception):
-    """A problem with how the daemon was asked to serve: the message says what to change."""
+__all__ = ["ServeOptions", "WebSocketDaemon", "serve_websocket"]
 
 
 @dataclass(frozen=True)
@@ -60,34 +63,6 @@ class ServeOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def default_token_path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "lmbridge" / "token"
-
-
-def load_token(path: Path) -> str:
-    """The token in ``path``; a new random one (file created 0600) if it does not exist. A file that other users
-    can read is refused: the token is the only thing between them and the agents."""
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        token = secrets.token_urlsafe(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(token + "\n")
-        return token
-    if not stat.S_ISREG(info.st_mode):
-        raise ServeError(f"token file {path} is not a regular file")
-    if info.st_mode & 0o077:
-        raise ServeError(f"token file {path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
-                         f"run: chmod 600 {path}")
-    token = path.read_text().strip()
-    if len(token) < 16:
-        raise ServeError(f"token file {path} holds no usable token (at least 16 characters); delete it to get a new one")
-    return token
-
-
 class _UnixListener(trio.abc.Listener[trio.SocketStream]):
     """A unix-socket listener that trio-websocket does not mistake for a TCP one (it parses TCP socket names)."""
 
@@ -101,34 +76,12 @@ class _UnixListener(trio.abc.Listener[trio.SocketStream]):
         await self._listener.aclose()
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _ssl_context(options: ServeOptions) -> ssl.SSLContext | None:
-    if not (options.tls_cert or options.tls_key):
-        return None
-    if not (options.tls_cert and options.tls_key):
-        raise ServeError("give both --tls-cert and --tls-key")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(options.tls_cert, options.tls_key)
-    except (OSError, ssl.SSLError) as exc:
-        raise ServeError(f"cannot load the TLS certificate/key: {exc}") from None
-    return context
-
-
 class WebSocketDaemon:
     """Accepts editors; their connections run in ``handlers``, a nursery that outlives accepting (so a stop can
     refuse new editors while answering the connected ones)."""
 
-    def __init__(self, daemon: Daemon, options: ServeOptions, token: str, *, log: Any, tracer: Any = None) -> None:
-        self._daemon = daemon
+    def __init__(self, service: BridgeService, options: ServeOptions, token: str, *, log: Any, tracer: Any = None) -> None:
+        self._service = service
         self.handlers: trio.Nursery | None = None
         self._options = options
         self._token = token.encode()
@@ -146,13 +99,9 @@ class WebSocketDaemon:
     async def open_listeners(self) -> list[Any]:
         """Check the options and open the listening sockets; ``ServeError`` says what to change."""
         options = self._options
-        context = _ssl_context(options)
-        if options.unix_path is None and not _is_loopback(options.host):
-            if not options.allow_remote:
-                raise ServeError(f"refusing to listen on {options.host}: not a loopback address. To accept remote "
-                                 "editors, add --allow-remote and TLS (--tls-cert/--tls-key)")
-            if context is None:
-                raise ServeError("--allow-remote needs TLS: give --tls-cert and --tls-key")
+        context = ssl_context(options.tls_cert, options.tls_key)
+        if options.unix_path is None:
+            check_listen_address(options.host, allow_remote=options.allow_remote, tls=context is not None)
         listeners: list[Any]
         if options.unix_path is not None:
             listeners = [await self._unix_listener(Path(options.unix_path))]
@@ -200,7 +149,7 @@ class WebSocketDaemon:
         ws = await request.accept()
         number = next(self._ids)
         name = f"editor:{number}"
-        editor = EditorConnection(self._daemon, name=name, default_cwd=self._options.default_cwd,
+        editor = EditorConnection(self._service, name=name, default_cwd=self._options.default_cwd,
                                   shutdown_stops_daemon=False)
         wire = WebSocketWire(ws)
         connection = JsonRpcConnection(wire, editor.methods, name=name, cancel_style=EDITOR_CANCEL, tracer=self._tracer,
@@ -227,16 +176,12 @@ class WebSocketDaemon:
             return 503, "lmbridge is shutting down"
         if len(self._connections) >= self._options.max_connections:
             return 503, f"too many connections (the limit is {self._options.max_connections})"
-        authorization = headers.get(b"authorization", b"")
-        scheme, _, presented = authorization.partition(b" ")
-        if scheme.lower() != b"bearer" or not presented:
-            return 401, "missing token: send the header 'Authorization: Bearer <token>' (the token is in the token file)"
-        if not hmac.compare_digest(presented.strip(), self._token):
-            return 401, "wrong token"
-        origin = headers.get(b"origin")
-        if origin is not None and origin.decode("latin-1") not in self._options.allowed_origins:
-            return 403, (f"origin {origin.decode('latin-1')!r} is not allowed (browsers may not talk to lmbridge "
-                         "unless started with --allow-origin)")
+        try:
+            check_token(bearer(headers.get(b"authorization")), self._token)
+            origin = headers.get(b"origin")
+            check_origin([origin] if origin is not None else [], self._options.allowed_origins)
+        except Refusal as refusal:
+            return refusal.status, refusal.reason
         return None
 
     async def _close_when_idle(self, connection: JsonRpcConnection, wire: WebSocketWire, editor: EditorConnection) -> None:
@@ -267,14 +212,14 @@ async def serve_websocket(config: Config, options: ServeOptions, *, log: Any, tr
     token = load_token(token_path)
     if tracer is not None:
         tracer.add_secret(token)
-    daemon = Daemon(config, log=log, tracer=tracer)
-    server = WebSocketDaemon(daemon, options, token, log=log, tracer=tracer)
+    service = BridgeService(config, log=log, tracer=tracer)
+    server = WebSocketDaemon(service, options, token, log=log, tracer=tracer)
     listeners = await server.open_listeners()
-    daemon.connection_count = lambda: server.connection_count
+    service.connection_count = lambda: server.connection_count
     url = server.url
     out = stdout if stdout is not None else sys.stdout
     async with trio.open_nursery() as nursery:
-        await nursery.start(daemon.run)
+        await nursery.start(service.run)
         async with trio.open_nursery() as connections:
             server.handlers = connections
             with trio.CancelScope() as accepting:
@@ -286,7 +231,7 @@ async def serve_websocket(config: Config, options: ServeOptions, *, log: Any, tr
                     await _wait_for_signal(log)
                     accepting.cancel()
             await server.stop()
-            await daemon.shutdown()
+            await service.shutdown()
             await server.close_connections()
             connections.cancel_scope.cancel()  # what is left are half-open handshakes: nothing owed to them
         nursery.cancel_scope.cancel()

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
-from .config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
-from .jsonrpc import InvalidParams
+from bridge import __version__
+from bridge.config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
+from bridge.errors import InvalidParams
 
 __all__ = ["PROTOCOL_VERSION", "EditorHello", "parse_initialize", "initialize_result"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from .client import ChatResult, EditorClient, connect_daemon, spawn_stdio
+from bridge.editor.client import ChatResult, EditorClient, connect_daemon, spawn_stdio
 
 __all__ = ["run_chat", "EXAMPLE_TOOLS", "run_example_tool"]
 
@@ -188,7 +188,7 @@ async def _session(client: EditorClient, args: argparse.Namespace) -> int:
 
 async def _main(args: argparse.Namespace) -> int:
     if args.connect:
-        from .serve import default_token_path
+        from bridge.daemon.security import default_token_path
 
         token_path = Path(args.token_file).expanduser() if args.token_file else default_token_path()
         try:

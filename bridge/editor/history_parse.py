@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .jsonrpc import parse, scan_json
+from bridge.rpc.protocol import parse, scan_json
 
 __all__ = ["HistoryReusingParser"]
 

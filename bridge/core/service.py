@@ -1,5 +1,5 @@
-"""The daemon core shared by ``lmbridge stdio`` and ``lmbridge serve``: the agent pool and the session router,
-plus what every editor connection asks of them.
+"""The bridge service every front talks to, in ``lmbridge stdio`` and ``lmbridge serve`` alike: the agent pool, the
+session router and the editor-tools wiring, and what a front asks of them (models, a chat turn, status).
 
 Owns the order of shutdown: sessions are closed first (every turn, permission request and tool call answered),
 then agent process groups are stopped.
@@ -13,14 +13,13 @@ from typing import Any
 
 import trio
 
-from .agents import AgentPool
-from .config import AgentConfig, Config
-from .jsonrpc import InvalidParams
+from bridge.acp.pool import AgentPool
+from bridge.config import AgentConfig, Config
 
-__all__ = ["Daemon"]
+__all__ = ["BridgeService"]
 
 
-class Daemon:
+class BridgeService:
     def __init__(self, config: Config, *, log: Any, tracer: Any = None) -> None:
         from pathlib import Path
 
@@ -42,7 +41,7 @@ class Daemon:
             return PermissionPolicy(policy=policy, tool_name=permissions.tool_name)
 
         state_path = Path(sessions.state_file).expanduser() if sessions.state_file else default_state_path()
-        from mcp_synthetic.setup import EditorToolsSetup
+        from mcp_synthetic.wiring import EditorToolsSetup
 
         self.tools = EditorToolsSetup(log=log, tracer=tracer)
         self.router = SessionRouter(
@@ -105,7 +104,7 @@ class Daemon:
             self.tools.preload()
 
     def status(self) -> dict[str, Any]:
-        from . import __version__
+        from bridge import __version__
 
         sessions: dict[str, int] = {}
         for session in self.router.sessions:
@@ -121,7 +120,6 @@ class Daemon:
     async def chat(self, editor: Any, model_id: str, messages: list[Any], tools: list[dict[str, Any]],
                    sink: Any, cancel_requested: trio.Event) -> Any:
         from session.machine import TurnOptions
-        from session.messages import MessageError
         from session.router import ChatRequest
 
         permission_name = self.permission_tool["name"]
@@ -129,7 +127,4 @@ class Daemon:
         bridged = tuple(tool for tool in tools if tool["name"] != permission_name)
         options = TurnOptions(thinking=editor.thinking, acp_updates=editor.acp_updates, permission_tool=offered)
         request = ChatRequest(model_id, messages, editor.cwd, options, bridged)
-        try:
-            return await self.router.chat(request, sink, cancel_requested)
-        except MessageError as exc:
-            raise InvalidParams(exc.field, exc.problem) from None
+        return await self.router.chat(request, sink, cancel_requested)

@@ -14,26 +14,25 @@ from typing import Any
 
 import trio
 
-from . import __version__
-from .acp_client import AgentExitedError, AgentStartError
+from bridge import __version__
+from bridge.core.service import BridgeService
+from bridge.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
+from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
+
 from .history_parse import HistoryReusingParser
 from .initialize import PROTOCOL_VERSION, EditorHello, initialize_result, parse_initialize
-from .jsonrpc import INTERNAL_ERROR, INVALID_REQUEST, InvalidParams, RpcError
-from .rpc import JsonRpcConnection, MethodTable, RequestContext
 
-__all__ = ["PROTOCOL_VERSION", "AGENT_ERROR", "EditorConnection", "estimate_tokens"]
-
-AGENT_ERROR = -32003  # the agent answered the prompt with an error, or with something that is not an answer
+__all__ = ["PROTOCOL_VERSION", "EditorConnection", "estimate_tokens"]
 
 
 class EditorConnection:
     """One editor's connection. ``methods`` is registered on its ``JsonRpcConnection`` by the caller."""
 
-    def __init__(self, daemon: Any, *, name: str = "editor", default_cwd: str | None = None,
+    def __init__(self, service: BridgeService, *, name: str = "editor", default_cwd: str | None = None,
                  shutdown_stops_daemon: bool = True) -> None:
         """``shutdown_stops_daemon``: with stdio, ``shutdown`` stops the whole bridge; on a shared daemon it only
         ends this editor's turns (the daemon serves others)."""
-        self.daemon = daemon
+        self.service = service
         self.name = name
         self.methods = MethodTable()
         self.methods.request("initialize", self._initialize, inline=True)
@@ -53,7 +52,7 @@ class EditorConnection:
         self.acp_updates = False
         self.shutdown_requested = trio.Event()
         self._default_cwd = default_cwd or os.getcwd()
-        self._log = daemon.log.bind(conn=name)
+        self._log = service.log.bind(conn=name)
         self._turn_events: set[trio.Event] = set()  # the cancel events of the turns running now
         self._no_turns = trio.Event()
         self._no_turns.set()
@@ -72,7 +71,7 @@ class EditorConnection:
 
     async def _initialize(self, params: Any, context: RequestContext) -> dict[str, Any]:
         self.apply(parse_initialize(params))
-        return initialize_result(self.daemon.permission_tool)
+        return initialize_result(self.service.permission_tool)
 
     def apply(self, hello: EditorHello) -> None:
         """Take what the editor said in ``initialize`` (also when ``lmbridge stdio`` answered it early)."""
@@ -81,8 +80,8 @@ class EditorConnection:
         self.thinking = hello.thinking
         self.acp_updates = hello.acp_updates
         if hello.agents:
-            self.daemon.add_agents(hello.agents)
-        self.daemon.prestart_agents()
+            self.service.add_agents(hello.agents)
+        self.service.prestart_agents()
         self.initialized = True
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
 
@@ -92,7 +91,7 @@ class EditorConnection:
 
     async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
         models = []
-        for config in self.daemon.agent_configs():
+        for config in self.service.agent_configs():
             models.append({
                 "id": config.id,
                 "name": config.name,
@@ -109,7 +108,7 @@ class EditorConnection:
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        self.daemon.agent_config(model_id)  # unknown model → -32602
+        self.service.agent_config(model_id)  # unknown model → -32602
         messages = params.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidParams("messages", "must be a non-empty list of messages")
@@ -133,7 +132,7 @@ class EditorConnection:
             self._no_turns = trio.Event()
         started = trio.current_time()
         try:
-            outcome = await self.daemon.chat(self, model_id, messages, tools, sink, cancel)
+            outcome = await self.service.chat(self, model_id, messages, tools, sink, cancel)
         finally:
             self._turn_events.discard(cancel)
             if not self._turn_events:
@@ -154,28 +153,25 @@ class EditorConnection:
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        self.daemon.agent_config(model_id)
+        self.service.agent_config(model_id)
         if "text" in params:
             if not isinstance(params["text"], str):
                 raise InvalidParams("text", "must be a string")
             return {"count": estimate_tokens(params["text"])}
         if "message" in params:
-            from session.messages import MessageError, check_message
+            from session.messages import check_message
 
-            try:
-                parts = check_message(params["message"], "message")
-            except MessageError as exc:
-                raise InvalidParams(exc.field, exc.problem) from None
+            parts = check_message(params["message"], "message")
             return {"count": _MESSAGE_OVERHEAD + sum(_part_tokens(part) for part in parts)}
         raise InvalidParams("text", "give either text or message")
 
     async def _status(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        return self.daemon.status()
+        return self.service.status()
 
     async def _shutdown(self, params: Any, context: RequestContext) -> None:
         self.shutdown_requested.set()
         if self._shutdown_stops_daemon:
-            await self.daemon.stopped.wait()
+            await self.service.stopped.wait()
         else:
             self.cancel_turns()
             await self._no_turns.wait()
@@ -212,14 +208,9 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
 
 
 def _as_rpc_error(error: Exception) -> RpcError:
-    if isinstance(error, (AgentExitedError, AgentStartError)):
-        return error
     if isinstance(error, RpcError):
-        return RpcError(AGENT_ERROR, f"the agent answered the prompt with an error: {error.message}",
-                        {"agentError": error.to_dict()})
-    if type(error).__name__ == "InvalidAgentReply":
-        return RpcError(AGENT_ERROR, str(error))
-    return RpcError(INTERNAL_ERROR, f"Internal error: {type(error).__name__}: {error}")
+        return error
+    return InternalError(f"Internal error: {type(error).__name__}: {error}")
 
 
 # -- token estimate ----------------------------------------------------------------------------------------------

@@ -19,27 +19,31 @@ from typing import Any, Protocol
 
 import trio
 
-from . import jsonrpc
-from .jsonrpc import (
+from bridge.errors import (
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     REQUEST_CANCELLED,
+    InvalidParams,
+    RpcError,
+    TooManyRequests,
+)
+from bridge.observe.logs import get_logger
+
+from . import protocol
+from .protocol import (
     ErrorResponse,
     InvalidMessage,
-    InvalidParams,
     JsonRpcProtocol,
     Notification,
     Request,
     RequestId,
     Response,
-    RpcError,
     StrayResponse,
 )
-from .logs import get_logger
 
 __all__ = [
     "ConnectionClosed",
-    "InvalidParams",
     "OutgoingRequest",
     "RequestContext",
     "MethodTable",
@@ -50,8 +54,6 @@ __all__ = [
     "ACP_CANCEL",
 ]
 
-
-TOO_MANY_REQUESTS = -32004
 
 
 class ConnectionClosed(Exception):
@@ -131,7 +133,7 @@ class MethodTable:
 class Wire(Protocol):
     """A duplex transport carrying JSON-RPC: either a byte stream with newline framing or a message transport."""
 
-    async def read(self, protocol: JsonRpcProtocol) -> list[jsonrpc.Event] | None:
+    async def read(self, protocol: JsonRpcProtocol) -> list[protocol.Event] | None:
         """The next events, or None at end of input."""
 
     async def write(self, messages: list[bytes]) -> None:
@@ -153,7 +155,7 @@ class StreamWire:
         self._long_read_size = long_read_size or read_size
         self._pending = pending
 
-    async def read(self, protocol: JsonRpcProtocol) -> list[jsonrpc.Event] | None:
+    async def read(self, protocol: JsonRpcProtocol) -> list[protocol.Event] | None:
         if self._pending:
             data, self._pending = self._pending, b""
             return protocol.receive_data(data)
@@ -249,7 +251,7 @@ class JsonRpcConnection:
         tracer: Any = None,
         outbox_high_water: int = 4 * 1024 * 1024,
         max_concurrent_requests: int | None = None,
-        parse: Callable[[bytes], Any] = jsonrpc.parse,
+        parse: Callable[[bytes], Any] = protocol.parse,
     ) -> None:
         self.name = name
         self._max_concurrent = max_concurrent_requests
@@ -436,7 +438,7 @@ class JsonRpcConnection:
             self.peer_closed.set()
             self._fail_waiters(ConnectionClosed(f"{self.name}: peer closed the connection"))
 
-    async def _dispatch(self, event: jsonrpc.Event) -> None:
+    async def _dispatch(self, event: protocol.Event) -> None:
         kind = type(event)
         if kind is Notification:
             await self._on_notification(event)
@@ -492,15 +494,15 @@ class JsonRpcConnection:
                 self._enqueue(JsonRpcProtocol.respond_error(event.id, exc))
                 return
         if self._max_concurrent is not None and len(self._incoming) >= self._max_concurrent:
-            self._enqueue(JsonRpcProtocol.respond_error(event.id, RpcError(
-                TOO_MANY_REQUESTS, f"too many requests in flight on this connection (the limit is {self._max_concurrent}); "
-                "wait for an answer before sending more", {"limit": self._max_concurrent})))
+            self._enqueue(JsonRpcProtocol.respond_error(event.id, TooManyRequests(
+                f"too many requests in flight on this connection (the limit is {self._max_concurrent}); "
+                "wait for an answer before sending more", limit=self._max_concurrent)))
             return
         if event.id in self._incoming:
             self._enqueue(
                 JsonRpcProtocol.respond_error(
                     event.id,
-                    RpcError(jsonrpc.INVALID_REQUEST, f"Invalid Request: id {event.id!r} is already in use by a request in flight"),
+                    RpcError(INVALID_REQUEST, f"Invalid Request: id {event.id!r} is already in use by a request in flight"),
                 )
             )
             return

@@ -1,0 +1,21 @@
+"""lmbridge spells the ACP words it relies on once, without importing the SDK; they must stay the schema's."""
+
+from __future__ import annotations
+
+import typing
+
+
+def test_stop_reasons_are_the_acp_schemas() -> None:
+    from acp.schema import PromptResponse
+
+    from bridge.acp.vocabulary import STOP_REASONS
+
+    assert STOP_REASONS == typing.get_args(PromptResponse.model_fields["stop_reason"].annotation)
+
+
+def test_protocol_version_is_the_sdks() -> None:
+    import acp
+
+    from bridge.acp.vocabulary import PROTOCOL_VERSION
+
+    assert PROTOCOL_VERSION == acp.PROTOCOL_VERSION
