@@ -56,7 +56,7 @@ class Lines:
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def send(message: dict[str, Any]) -> None:
@@ -64,9 +64,13 @@ def send(message: dict[str, Any]) -> None:
 
 
 def chunk_line(session_id: str, text: str) -> bytes:
-    return (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + session_id.encode()
-            + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
-            + json.dumps(text).encode() + b"}}}}\n")
+    return (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+        + session_id.encode()
+        + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+        + json.dumps(text).encode()
+        + b"}}}}\n"
+    )
 
 
 class McpClient:
@@ -75,22 +79,38 @@ class McpClient:
     def __init__(self, server: dict[str, Any]) -> None:
         env = dict(os.environ)
         env.update({item["name"]: item["value"] for item in server.get("env") or ()})
-        self.process = subprocess.Popen([server["command"], *server.get("args", [])], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, bufsize=0)
+        self.process = subprocess.Popen(
+            [server["command"], *server.get("args", [])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            bufsize=0,
+        )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in = self.process.stdin.fileno()
         self._lines = Lines(self.process.stdout.fileno())
         self._next_id = 1
-        self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
-                                    "clientInfo": {"name": "lmbridge-bench-agent", "version": "1"}})
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": MCP_PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "lmbridge-bench-agent", "version": "1"},
+            },
+        )
         write_all(self._in, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         self.request("tools/list", {})
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         request_id = self._next_id
         self._next_id += 1
-        write_all(self._in, json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
-                                       separators=(",", ":")).encode() + b"\n")
+        write_all(
+            self._in,
+            json.dumps(
+                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}, separators=(",", ":")
+            ).encode()
+            + b"\n",
+        )
         while True:
             line = self._lines.next()
             if line is None:
@@ -128,8 +148,12 @@ class Agent:
         if method == "initialize":
             result: Any = {
                 "protocolVersion": 1,
-                "agentCapabilities": {"loadSession": False, "promptCapabilities": {"image": False},
-                                      "mcpCapabilities": {"http": False}, "sessionCapabilities": {"close": {}}},
+                "agentCapabilities": {
+                    "loadSession": False,
+                    "promptCapabilities": {"image": False},
+                    "mcpCapabilities": {"http": False},
+                    "sessionCapabilities": {"close": {}},
+                },
                 "agentInfo": {"name": "lmbridge-bench-agent", "version": "1"},
                 "authMethods": [],
             }
@@ -154,8 +178,11 @@ class Agent:
         send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
     def prompt(self, session_id: str, blocks: list[dict[str, Any]]) -> str:
-        texts = [b.get("text", "") for b in blocks
-                 if b.get("type") == "text" and not b.get("text", "").startswith(CONTEXT_PREFIX)]
+        texts = [
+            b.get("text", "")
+            for b in blocks
+            if b.get("type") == "text" and not b.get("text", "").startswith(CONTEXT_PREFIX)
+        ]
         directive = texts[-1].strip().splitlines()[-1].strip() if texts and texts[-1].strip() else ""
         word, _, rest = directive.partition(" ")
         if word == "flood":
@@ -167,8 +194,13 @@ class Agent:
             write_all(1, chunk_line(session_id, rest))
         elif word == "plan":
             entry = {"content": "warm up", "priority": "medium", "status": "pending"}
-            send({"jsonrpc": "2.0", "method": "session/update",
-                  "params": {"sessionId": session_id, "update": {"sessionUpdate": "plan", "entries": [entry]}}})
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": session_id, "update": {"sessionUpdate": "plan", "entries": [entry]}},
+                }
+            )
         elif word == "tools":
             self.tools(session_id, int(rest))
         else:
@@ -176,8 +208,11 @@ class Agent:
         return "end_turn"
 
     def flood(self, session_id: str, count: int) -> None:
-        head = (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + session_id.encode()
-                + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"')
+        head = (
+            b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+            + session_id.encode()
+            + b'","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"'
+        )
         tail = b' "}}}}\n'
         batch: list[bytes] = []
         for number in range(1, count + 1):

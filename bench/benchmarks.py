@@ -41,12 +41,38 @@ class Plan:
     match_reps: int
 
 
-FULL = Plan(flood_chunks=100_000, flood_reps=5, steady_rounds=10, steady_chunks=1000, steady_rate=1000.0,
-            tool_reps=8, tool_calls=50, tool_window_reps=1, cold_reps=10, cold_warm_up=True,
-            memory_counts=(1, 100, 1000), history_sizes=(10, 1000, 10_000), history_reps=15, match_reps=200)
-QUICK = Plan(flood_chunks=5_000, flood_reps=2, steady_rounds=2, steady_chunks=200, steady_rate=1000.0,
-             tool_reps=2, tool_calls=10, tool_window_reps=0, cold_reps=1, cold_warm_up=False,
-             memory_counts=(1, 10, 50), history_sizes=(10, 100, 1000), history_reps=3, match_reps=20)
+FULL = Plan(
+    flood_chunks=100_000,
+    flood_reps=5,
+    steady_rounds=10,
+    steady_chunks=1000,
+    steady_rate=1000.0,
+    tool_reps=8,
+    tool_calls=50,
+    tool_window_reps=1,
+    cold_reps=10,
+    cold_warm_up=True,
+    memory_counts=(1, 100, 1000),
+    history_sizes=(10, 1000, 10_000),
+    history_reps=15,
+    match_reps=200,
+)
+QUICK = Plan(
+    flood_chunks=5_000,
+    flood_reps=2,
+    steady_rounds=2,
+    steady_chunks=200,
+    steady_rate=1000.0,
+    tool_reps=2,
+    tool_calls=10,
+    tool_window_reps=0,
+    cold_reps=1,
+    cold_warm_up=False,
+    memory_counts=(1, 10, 50),
+    history_sizes=(10, 100, 1000),
+    history_reps=3,
+    match_reps=20,
+)
 
 
 def _tag() -> str:
@@ -62,6 +88,7 @@ def _warm(bridge: BridgeClient) -> None:
 
 
 # -- 1. streaming throughput ---------------------------------------------------------------------------------------
+
 
 def throughput(ws: Workspace, plan: Plan) -> list[Row]:
     n = plan.flood_chunks
@@ -103,14 +130,24 @@ def throughput(ws: Workspace, plan: Plan) -> list[Row]:
         direct.close()
     b, d = summarize(rates["bridge"], p99=False), summarize(rates["direct"], p99=False)
     ok = b.median >= 50_000 and b.median >= 0.5 * d.median
-    return [Row("1 throughput", f"chunks/s, {n:,} agent_message_chunk", "chunks/s", b, d,
-                "the same agent read by a minimal NDJSON reader (no bridge)",
-                goal="≥ 50,000/s and ≥ 0.5 × direct", passed=ok,
-                notes=f"{plan.flood_reps} runs each, alternating; p99 column: slowest run",
-                extra={"runs": rates})]
+    return [
+        Row(
+            "1 throughput",
+            f"chunks/s, {n:,} agent_message_chunk",
+            "chunks/s",
+            b,
+            d,
+            "the same agent read by a minimal NDJSON reader (no bridge)",
+            goal="≥ 50,000/s and ≥ 0.5 × direct",
+            passed=ok,
+            notes=f"{plan.flood_reps} runs each, alternating; p99 column: slowest run",
+            extra={"runs": rates},
+        )
+    ]
 
 
 # -- 2. added latency at a steady rate -----------------------------------------------------------------------------
+
 
 def latency(ws: Workspace, plan: Plan) -> list[Row]:
     n, rate = plan.steady_chunks, plan.steady_rate
@@ -145,11 +182,21 @@ def latency(ws: Workspace, plan: Plan) -> list[Row]:
     ms = {name: [value * 1000 for value in values] for name, values in samples.items()}
     b, d = summarize(ms["bridge"]), summarize(ms["direct"])
     added = {"median": b.median - d.median, "p99": b.p99 - d.p99}  # type: ignore[operator]
-    return [Row("2 latency", f"emit → editor receipt at {rate:g} chunks/s", "ms", b, d,
-                "the same agent, direct reader (no bridge)", goal="added p99 ≤ 0.5 ms",
-                passed=added["p99"] <= 0.5, added=added,
-                notes=f"{plan.steady_rounds} rounds of {n} chunks each way, alternating; "
-                      f"added = bridge − direct at p50 and at p99")]
+    return [
+        Row(
+            "2 latency",
+            f"emit → editor receipt at {rate:g} chunks/s",
+            "ms",
+            b,
+            d,
+            "the same agent, direct reader (no bridge)",
+            goal="added p99 ≤ 0.5 ms",
+            passed=added["p99"] <= 0.5,
+            added=added,
+            notes=f"{plan.steady_rounds} rounds of {n} chunks each way, alternating; "
+            f"added = bridge − direct at p50 and at p99",
+        )
+    ]
 
 
 # -- 3. tool round trip --------------------------------------------------------------------------------------------
@@ -165,8 +212,11 @@ def _bridged_tool_timings(bridge: BridgeClient, calls: int) -> list[float]:
         parts, result = bridge.chat("bench", messages, tools=[ECHO_TOOL])
         if result["stopReason"] != "tool_calls":
             break
-        results = [{"type": "tool_result", "callId": part["callId"], "content": _RESULT_TEXT}
-                   for part in parts if part.get("type") == "tool_call"]
+        results = [
+            {"type": "tool_result", "callId": part["callId"], "content": _RESULT_TEXT}
+            for part in parts
+            if part.get("type") == "tool_call"
+        ]
         messages = messages + [assistant_message(parts), {"role": "user", "content": results}]
     return _timings("".join(part.get("value", "") for part in parts if part.get("type") == "text"))
 
@@ -218,25 +268,47 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             windowed.close()
     b, d = summarize(samples["bridge"]), summarize(samples["direct"])
     added = {"median": b.median - d.median, "p99": b.p99 - d.p99}  # type: ignore[operator]
-    rows = [Row("3 tool round trip", "agent's MCP tools/call → editor → result", "ms", b, d,
-                "the same call to an MCP server (official SDK) answering in-process",
-                goal="overhead ≤ 1 ms", passed=added["median"] <= 1.0, added=added,
-                notes=f"tool_batch_window = 1 µs; {plan.tool_reps} × {plan.tool_calls} calls each way, alternating; "
-                      f"timed by the agent; each call adds 2 messages to the history the editor re-sends: median of "
-                      f"the first 10 calls {statistics.median(samples['early']):.2f} ms, of the last 10 "
-                      f"{statistics.median(samples['late']):.2f} ms",
-                extra={"first_10_calls": summarize(samples["early"]).__dict__,
-                       "last_10_calls": summarize(samples["late"]).__dict__})]
+    rows = [
+        Row(
+            "3 tool round trip",
+            "agent's MCP tools/call → editor → result",
+            "ms",
+            b,
+            d,
+            "the same call to an MCP server (official SDK) answering in-process",
+            goal="overhead ≤ 1 ms",
+            passed=added["median"] <= 1.0,
+            added=added,
+            notes=f"tool_batch_window = 1 µs; {plan.tool_reps} × {plan.tool_calls} calls each way, alternating; "
+            f"timed by the agent; each call adds 2 messages to the history the editor re-sends: median of "
+            f"the first 10 calls {statistics.median(samples['early']):.2f} ms, of the last 10 "
+            f"{statistics.median(samples['late']):.2f} ms",
+            extra={
+                "first_10_calls": summarize(samples["early"]).__dict__,
+                "last_10_calls": summarize(samples["late"]).__dict__,
+            },
+        )
+    ]
     if samples["window"]:
         w = summarize(samples["window"])
         added_w = {"median": w.median - d.median, "p99": w.p99 - d.p99}  # type: ignore[operator]
-        rows.append(Row("3 tool round trip", "… with the default 50 ms batching window", "ms", w, d,
-                        "as above", added=added_w,
-                        notes="informational: the window is a deliberate wait for parallel calls"))
+        rows.append(
+            Row(
+                "3 tool round trip",
+                "… with the default 50 ms batching window",
+                "ms",
+                w,
+                d,
+                "as above",
+                added=added_w,
+                notes="informational: the window is a deliberate wait for parallel calls",
+            )
+        )
     return rows
 
 
 # -- 4. cold start -------------------------------------------------------------------------------------------------
+
 
 def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
     config = ws.config()
@@ -254,8 +326,14 @@ def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
         try:
             # Sent at once, without waiting for the initialize answer (the protocol allows it), as an editor would
             # when its first chat request is what woke the bridge.
-            bridge.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                         "params": {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-bench", "version": "1"}}})
+            bridge.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-bench", "version": "1"}},
+                }
+            )
             request_id = bridge.start_chat("demo", [user("/say hi")])
             first: list[float] = []
 
@@ -273,8 +351,14 @@ def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
         # that is the agent's own start (its ACP SDK import dominates).
         agent = ws.direct([sys.executable, "-m", "bridge.demo"], name="cold-demo-agent")
         try:
-            agent.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                        "params": {"protocolVersion": 1, "clientCapabilities": {}}})
+            agent.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {"protocolVersion": 1, "clientCapabilities": {}},
+                }
+            )
             session = agent.new_session()
             for _text, received in agent.text_lines(agent.start_prompt(session, "/say hi")):
                 return received - agent.started
@@ -288,8 +372,13 @@ def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
         return clock() - started
 
     trio_name = "python -c 'import trio'"
-    runs = {"initialize": initialize_answered, "first part": first_demo_part, "demo direct": demo_direct,
-            "python -c pass": lambda: python("pass"), trio_name: lambda: python("import trio")}
+    runs = {
+        "initialize": initialize_answered,
+        "first part": first_demo_part,
+        "demo direct": demo_direct,
+        "python -c pass": lambda: python("pass"),
+        trio_name: lambda: python("import trio"),
+    }
     if plan.cold_warm_up:
         for run in runs.values():
             run()
@@ -300,20 +389,36 @@ def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
             samples[name].append(runs[name]() * 1000)
     s = {name: summarize(values) for name, values in samples.items()}
     return [
-        Row("4 cold start", "spawn → initialize answered", "ms", s["initialize"], s["python -c pass"],
-            "python -c pass", goal="≤ 200 ms", passed=s["initialize"].median <= 200,
+        Row(
+            "4 cold start",
+            "spawn → initialize answered",
+            "ms",
+            s["initialize"],
+            s["python -c pass"],
+            "python -c pass",
+            goal="≤ 200 ms",
+            passed=s["initialize"].median <= 200,
             notes=f"{plan.cold_reps} spawns each, alternating{', after an untimed one' if plan.cold_warm_up else ''}; "
-                  f"{trio_name}: "
-                  f"{s[trio_name].median:.0f} ms median",
-            extra={trio_name: s[trio_name].__dict__}),
-        Row("4 cold start", "spawn → first lm/part, demo agent, /say hi", "ms", s["first part"], s["demo direct"],
-            "the demo agent spawned directly: spawn → its first chunk of /say hi", goal="≤ 1000 ms",
+            f"{trio_name}: "
+            f"{s[trio_name].median:.0f} ms median",
+            extra={trio_name: s[trio_name].__dict__},
+        ),
+        Row(
+            "4 cold start",
+            "spawn → first lm/part, demo agent, /say hi",
+            "ms",
+            s["first part"],
+            s["demo direct"],
+            "the demo agent spawned directly: spawn → its first chunk of /say hi",
+            goal="≤ 1000 ms",
             passed=s["first part"].median <= 1000,
-            notes="initialize and lm/chat sent at once; the bridge starts the demo agent (official ACP SDK)"),
+            notes="initialize and lm/chat sent at once; the bridge starts the demo agent (official ACP SDK)",
+        ),
     ]
 
 
 # -- 5. memory -----------------------------------------------------------------------------------------------------
+
 
 def memory(ws: Workspace, plan: Plan) -> list[Row]:
     counts = plan.memory_counts
@@ -342,20 +447,40 @@ def memory(ws: Workspace, plan: Plan) -> list[Row]:
     first = summarize([readings[counts[0]] / 1024], p99=False)
     rows = []
     for count in counts:
-        rows.append(Row("5 memory", f"daemon RSS, {count:,} idle session{'s' if count > 1 else ''}", "MiB",
-                        summarize([readings[count] / 1024], p99=False),
-                        None if count == counts[0] else first,
-                        "" if count == counts[0] else f"the same daemon with {counts[0]} session",
-                        notes=(f"before any session (initialized, lazy imports not yet done): "
-                               f"{readings[0] / 1024:.1f} MiB; " if count == counts[0] else "")
-                        + f"demo agent process (shared): {agent_readings[count] / 1024:.1f} MiB"))
-    rows.append(Row("5 memory", f"per idle session ({low:,} → {high:,})", "KiB",
-                    summarize([per_session], p99=False), None, "", goal="≤ 1024 KiB", passed=per_session <= 1024,
-                    extra={"rss_kib": readings, "agent_rss_kib": agent_readings}))
+        rows.append(
+            Row(
+                "5 memory",
+                f"daemon RSS, {count:,} idle session{'s' if count > 1 else ''}",
+                "MiB",
+                summarize([readings[count] / 1024], p99=False),
+                None if count == counts[0] else first,
+                "" if count == counts[0] else f"the same daemon with {counts[0]} session",
+                notes=(
+                    f"before any session (initialized, lazy imports not yet done): {readings[0] / 1024:.1f} MiB; "
+                    if count == counts[0]
+                    else ""
+                )
+                + f"demo agent process (shared): {agent_readings[count] / 1024:.1f} MiB",
+            )
+        )
+    rows.append(
+        Row(
+            "5 memory",
+            f"per idle session ({low:,} → {high:,})",
+            "KiB",
+            summarize([per_session], p99=False),
+            None,
+            "",
+            goal="≤ 1024 KiB",
+            passed=per_session <= 1024,
+            extra={"rss_kib": readings, "agent_rss_kib": agent_readings},
+        )
+    )
     return rows
 
 
 # -- 6. history matching -------------------------------------------------------------------------------------------
+
 
 def _history(count: int, seed: str) -> list[dict[str, Any]]:
     """``count`` messages of a plausible coding conversation: user questions, assistant answers, and every fifth
@@ -366,19 +491,45 @@ def _history(count: int, seed: str) -> list[dict[str, Any]]:
         if len(messages) % 2 == 0:
             if index % 5 == 4 and messages:
                 call_id = f"call_{seed}_{index - 1}"
-                content = [{"type": "tool_result", "callId": call_id,
-                            "content": [{"type": "text", "value": f"def handler_{index}(request):\n    return "
-                                         f"process(request, mode={index})  # {seed} " + "x" * 120}]}]
+                content = [
+                    {
+                        "type": "tool_result",
+                        "callId": call_id,
+                        "content": [
+                            {
+                                "type": "text",
+                                "value": f"def handler_{index}(request):\n    return "
+                                f"process(request, mode={index})  # {seed} " + "x" * 120,
+                            }
+                        ],
+                    }
+                ]
             else:
-                content = [{"type": "text", "value": f"[{seed}] Question {index}: could you look at module_{index}.py "
-                            "and explain why the tests fail when the cache is cold?"}]
+                content = [
+                    {
+                        "type": "text",
+                        "value": f"[{seed}] Question {index}: could you look at module_{index}.py "
+                        "and explain why the tests fail when the cache is cold?",
+                    }
+                ]
             messages.append({"role": "user", "content": content})
         else:
-            content = [{"type": "text", "value": f"Answer {index}: the failure comes from the cache warm-up order; "
-                        "initialise the store before the handlers register, then re-run the suite. " + "y" * 200}]
+            content = [
+                {
+                    "type": "text",
+                    "value": f"Answer {index}: the failure comes from the cache warm-up order; "
+                    "initialise the store before the handlers register, then re-run the suite. " + "y" * 200,
+                }
+            ]
             if index % 5 == 3:
-                content.append({"type": "tool_call", "callId": f"call_{seed}_{index}", "name": "read_file",
-                                "input": {"path": f"src/module_{index}.py"}})
+                content.append(
+                    {
+                        "type": "tool_call",
+                        "callId": f"call_{seed}_{index}",
+                        "name": "read_file",
+                        "input": {"path": f"src/module_{index}.py"},
+                    }
+                )
             messages.append({"role": "assistant", "content": content})
             index += 1
     return messages
@@ -408,9 +559,19 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
         def via_bridge(size: int, rep: int) -> None:
             messages = conversations[size] + [user(f"say ok {rep}")]
             request_id = bridge.next_id()
-            data = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "lm/chat",
-                               "params": {"modelId": "bench", "messages": messages}},
-                              separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+            data = (
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "method": "lm/chat",
+                        "params": {"modelId": "bench", "messages": messages},
+                    },
+                    separators=(",", ":"),
+                    ensure_ascii=False,
+                ).encode()
+                + b"\n"
+            )
             parts: list[dict[str, Any]] = []
             started = clock()
             bridge.write(data)
@@ -452,16 +613,34 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
     for size in sizes:
         s = summarize(first_part[size])
         if size == sizes[0]:
-            rows.append(Row("6 history", f"lm/chat → first part, {size:,} messages", "ms", s, direct_summary,
-                            "session/prompt → first chunk, same agent, no bridge",
-                            notes=f"{plan.history_reps} turns per size, sizes interleaved"))
+            rows.append(
+                Row(
+                    "6 history",
+                    f"lm/chat → first part, {size:,} messages",
+                    "ms",
+                    s,
+                    direct_summary,
+                    "session/prompt → first chunk, same agent, no bridge",
+                    notes=f"{plan.history_reps} turns per size, sizes interleaved",
+                )
+            )
         else:
             growth = s.median - small.median
-            rows.append(Row("6 history", f"lm/chat → first part, {size:,} messages", "ms", s, small,
-                            f"the same with {sizes[0]} messages", goal="flat: growth ≤ 2 ms", passed=growth <= 2.0,
-                            notes=f"request {request_bytes[size] / 1e6:.2f} MB; growth over {sizes[0]} messages: "
-                                  f"{growth:.2f} ms (median)",
-                            extra={"request_bytes": request_bytes[size], "messages": lengths[size][:3]}))
+            rows.append(
+                Row(
+                    "6 history",
+                    f"lm/chat → first part, {size:,} messages",
+                    "ms",
+                    s,
+                    small,
+                    f"the same with {sizes[0]} messages",
+                    goal="flat: growth ≤ 2 ms",
+                    passed=growth <= 2.0,
+                    notes=f"request {request_bytes[size] / 1e6:.2f} MB; growth over {sizes[0]} messages: "
+                    f"{growth:.2f} ms (median)",
+                    extra={"request_bytes": request_bytes[size], "messages": lengths[size][:3]},
+                )
+            )
     rows += _matching(plan)
     return rows
 
@@ -477,12 +656,17 @@ def _matching(plan: Plan) -> list[Row]:
     rows = []
     answer = [{"type": "text", "value": "ok"}]
     for size in plan.history_sizes:
-        encoded = [json.dumps(m, separators=(",", ":"), ensure_ascii=False)
-                   for m in _history(size - 1, _tag()) + [user("say ok")]]
+        encoded = [
+            json.dumps(m, separators=(",", ":"), ensure_ascii=False)
+            for m in _history(size - 1, _tag()) + [user("say ok")]
+        ]
 
         def envelope() -> str:
-            return ('{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"modelId":"bench","messages":['
-                    + ",".join(encoded) + "]}}")
+            return (
+                '{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"modelId":"bench","messages":['
+                + ",".join(encoded)
+                + "]}}"
+            )
 
         parser = HistoryReusingParser()
         index = ConversationIndex()
@@ -494,10 +678,12 @@ def _matching(plan: Plan) -> list[Row]:
         compare_ms: list[float] = []
         gc.collect()
         for rep in range(plan.match_reps):
-            encoded += [json.dumps({"role": "assistant", "content": answer}, separators=(",", ":")),
-                        json.dumps(user(f"say ok again {rep}"), separators=(",", ":"))]
+            encoded += [
+                json.dumps({"role": "assistant", "content": answer}, separators=(",", ":")),
+                json.dumps(user(f"say ok again {rep}"), separators=(",", ":")),
+            ]
             raw = envelope().encode()
-            for path in (("fresh", "reuse") if rep % 2 == 0 else ("reuse", "fresh")):
+            for path in ("fresh", "reuse") if rep % 2 == 0 else ("reuse", "fresh"):
                 started = clock()
                 messages = (json.loads(raw) if path == "fresh" else parser(raw))["params"]["messages"]
                 parsed = clock()
@@ -514,20 +700,34 @@ def _matching(plan: Plan) -> list[Row]:
                     assert same
                 else:
                     reused, reused_match = messages, found
-            index.commit(conversation, reused, reused_match.agreed, reused_match.start)  # as the daemon does: the reused objects
+            index.commit(
+                conversation, reused, reused_match.agreed, reused_match.start
+            )  # as the daemon does: the reused objects
             index.set_provisional(conversation, answer)
         m, fresh = summarize(timings["match"]), summarize(timings["match_fresh"])
         parse, loads = summarize(timings["parse"]), summarize(timings["loads"])
         goal = size >= 10_000
-        rows.append(Row("6 history", f"ConversationIndex.match in-process, {size:,} messages", "ms", m, fresh,
-                        "match on a fresh json.loads of the same request",
-                        goal="≤ 2 ms" if goal else "", passed=(m.median <= 2.0) if goal else None,
-                        notes=f"{plan.match_reps} requests, the conversation growing by 2 messages each; parsing "
-                              f"them ({len(raw) / 1e6:.2f} MB at the end): history-reusing parser "
-                              f"{parse.median:.3f} ms median, json.loads {loads.median:.3f} ms; one `==` of the "
-                              f"repeated messages by value: {statistics.median(compare_ms):.3f} ms",
-                        extra={"parse_ms": parse.__dict__, "json_loads_ms": loads.__dict__,
-                               "list_compare_ms": summarize(compare_ms).__dict__}))
+        rows.append(
+            Row(
+                "6 history",
+                f"ConversationIndex.match in-process, {size:,} messages",
+                "ms",
+                m,
+                fresh,
+                "match on a fresh json.loads of the same request",
+                goal="≤ 2 ms" if goal else "",
+                passed=(m.median <= 2.0) if goal else None,
+                notes=f"{plan.match_reps} requests, the conversation growing by 2 messages each; parsing "
+                f"them ({len(raw) / 1e6:.2f} MB at the end): history-reusing parser "
+                f"{parse.median:.3f} ms median, json.loads {loads.median:.3f} ms; one `==` of the "
+                f"repeated messages by value: {statistics.median(compare_ms):.3f} ms",
+                extra={
+                    "parse_ms": parse.__dict__,
+                    "json_loads_ms": loads.__dict__,
+                    "list_compare_ms": summarize(compare_ms).__dict__,
+                },
+            )
+        )
     return rows
 
 

@@ -41,13 +41,19 @@ class Summary:
     max: float
 
     def scaled(self, factor: float) -> Summary:
-        return Summary(self.median * factor, None if self.p99 is None else self.p99 * factor, self.n,
-                       self.min * factor, self.max * factor)
+        return Summary(
+            self.median * factor,
+            None if self.p99 is None else self.p99 * factor,
+            self.n,
+            self.min * factor,
+            self.max * factor,
+        )
 
 
 def summarize(values: Sequence[float], *, p99: bool = True) -> Summary:
-    return Summary(statistics.median(values), percentile(values, 99) if p99 else None, len(values), min(values),
-                   max(values))
+    return Summary(
+        statistics.median(values), percentile(values, 99) if p99 else None, len(values), min(values), max(values)
+    )
 
 
 @dataclass
@@ -102,8 +108,15 @@ class Workspace:
         """A config file with the bench agent (``bench``); ``sessions`` go to ``[sessions]``."""
         self._count += 1
         path = self.path / f"config-{self._count}.toml"
-        lines = ["[agents.bench]", 'name = "bench agent"', f"command = {json.dumps(sys.executable)}",
-                 f"args = [{json.dumps(AGENT)}]", "", "[sessions]", "stop_grace = 2"]
+        lines = [
+            "[agents.bench]",
+            'name = "bench agent"',
+            f"command = {json.dumps(sys.executable)}",
+            f"args = [{json.dumps(AGENT)}]",
+            "",
+            "[sessions]",
+            "stop_grace = 2",
+        ]
         lines += [f"{key} = {json.dumps(value)}" for key, value in sessions.items()]
         path.write_text("\n".join(lines) + "\n")
         return path

@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-ECHO_TOOL = {"name": "echo", "description": "Answers ok.",
-             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
+ECHO_TOOL = {
+    "name": "echo",
+    "description": "Answers ok.",
+    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
 
 
 async def serve() -> None:
@@ -25,8 +28,13 @@ async def serve() -> None:
     from mcp.shared.message import SessionMessage
 
     async def list_tools(ctx: Any, params: Any) -> Any:
-        return types.ListToolsResult(tools=[types.Tool(name=ECHO_TOOL["name"], description=ECHO_TOOL["description"],
-                                                       input_schema=ECHO_TOOL["inputSchema"])])
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=ECHO_TOOL["name"], description=ECHO_TOOL["description"], input_schema=ECHO_TOOL["inputSchema"]
+                )
+            ]
+        )
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         return types.CallToolResult(content=[types.TextContent(text="ok")], is_error=False)
@@ -65,8 +73,9 @@ async def serve() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_lines)
         nursery.start_soon(write_lines)
-        await server.run(to_server, from_server, server.create_initialization_options(NotificationOptions()),
-                         raise_exceptions=False)
+        await server.run(
+            to_server, from_server, server.create_initialization_options(NotificationOptions()), raise_exceptions=False
+        )
         nursery.cancel_scope.cancel()
 
 

@@ -59,8 +59,12 @@ def scenario_history(bridge: BridgeClient) -> None:
         messages.append(assistant_message(parts))
 
 
-SCENARIOS = {"throughput": scenario_throughput, "latency": scenario_latency, "tools": scenario_tools,
-             "history": scenario_history}
+SCENARIOS = {
+    "throughput": scenario_throughput,
+    "latency": scenario_latency,
+    "tools": scenario_tools,
+    "history": scenario_history,
+}
 _PROFILE_HOOK: dict[str, Any] = {}
 
 
@@ -90,8 +94,11 @@ def report(raw_file: Path, top: int = 25) -> str:
         if not stack:
             continue
         count = int(count_text)
-        frames = [_frame(frame) for frame in stack.split(";") if frame and not frame.startswith("process ")
-                  and not frame.startswith("thread ")]
+        frames = [
+            _frame(frame)
+            for frame in stack.split(";")
+            if frame and not frame.startswith("process ") and not frame.startswith("thread ")
+        ]
         if not frames:
             continue
         if frames[-1][0].startswith(IDLE_LEAVES):
@@ -135,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
     parser.add_argument("--rate", type=int, default=500, help="samples per second (default 500)")
-    parser.add_argument("--nonblocking", action="store_true",
-                        help="sample without pausing the daemon (less perturbation, but partial stacks)")
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="sample without pausing the daemon (less perturbation, but partial stacks)",
+    )
     parser.add_argument("--save", type=Path, help="keep py-spy's raw output (collapsed stacks) in this directory")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
@@ -152,10 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     def start() -> None:
         nonlocal spy
         if spy is None:
-            spy = subprocess.Popen([args.py_spy, "record", "--pid", str(bridge.pid), "--rate", str(args.rate),
-                                    *(["--nonblocking"] if args.nonblocking else []),
-                                    "--format", "raw", "--output", str(raw)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            spy = subprocess.Popen(
+                [
+                    args.py_spy,
+                    "record",
+                    "--pid",
+                    str(bridge.pid),
+                    "--rate",
+                    str(args.rate),
+                    *(["--nonblocking"] if args.nonblocking else []),
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(raw),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             if not args.nonblocking:
                 _wait_traced(bridge.pid, spy)
 

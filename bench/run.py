@@ -33,8 +33,12 @@ from bench.wire import ROOT  # noqa: E402
 
 
 def machine() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": sys.version.split()[0], "implementation": platform.python_implementation(),
-                            "platform": platform.platform(), "cpus": os.cpu_count()}
+    info: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
     try:
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         for line in lscpu.splitlines():
@@ -55,10 +59,12 @@ def machine() -> dict[str, Any]:
     except ImportError:
         pass
     try:
-        info["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+        info["commit"] = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
         info["worktree"] = "modified" if dirty else "clean"
     except OSError:
         pass
@@ -66,6 +72,7 @@ def machine() -> dict[str, Any]:
 
 
 # -- formatting ----------------------------------------------------------------------------------------------------
+
 
 def _number(value: float | None, unit: str) -> str:
     if value is None:
@@ -94,38 +101,61 @@ def _second(summary: Any, unit: str, worst: bool) -> str:
 
 
 def table(rows: list[Row]) -> str:
-    header = ["#", "benchmark", "figure", "lmbridge median", "p99", "baseline median", "p99", "ratio",
-              "added p50 / p99", "goal", "result"]
+    header = [
+        "#",
+        "benchmark",
+        "figure",
+        "lmbridge median",
+        "p99",
+        "baseline median",
+        "p99",
+        "ratio",
+        "added p50 / p99",
+        "goal",
+        "result",
+    ]
     body = []
     for number, row in enumerate(rows, 1):
         worst = row.unit == "chunks/s"  # throughput: the p99 column holds the slowest run
         b, base = row.bridge, row.baseline
-        body.append([
-            str(number), row.benchmark, row.metric,
-            _number(b.median, row.unit),
-            _second(b, row.unit, worst),
-            _number(base.median, row.unit) if base else "—",
-            _second(base, row.unit, worst),
-            f"{row.ratio:.2f}×" if row.ratio is not None else "—",
-            f"{_signed(row.added['median'], row.unit)} / {_signed(row.added['p99'], row.unit)}" if row.added else "—",
-            row.goal or "—",
-            "—" if row.passed is None else ("PASS" if row.passed else "MISS"),
-        ])
+        body.append(
+            [
+                str(number),
+                row.benchmark,
+                row.metric,
+                _number(b.median, row.unit),
+                _second(b, row.unit, worst),
+                _number(base.median, row.unit) if base else "—",
+                _second(base, row.unit, worst),
+                f"{row.ratio:.2f}×" if row.ratio is not None else "—",
+                f"{_signed(row.added['median'], row.unit)} / {_signed(row.added['p99'], row.unit)}"
+                if row.added
+                else "—",
+                row.goal or "—",
+                "—" if row.passed is None else ("PASS" if row.passed else "MISS"),
+            ]
+        )
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
     right = {0, 3, 4, 5, 6, 7, 8}
 
     def fmt(line: list[str]) -> str:
-        return "| " + " | ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-                                 for i, cell in enumerate(line)) + " |"
+        return (
+            "| "
+            + " | ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(line))
+            + " |"
+        )
 
-    lines = [fmt(header), "|" + "|".join(("-" * (w + 1) + ":") if i in right else ("-" * (w + 2))
-                                         for i, w in enumerate(widths)) + "|"]
+    lines = [
+        fmt(header),
+        "|" + "|".join(("-" * (w + 1) + ":") if i in right else ("-" * (w + 2)) for i, w in enumerate(widths)) + "|",
+    ]
     lines += [fmt(line) for line in body]
     lines.append("")
     lines.append("Baselines and notes (throughput: the p99 columns hold the slowest run):")
     for number, row in enumerate(rows, 1):
-        text = "; ".join(piece for piece in (f"baseline: {row.baseline_name}" if row.baseline_name else "", row.notes)
-                         if piece)
+        text = "; ".join(
+            piece for piece in (f"baseline: {row.baseline_name}" if row.baseline_name else "", row.notes) if piece
+        )
         if text:
             lines.append(f"  {number}. {text}")
     return "\n".join(lines)
@@ -133,12 +163,14 @@ def table(rows: list[Row]) -> str:
 
 # -- running -------------------------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, a few seconds")
     parser.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
-    parser.add_argument("--output", type=Path, help="JSON results file (default bench/results/latest.json, "
-                                                    "or quick.json with --quick)")
+    parser.add_argument(
+        "--output", type=Path, help="JSON results file (default bench/results/latest.json, or quick.json with --quick)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (configs, bridge logs)")
     parser.add_argument("--check", action="store_true", help="exit with status 1 when a goal is missed")
     args = parser.parse_args(argv)
@@ -175,9 +207,11 @@ def main(argv: list[str] | None = None) -> int:
 
     text = table(rows)
     print(text)
-    print(f"\n{'quick' if args.quick else 'full'} run, {seconds:.1f} s "
-          f"({', '.join(f'{name} {value:g} s' for name, value in timings.items())}); "
-          f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}")
+    print(
+        f"\n{'quick' if args.quick else 'full'} run, {seconds:.1f} s "
+        f"({', '.join(f'{name} {value:g} s' for name, value in timings.items())}); "
+        f"load average before/after: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f}"
+    )
     missed = [row.metric for row in rows if row.passed is False]
     result = {
         "started": stamp,

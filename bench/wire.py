@@ -23,8 +23,18 @@ from typing import Any
 
 from bridge.editor.client import assistant_message
 
-__all__ = ["Peer", "BridgeClient", "DirectAgent", "user", "assistant_message", "ROOT", "AGENT", "MCP_SERVER",
-           "bridge_argv", "clock"]
+__all__ = [
+    "Peer",
+    "BridgeClient",
+    "DirectAgent",
+    "user",
+    "assistant_message",
+    "ROOT",
+    "AGENT",
+    "MCP_SERVER",
+    "bridge_argv",
+    "clock",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "bench" / "agent.py")
@@ -50,12 +60,19 @@ def bridge_argv(*args: str) -> list[str]:
 
 
 class Peer:
-    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, stderr: Any = None,
-                 cwd: str | None = None) -> None:
+    def __init__(
+        self, argv: list[str], *, env: dict[str, str] | None = None, stderr: Any = None, cwd: str | None = None
+    ) -> None:
         self.started = clock()
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=stderr if stderr is not None else subprocess.DEVNULL,
-                                        env=env, cwd=cwd, bufsize=0)
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr if stderr is not None else subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            bufsize=0,
+        )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in = self.process.stdin.fileno()
         self._out = self.process.stdout.fileno()
@@ -75,7 +92,7 @@ class Peer:
     def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._in, view):]
+            view = view[os.write(self._in, view) :]
 
     def send(self, message: dict[str, Any]) -> None:
         self.write(_dumps(message))
@@ -131,13 +148,20 @@ class Peer:
 class BridgeClient(Peer):
     """An editor on ``lmbridge stdio``."""
 
-    def __init__(self, config: Path | str, *, env: dict[str, str] | None = None, stderr: Any = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        config: Path | str,
+        *,
+        env: dict[str, str] | None = None,
+        stderr: Any = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(bridge_argv("--config", str(config), *extra_args), env=env, stderr=stderr)
 
     def initialize(self) -> dict[str, Any]:
-        return self.request("initialize", {"protocolVersion": 1,
-                                           "clientInfo": {"name": "lmbridge-bench", "version": "1"}})
+        return self.request(
+            "initialize", {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-bench", "version": "1"}}
+        )
 
     def start_chat(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
         request_id = self.next_id()
@@ -147,8 +171,9 @@ class BridgeClient(Peer):
         self.send({"jsonrpc": "2.0", "id": request_id, "method": "lm/chat", "params": params})
         return request_id
 
-    def chat(self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def chat(
+        self, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         request_id = self.start_chat(model, messages, tools)
         parts: list[dict[str, Any]] = []
         result = self.finish_chat(request_id, parts.append)
@@ -218,8 +243,14 @@ class DirectAgent(Peer):
 
     def start_prompt(self, session_id: str, text: str) -> int:
         request_id = self.next_id()
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": "session/prompt",
-                   "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "session/prompt",
+                "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]},
+            }
+        )
         return request_id
 
     def count_chunks(self, request_id: int) -> tuple[int, dict[str, Any]]:

@@ -114,7 +114,9 @@ def demo_agent() -> AgentConfig:
     )
 
 
-def find_config_file(explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Path | None:
+def find_config_file(
+    explicit: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Path | None:
     """The config file to read: the explicit path (must exist), else ``$LMBRIDGE_CONFIG`` (must exist), else
     ``$XDG_CONFIG_HOME/lmbridge/config.toml`` (or ``~/.config/...``) when it exists, else None."""
     environ = os.environ if environ is None else environ
@@ -187,14 +189,23 @@ _AGENT_KEYS = {
     "prestart": bool,
 }
 # Editors send JSON, where camelCase is the norm; accept both spellings there.
-_CAMEL = {"unsetEnv": "unset_env", "permissionPolicy": "permission_policy", "mcpTransport": "mcp_transport", "maxInputTokens": "max_input_tokens",
-          "maxOutputTokens": "max_output_tokens", "imageInput": "image_input", "initializeTimeout": "initialize_timeout"}
+_CAMEL = {
+    "unsetEnv": "unset_env",
+    "permissionPolicy": "permission_policy",
+    "mcpTransport": "mcp_transport",
+    "maxInputTokens": "max_input_tokens",
+    "maxOutputTokens": "max_output_tokens",
+    "imageInput": "image_input",
+    "initializeTimeout": "initialize_timeout",
+}
 
 
 def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") -> AgentConfig:
     table = f"{prefix}.{agent_id}"
     if not _AGENT_ID.match(agent_id):
-        raise locate.error("agent ids are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", table)
+        raise locate.error(
+            "agent ids are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", table
+        )
     if not isinstance(raw, dict):
         raise locate.error("must be a table with at least 'command'", table)
     values: dict[str, Any] = {}
@@ -216,7 +227,7 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         raise locate.error("values must be strings", f"{table}.env")
     unset_env = values.get("unset_env", [])
     if not all(isinstance(v, str) and v for v in unset_env):
-        raise locate.error("must be a list of variable names or patterns such as \"OPENAI_*\"", f"{table}.unset_env")
+        raise locate.error('must be a list of variable names or patterns such as "OPENAI_*"', f"{table}.unset_env")
     if values.get("permission_policy") not in (None, *PERMISSION_POLICIES):
         raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", f"{table}.permission_policy")
     if values.get("mcp_transport", "stdio") not in MCP_TRANSPORTS:
@@ -231,8 +242,15 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
             raise locate.error("must be positive", f"{table}.{key}")
     if "initialize_timeout" in values and values["initialize_timeout"] <= 0:
         raise locate.error("must be positive", f"{table}.initialize_timeout")
-    values.update(id=agent_id, name=values.get("name", agent_id), command=os.path.expanduser(values["command"]),
-                  args=tuple(args), env=dict(env), unset_env=tuple(unset_env), cwd=cwd)
+    values.update(
+        id=agent_id,
+        name=values.get("name", agent_id),
+        command=os.path.expanduser(values["command"]),
+        args=tuple(args),
+        env=dict(env),
+        unset_env=tuple(unset_env),
+        cwd=cwd,
+    )
     if "initialize_timeout" in values:
         values["initialize_timeout"] = float(values["initialize_timeout"])
     return AgentConfig(**values)
@@ -271,8 +289,14 @@ def _check_keys(data: dict[str, Any], known: set[str], locate: _Locator, table: 
 
 
 def _type_name(kind: Any) -> str:
-    names = {str: "a string", list: "a list", dict: "a table", int: "an integer", bool: "true or false",
-             float: "a number"}
+    names = {
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+        int: "an integer",
+        bool: "true or false",
+        float: "a number",
+    }
     if isinstance(kind, tuple):
         return "a number"
     return names.get(kind, kind.__name__)

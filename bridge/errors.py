@@ -129,8 +129,9 @@ class AgentStartError(AgentError):
         message = f"agent {agent_id!r} failed to start: {problem}"
         if stderr:
             message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
-        super().__init__(AGENT_START_FAILED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code},
-                         agent=agent_id)
+        super().__init__(
+            AGENT_START_FAILED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code}, agent=agent_id
+        )
 
 
 class AgentExitedError(AgentError):
@@ -139,13 +140,17 @@ class AgentExitedError(AgentError):
     retryable = True
 
     def __init__(self, agent_id: str, exit_code: int | None, stderr: str) -> None:
-        how = f"with code {exit_code}" if exit_code is not None and exit_code >= 0 else (
-            f"on signal {-exit_code}" if exit_code is not None else "(connection lost)")
+        how = (
+            f"with code {exit_code}"
+            if exit_code is not None and exit_code >= 0
+            else (f"on signal {-exit_code}" if exit_code is not None else "(connection lost)")
+        )
         message = f"agent {agent_id!r} exited {how} during the turn; the next request starts a new session"
         if stderr:
             message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
-        super().__init__(AGENT_EXITED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code},
-                         agent=agent_id)
+        super().__init__(
+            AGENT_EXITED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code}, agent=agent_id
+        )
         self.exit_code = exit_code
 
 
@@ -156,11 +161,13 @@ class AgentReplyError(AgentError):
         super().__init__(AGENT_ERROR, message, data, agent=agent)
 
     @classmethod
-    def from_agent_error(cls, error: RpcError, *, what: str = "the prompt", agent: str | None = None
-                         ) -> AgentReplyError:
+    def from_agent_error(
+        cls, error: RpcError, *, what: str = "the prompt", agent: str | None = None
+    ) -> AgentReplyError:
         """The agent answered a request with a JSON-RPC error: quote it."""
-        return cls(f"the agent answered {what} with an error: {error.message}", {"agentError": error.to_dict()},
-                   agent=agent)
+        return cls(
+            f"the agent answered {what} with an error: {error.message}", {"agentError": error.to_dict()}, agent=agent
+        )
 
 
 # -- lmbridge's own fault -----------------------------------------------------------------------------------------

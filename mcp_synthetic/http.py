@@ -22,8 +22,13 @@ MAX_BODY = 16 * 1024 * 1024
 _HEADER_TIMEOUT = 10.0
 
 
-async def serve_http(tools: SessionTools, token: str, log: Any, *,
-                     task_status: trio.TaskStatus[tuple[str, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
+async def serve_http(
+    tools: SessionTools,
+    token: str,
+    log: Any,
+    *,
+    task_status: trio.TaskStatus[tuple[str, trio.CancelScope]] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Listen on 127.0.0.1 (a free port); ``task_status`` gets the endpoint URL and the scope that stops it."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
@@ -31,16 +36,23 @@ async def serve_http(tools: SessionTools, token: str, log: Any, *,
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     manager = StreamableHTTPSessionManager(
-        app=tools.server, max_request_body_size=MAX_BODY,
-        security_settings=TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}"], allowed_origins=[]))
+        app=tools.server,
+        max_request_body_size=MAX_BODY,
+        security_settings=TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}"], allowed_origins=[]),
+    )
     expected = f"Bearer {token}".encode()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         authorization = dict(scope["headers"]).get(b"authorization", b"")
         if not hmac.compare_digest(authorization, expected):
             log.warning("refused an HTTP MCP request: wrong or missing token")
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")],
+                }
+            )
             await send({"type": "http.response.body", "body": b"missing or wrong token"})
             return
         if tools.tracer is None:
@@ -95,7 +107,9 @@ async def _connection(stream: trio.SocketStream, app: Any, port: int, log: Any) 
                 if isinstance(event, h11.Data):
                     body += event.data
                     if len(body) > MAX_BODY:
-                        await _send(stream, connection, h11.Response(status_code=413, headers=[("content-length", "0")]))
+                        await _send(
+                            stream, connection, h11.Response(status_code=413, headers=[("content-length", "0")])
+                        )
                         await _send(stream, connection, h11.EndOfMessage())
                         return
                 elif isinstance(event, h11.EndOfMessage):
@@ -112,14 +126,29 @@ async def _connection(stream: trio.SocketStream, app: Any, port: int, log: Any) 
                 return
 
 
-async def _exchange(stream: trio.SocketStream, connection: h11.Connection, request: h11.Request, body: bytes,
-                    app: Any, port: int, log: Any) -> bool:
+async def _exchange(
+    stream: trio.SocketStream,
+    connection: h11.Connection,
+    request: h11.Request,
+    body: bytes,
+    app: Any,
+    port: int,
+    log: Any,
+) -> bool:
     path, _, query = request.target.partition(b"?")
     scope = {
-        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-        "method": request.method.decode(), "scheme": "http", "path": path.decode("latin-1"), "raw_path": path,
-        "query_string": query, "root_path": "", "headers": [(name.lower(), value) for name, value in request.headers],
-        "client": ("127.0.0.1", 0), "server": ("127.0.0.1", port),
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": request.method.decode(),
+        "scheme": "http",
+        "path": path.decode("latin-1"),
+        "raw_path": path,
+        "query_string": query,
+        "root_path": "",
+        "headers": [(name.lower(), value) for name, value in request.headers],
+        "client": ("127.0.0.1", 0),
+        "server": ("127.0.0.1", port),
     }
     delivered = False
     disconnected = trio.Event()

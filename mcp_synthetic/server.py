@@ -75,11 +75,17 @@ class SessionTools:
         for tool in tools:
             name = self._names.agent(tool["name"])
             previous = self._tools.get(name)
-            schema = previous.schema if previous is not None and previous.schema.schema == tool.get("inputSchema") else (
-                ToolSchema(tool["name"], tool.get("inputSchema", {"type": "object"})))
+            schema = (
+                previous.schema
+                if previous is not None and previous.schema.schema == tool.get("inputSchema")
+                else (ToolSchema(tool["name"], tool.get("inputSchema", {"type": "object"})))
+            )
             if schema.error:
-                self._log.warning("the editor gave a tool an invalid input schema; the agent will be told",
-                                  tool=tool["name"], problem=schema.error)
+                self._log.warning(
+                    "the editor gave a tool an invalid input schema; the agent will be told",
+                    tool=tool["name"],
+                    problem=schema.error,
+                )
             current[name] = EditorTool(tool["name"], name, tool.get("description", ""), schema)
         self._tools = current
         return True
@@ -117,11 +123,16 @@ class SessionTools:
             import mcp_types as types
             from mcp.server.lowlevel import Server
 
-            self._server = Server(SERVER_NAME, version="1",
-                                  instructions="Tools of the user's editor. Calls run in the editor.",
-                                  on_list_tools=self._list_tools, on_call_tool=self._call_tool)
-            self._server.add_notification_handler("notifications/initialized", types.NotificationParams,
-                                                  self._initialized)
+            self._server = Server(
+                SERVER_NAME,
+                version="1",
+                instructions="Tools of the user's editor. Calls run in the editor.",
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+            )
+            self._server.add_notification_handler(
+                "notifications/initialized", types.NotificationParams, self._initialized
+            )
             # The SDK wraps every request in an OpenTelemetry span by default: about a sixth of a tool round trip's
             # cost here, for traces nobody collects (lmbridge has its own wire traces).
             self._server.middleware.clear()
@@ -174,9 +185,12 @@ class SessionTools:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_lines)
             nursery.start_soon(write_lines)
-            await server.run(to_server, from_server,
-                             server.create_initialization_options(NotificationOptions(tools_changed=True)),
-                             raise_exceptions=False)
+            await server.run(
+                to_server,
+                from_server,
+                server.create_initialization_options(NotificationOptions(tools_changed=True)),
+                raise_exceptions=False,
+            )
             nursery.cancel_scope.cancel()
 
     # -- handlers ---------------------------------------------------------------------------------------------
@@ -210,15 +224,21 @@ class SessionTools:
         tool = self._tools.get(params.name)
         if tool is None:
             available = ", ".join(sorted(self._tools)) or "none"
-            return _error_result(f"Unknown tool {params.name!r}: the editor does not offer it (any more). "
-                                 f"Available tools: {available}.")
+            return _error_result(
+                f"Unknown tool {params.name!r}: the editor does not offer it (any more). Available tools: {available}."
+            )
         if tool.schema.error:
-            return _error_result(f"the tool {tool.agent_name!r} cannot be called: the editor gave it an "
-                                 f"{tool.schema.error}. Do not call it again; use another tool or ask the user.")
+            return _error_result(
+                f"the tool {tool.agent_name!r} cannot be called: the editor gave it an "
+                f"{tool.schema.error}. Do not call it again; use another tool or ask the user."
+            )
         check = tool.schema.check(params.arguments)
         if not check.ok:
-            return _error_result(f"Invalid arguments for {tool.agent_name}:\n- " + "\n- ".join(check.problems)
-                                 + "\nFix the arguments and call the tool again.")
+            return _error_result(
+                f"Invalid arguments for {tool.agent_name}:\n- "
+                + "\n- ".join(check.problems)
+                + "\nFix the arguments and call the tool again."
+            )
         token = (getattr(ctx, "meta", None) or {}).get("progress_token")
         answered = False
         try:
@@ -235,8 +255,9 @@ class SessionTools:
             return _error_result(reason or "The tool call was withdrawn.")
         import mcp_types as types
 
-        return types.CallToolResult(content=to_mcp_content(result.get("content", [])),
-                                    is_error=bool(result.get("isError")))
+        return types.CallToolResult(
+            content=to_mcp_content(result.get("content", [])), is_error=bool(result.get("isError"))
+        )
 
 
 def _is_json(line: bytes) -> bool:
@@ -263,8 +284,9 @@ async def _heartbeat(ctx: Any, token: Any) -> None:
         await trio.sleep(PROGRESS_INTERVAL)
         beats += 1
         try:
-            await ctx.session.send_progress_notification(token, beats, None, "waiting for the editor to run the tool",
-                                                         related_request_id=ctx.request_id)
+            await ctx.session.send_progress_notification(
+                token, beats, None, "waiting for the editor to run the tool", related_request_id=ctx.request_id
+            )
         except Exception:
             return
 

@@ -61,7 +61,9 @@ def _wants(schema: Any, kind: str) -> bool:
     declared = schema.get("type")
     if declared == kind or (isinstance(declared, list) and kind in declared):
         return True
-    return declared is None and ((kind == "object" and "properties" in schema) or (kind == "array" and "items" in schema))
+    return declared is None and (
+        (kind == "object" and "properties" in schema) or (kind == "array" and "items" in schema)
+    )
 
 
 def _parse_nested_json(value: Any, schema: Any) -> Any:

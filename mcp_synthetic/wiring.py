@@ -79,8 +79,12 @@ class EditorToolsSetup:
                 return None, "The session is not ready yet; call the tool again."
             return await actor.invoke_tool(name, arguments, cancel)
 
-        tools = SessionTools(invoke, log=self._log.bind(session=session.key), tracer=self._tracer,
-                             name=f"mcp:{session.key.rsplit(':', 1)[-1][:12]}")
+        tools = SessionTools(
+            invoke,
+            log=self._log.bind(session=session.key),
+            tracer=self._tracer,
+            name=f"mcp:{session.key.rsplit(':', 1)[-1][:12]}",
+        )
         tools.update(list(request.tools))
         token = secrets.token_urlsafe(32)
         if self._tracer is not None:
@@ -95,25 +99,41 @@ class EditorToolsSetup:
 
                 url, scope = await self._nursery.start(serve_http, tools, token, self._log)
                 session.extra["listener"] = (scope, None)
-                return [{"type": "http", "name": SERVER_NAME, "url": url,
-                         "headers": [{"name": "Authorization", "value": f"Bearer {token}"}]}]
-            self._log.warning("mcp_transport is http but the agent does not advertise mcpCapabilities.http; "
-                              "using the stdio shim", agent=getattr(agent, "id", None))
+                return [
+                    {
+                        "type": "http",
+                        "name": SERVER_NAME,
+                        "url": url,
+                        "headers": [{"name": "Authorization", "value": f"Bearer {token}"}],
+                    }
+                ]
+            self._log.warning(
+                "mcp_transport is http but the agent does not advertise mcpCapabilities.http; using the stdio shim",
+                agent=getattr(agent, "id", None),
+            )
         path = self._socket_path()
         scope = await self._nursery.start(self._listen, path, token, tools)
         session.extra["listener"] = (scope, path)
-        return [{
-            "name": SERVER_NAME,
-            "command": sys.executable,
-            "args": ["-I", "-S", SHIM_PATH],
-            "env": [{"name": "LMBRIDGE_MCP_SOCKET", "value": str(path)}, {"name": "LMBRIDGE_MCP_TOKEN", "value": token}],
-        }]
+        return [
+            {
+                "name": SERVER_NAME,
+                "command": sys.executable,
+                "args": ["-I", "-S", SHIM_PATH],
+                "env": [
+                    {"name": "LMBRIDGE_MCP_SOCKET", "value": str(path)},
+                    {"name": "LMBRIDGE_MCP_TOKEN", "value": token},
+                ],
+            }
+        ]
 
     def turn_started(self, session: Any, request: Any) -> None:
         tools: SessionTools | None = session.extra.get("tools")
         if tools is not None and tools.update(list(request.tools)) and self._nursery is not None:
-            self._log.info("the editor's tools changed; telling the agent", session=session.session_id,
-                           tools=sorted(tools.editor_names))
+            self._log.info(
+                "the editor's tools changed; telling the agent",
+                session=session.session_id,
+                tools=sorted(tools.editor_names),
+            )
             self._nursery.start_soon(tools.notify_changed)
 
     async def session_closed(self, session: Any) -> None:
@@ -147,8 +167,13 @@ class EditorToolsSetup:
             self._runtime = Path(tempfile.mkdtemp(prefix="lmbridge-", dir=parent))
         return self._runtime / f"{secrets.token_hex(6)}.sock"
 
-    async def _listen(self, path: Path, token: str, tools: SessionTools,
-                      task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _listen(
+        self,
+        path: Path,
+        token: str,
+        tools: SessionTools,
+        task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         await sock.bind(str(path))
         os.chmod(path, 0o600)
@@ -202,4 +227,3 @@ class _Prefixed(trio.abc.Stream):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
-

@@ -82,8 +82,7 @@ class TurnOutcome:
 
     @classmethod
     def from_action(cls, action: EndTurn) -> TurnOutcome:
-        return cls(action.stop_reason, action.error, action.reroute, action.emitted, action.pending_calls,
-                   action.usage)
+        return cls(action.stop_reason, action.error, action.reroute, action.emitted, action.pending_calls, action.usage)
 
 
 class _Turn:
@@ -209,7 +208,9 @@ class SessionActor:
                 self._finish_turn(action)
             elif kind is SendPrompt:
                 # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
-                reply = self.agent.send_request("session/prompt", {"sessionId": self.session_id, "prompt": action.blocks})
+                reply = self.agent.send_request(
+                    "session/prompt", {"sessionId": self.session_id, "prompt": action.blocks}
+                )
                 # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
                 answered = _Flag()
                 reply.on_answer(lambda result, error, answered=answered: self._prompt_answered(answered, result, error))
@@ -218,8 +219,10 @@ class SessionActor:
                 self.agent.notify("session/cancel", {"sessionId": self.session_id})
             elif kind is AnswerPermission:
                 if action.unreadable is not None:
-                    self._log.warning("could not read the editor's answer to a permission request; rejecting",
-                                      answer=action.unreadable)
+                    self._log.warning(
+                        "could not read the editor's answer to a permission request; rejecting",
+                        answer=action.unreadable,
+                    )
                 _answer(action.request, action.outcome)
             elif kind is ResolveInvocation:
                 _answer(action.invocation, (action.result, action.reason))
@@ -243,8 +246,11 @@ class SessionActor:
             if stop_reason in STOP_REASONS:
                 event = PromptFinished(stop_reason, prompt_usage(result))
             else:
-                event = PromptFailed(AgentReplyError(
-                    f"the agent answered session/prompt with stopReason {stop_reason!r}", agent=self.agent.id))
+                event = PromptFailed(
+                    AgentReplyError(
+                        f"the agent answered session/prompt with stopReason {stop_reason!r}", agent=self.agent.id
+                    )
+                )
         self._send_nowait(event)
 
     def _agent_failure(self, error: BaseException) -> Exception:
@@ -322,7 +328,9 @@ class SessionActor:
         await self._wait(waiter, context.cancel_requested)
         return waiter.value
 
-    async def invoke_tool(self, name: str, arguments: Any, cancel_requested: trio.Event) -> tuple[dict[str, Any] | None, str]:
+    async def invoke_tool(
+        self, name: str, arguments: Any, cancel_requested: trio.Event
+    ) -> tuple[dict[str, Any] | None, str]:
         """A tool call from the synthetic MCP server: blocks until the editor's result arrives or the call is
         withdrawn. Returns ``(tool_result part, "")`` or ``(None, reason)``."""
         waiter = _Waiter((None, _SESSION_ENDED))

@@ -32,6 +32,10 @@ def is_bridged_tool(tool_call: dict[str, Any], server: str) -> bool:
     tool_name = claude.get("toolName") if isinstance(claude, dict) else None
     if isinstance(tool_name, str) and tool_name.startswith(claude_prefix):
         return True
-    return (title.startswith(claude_prefix) or call_id.startswith(claude_prefix)
-            or title.startswith(f"Tool: {server}/")
-            or title.endswith(f"({server} MCP Server)") or call_id.startswith(f"mcp_{server}_"))
+    return (
+        title.startswith(claude_prefix)
+        or call_id.startswith(claude_prefix)
+        or title.startswith(f"Tool: {server}/")
+        or title.endswith(f"({server} MCP Server)")
+        or call_id.startswith(f"mcp_{server}_")
+    )

@@ -84,7 +84,7 @@ class Conversation:
 
     @property
     def input(self) -> list[dict[str, Any]]:
-        return self.messages[self.agreed:]
+        return self.messages[self.agreed :]
 
     @property
     def fingerprint(self) -> bytes:
@@ -160,8 +160,9 @@ class ConversationIndex:
                 end += 1
             for index in range(answered, end):
                 check_message(messages[index], f"messages[{index}]")
-            rendered = normalize_parts(list(itertools.chain.from_iterable(
-                _content(messages[index]) for index in range(answered, end))))
+            rendered = normalize_parts(
+                list(itertools.chain.from_iterable(_content(messages[index]) for index in range(answered, end)))
+            )
             if rendered == best.provisional:
                 new = messages[end:]
                 return HistoryMatch(MatchKind.CONTINUATION, best, answered, end, new, _results_for(best, new))

@@ -282,8 +282,10 @@ def _answer_text(result: dict[str, Any]) -> str:
 
 
 _MAX_BUFFERED_DATA_PARTS = 1000
-WITHDRAWN_NO_RESULT = ("The editor's next request carried no result for this tool call (the user skipped it or "
-                       "moved on); the call was withdrawn.")
+WITHDRAWN_NO_RESULT = (
+    "The editor's next request carried no result for this tool call (the user skipped it or "
+    "moved on); the call was withdrawn."
+)
 WITHDRAWN_CANCELLED = "The user cancelled the request; the tool call was withdrawn."
 WITHDRAWN_MOVED_ON = "The user moved on without running this tool; the call was withdrawn."
 WITHDRAWN_AGENT_GONE = "The session ended; the tool call was withdrawn."
@@ -354,8 +356,13 @@ class SessionMachine:
     @property
     def idle(self) -> bool:
         """Nothing running, nothing owed to anyone: the session may be closed without losing anything."""
-        return (self.state is State.IDLE and not self._pending and self._queued is None and not self._buffer
-                and self._finished is None)
+        return (
+            self.state is State.IDLE
+            and not self._pending
+            and self._queued is None
+            and not self._buffer
+            and self._finished is None
+        )
 
     # -- the one entry point ---------------------------------------------------------------------------------
 
@@ -448,8 +455,11 @@ class SessionMachine:
         elif isinstance(finished, PromptFailed):
             self._end_turn(out, error=finished.error)
         else:
-            self._end_turn(out, stop_reason=finished.stop_reason if finished else "end_turn",
-                           usage=finished.usage if finished else None)
+            self._end_turn(
+                out,
+                stop_reason=finished.stop_reason if finished else "end_turn",
+                usage=finished.usage if finished else None,
+            )
 
     def _on_cancel(self, event: EditorCancel, now: float, out: list[Action]) -> None:
         if self._queued is not None and self._queued.turn == event.turn:
@@ -554,8 +564,12 @@ class SessionMachine:
             out.append(AnswerPermission(event.request, automatic))
             return
         call_id = self._new_call_id()
-        part = {"type": "tool_call", "callId": call_id, "name": self._policy.tool_name,
-                "input": self._policy.tool_input(event.params)}
+        part = {
+            "type": "tool_call",
+            "callId": call_id,
+            "name": self._policy.tool_name,
+            "input": self._policy.tool_input(event.params),
+        }
         self._add_pending(_Pending(call_id, event.request, part, event.params), now, out)
 
     def _on_invocation(self, event: ToolInvocation, now: float, out: list[Action]) -> None:
@@ -652,8 +666,11 @@ class SessionMachine:
                 self._queued = None
             self._prompt_running = False
             self._to(State.CLOSED)
-            out.append(SessionClosed(self._closing or
-                                     f"the agent did not finish its cancelled prompt within {self._drain_timeout:g} s"))
+            out.append(
+                SessionClosed(
+                    self._closing or f"the agent did not finish its cancelled prompt within {self._drain_timeout:g} s"
+                )
+            )
 
     def close(self, reason: str, now: float) -> list[Action]:
         """Close the session on the bridge's initiative (idle timeout, shutdown): answer everything owed. A running
@@ -701,8 +718,14 @@ class SessionMachine:
         else:
             self._buffer.append(part)
 
-    def _end_turn(self, out: list[Action], *, stop_reason: str | None = None, error: Exception | None = None,
-                  usage: dict[str, Any] | None = None) -> None:
+    def _end_turn(
+        self,
+        out: list[Action],
+        *,
+        stop_reason: str | None = None,
+        error: Exception | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> None:
         turn = self._turn
         assert turn is not None
         self._turn = None
@@ -710,9 +733,21 @@ class SessionMachine:
         self._window_opened = None
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
         if self._renderer.usage is not None:
-            usage = {**(usage or {}), "contextUsed": self._renderer.usage.used, "contextSize": self._renderer.usage.size}
-        out.append(EndTurn(turn.turn, stop_reason=None if error else stop_reason, error=error,
-                           emitted=tuple(turn.emitted), pending_calls=pending if not error else (), usage=usage))
+            usage = {
+                **(usage or {}),
+                "contextUsed": self._renderer.usage.used,
+                "contextSize": self._renderer.usage.size,
+            }
+        out.append(
+            EndTurn(
+                turn.turn,
+                stop_reason=None if error else stop_reason,
+                error=error,
+                emitted=tuple(turn.emitted),
+                pending_calls=pending if not error else (),
+                usage=usage,
+            )
+        )
 
     def _withdraw_all(self, reason: str, out: list[Action]) -> None:
         for call_id in list(self._pending):

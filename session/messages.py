@@ -36,13 +36,15 @@ ROLES = ("user", "assistant", "system")
 PART_TYPES = ("text", "thinking", "tool_call", "tool_result", "data")
 ACP_UPDATE_MIME_TYPE = "application/vnd.lmbridge.acp-update+json"
 # Data parts that carry no conversation content: prompt-cache hints and stateful markers editors attach.
-IGNORABLE_DATA_MIME_TYPES = frozenset({
-    "cache_control",
-    "stateful_marker",
-    "application/vnd.vscode.cache-control",
-    "application/vnd.vscode.stateful-marker",
-    ACP_UPDATE_MIME_TYPE,
-})
+IGNORABLE_DATA_MIME_TYPES = frozenset(
+    {
+        "cache_control",
+        "stateful_marker",
+        "application/vnd.vscode.cache-control",
+        "application/vnd.vscode.stateful-marker",
+        ACP_UPDATE_MIME_TYPE,
+    }
+)
 
 
 def check_message(message: Any, where: str) -> list[dict[str, Any]]:
@@ -144,8 +146,9 @@ def normalize_parts(parts: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if kind == "tool_call":
             out.append(("tool_call", part["callId"], part["name"], _canonical_json(part.get("input"))))
         elif kind == "tool_result":
-            out.append(("tool_result", part["callId"], bool(part.get("isError")),
-                        tuple(normalize_parts(part["content"]))))
+            out.append(
+                ("tool_result", part["callId"], bool(part.get("isError")), tuple(normalize_parts(part["content"])))
+            )
         elif kind == "data":
             out.append(("data", part["mimeType"], hashlib.blake2b(part["data"].encode(), digest_size=16).hexdigest()))
     flush()

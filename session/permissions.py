@@ -30,9 +30,13 @@ DEFAULT_PERMISSION_TOOL = "acp_agent_action"
 READ_KINDS = frozenset({"read", "search", "fetch", "think"})
 
 _ALWAYS = re.compile(r"\balways\b")
-_ALLOW = re.compile(r"\b(allow|allowed|approve|approved|accept|accepted|yes|ok|okay|proceed|continue|confirm|confirmed)\b")
-_REJECT = re.compile(r"\b(reject|rejected|deny|denied|no|not|never|don't|dont|decline|declined|refuse|refused|cancel|"
-                     r"cancelled|skip|skipped|abort)\b")
+_ALLOW = re.compile(
+    r"\b(allow|allowed|approve|approved|accept|accepted|yes|ok|okay|proceed|continue|confirm|confirmed)\b"
+)
+_REJECT = re.compile(
+    r"\b(reject|rejected|deny|denied|no|not|never|don't|dont|decline|declined|refuse|refused|cancel|"
+    r"cancelled|skip|skipped|abort)\b"
+)
 _SKIPPED = "the user chose to skip the tool call"
 
 
@@ -57,8 +61,10 @@ def permission_tool_schema(name: str = DEFAULT_PERMISSION_TOOL) -> dict[str, Any
             "type": "object",
             "properties": {
                 "title": {"type": "string", "description": "What the agent wants to do."},
-                "kind": {"type": "string", "description": "read, edit, delete, move, search, execute, think, fetch, "
-                                                          "switch_mode or other."},
+                "kind": {
+                    "type": "string",
+                    "description": "read, edit, delete, move, search, execute, think, fetch, switch_mode or other.",
+                },
                 "command": {"type": "string", "description": "The command line, for execute actions."},
                 "paths": {"type": "array", "items": {"type": "string"}, "description": "Files concerned."},
                 "details": {"type": "object", "description": "The agent's raw input for the action."},
@@ -66,8 +72,11 @@ def permission_tool_schema(name: str = DEFAULT_PERMISSION_TOOL) -> dict[str, Any
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "properties": {"optionId": {"type": "string"}, "name": {"type": "string"},
-                                       "kind": {"type": "string"}},
+                        "properties": {
+                            "optionId": {"type": "string"},
+                            "name": {"type": "string"},
+                            "kind": {"type": "string"},
+                        },
                         "required": ["optionId", "name", "kind"],
                     },
                 },
@@ -103,8 +112,11 @@ class PermissionPolicy:
         """The permission tool's input: what a person needs to decide."""
         tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
         raw_input = tool_call.get("rawInput")
-        title = tool_call.get("title") if isinstance(tool_call.get("title"), str) and tool_call.get("title") else (
-            "The agent asks for permission")
+        title = (
+            tool_call.get("title")
+            if isinstance(tool_call.get("title"), str) and tool_call.get("title")
+            else ("The agent asks for permission")
+        )
         value: dict[str, Any] = {"title": title, "kind": tool_call.get("kind") or "other"}
         command = _command(raw_input)
         if command:
@@ -114,8 +126,10 @@ class PermissionPolicy:
             value["paths"] = paths
         if isinstance(raw_input, dict) and raw_input:
             value["details"] = raw_input
-        value["options"] = [{"optionId": o["optionId"], "name": o.get("name", o["optionId"]), "kind": o.get("kind", "")}
-                            for o in _options(params)]
+        value["options"] = [
+            {"optionId": o["optionId"], "name": o.get("name", o["optionId"]), "kind": o.get("kind", "")}
+            for o in _options(params)
+        ]
         return value
 
     def outcome_for_result(self, params: dict[str, Any], result: dict[str, Any]) -> tuple[dict[str, Any], bool]:

@@ -53,7 +53,9 @@ def needs_schema(update: dict[str, Any]) -> bool:
     kind = update.get("sessionUpdate")
     if kind == "agent_message_chunk":
         content = update.get("content")
-        return not (isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str))
+        return not (
+            isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str)
+        )
     return kind not in _QUIET and kind != "usage_update"
 
 
@@ -92,8 +94,15 @@ class _ToolView:
 _END_STATUSES = ("completed", "failed")
 _PLAN_MARK = {"completed": "x", "in_progress": "~", "pending": " "}
 # Updates that never produce text: answered from the dict, without loading the schema models.
-_QUIET = frozenset({"available_commands_update", "current_mode_update", "config_option_update",
-                    "session_info_update", "user_message_chunk"})
+_QUIET = frozenset(
+    {
+        "available_commands_update",
+        "current_mode_update",
+        "config_option_update",
+        "session_info_update",
+        "user_message_chunk",
+    }
+)
 
 
 class ActivityRenderer:
@@ -167,8 +176,9 @@ class ActivityRenderer:
         tool_id = model.tool_call_id
         view = self._tools.get(tool_id)
         if view is None:
-            view = self._tools[tool_id] = _ToolView(model.title or f"tool {tool_id}",
-                                                    is_bridged_tool(update, self._server))
+            view = self._tools[tool_id] = _ToolView(
+                model.title or f"tool {tool_id}", is_bridged_tool(update, self._server)
+            )
         elif model.title:
             view.title = model.title
         if view.bridged:
@@ -231,8 +241,14 @@ def prompt_usage(result: dict[str, Any]) -> dict[str, Any] | None:
     usage: dict[str, Any] = {}
     raw = result.get("usage")
     if isinstance(raw, dict):
-        for key in ("inputTokens", "outputTokens", "totalTokens", "cachedReadTokens", "cachedWriteTokens",
-                    "thoughtTokens"):
+        for key in (
+            "inputTokens",
+            "outputTokens",
+            "totalTokens",
+            "cachedReadTokens",
+            "cachedWriteTokens",
+            "thoughtTokens",
+        ):
             if isinstance(raw.get(key), int):
                 usage[key] = raw[key]
     meta = result.get("_meta")

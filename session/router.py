@@ -113,8 +113,9 @@ class _NoopSetup:
 
 
 class SessionRouter:
-    def __init__(self, agents: AgentProvider, settings: RouterSettings, *, log: Any,
-                 setup: SessionSetup | None = None) -> None:
+    def __init__(
+        self, agents: AgentProvider, settings: RouterSettings, *, log: Any, setup: SessionSetup | None = None
+    ) -> None:
         self._agents = agents
         self._settings = settings
         self._log = log
@@ -191,8 +192,9 @@ class SessionRouter:
             return outcome
         raise InternalError("could not route the request: its sessions kept closing")
 
-    async def _new_session_turn(self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest,
-                                turn_id: int) -> tuple[LiveSession, EditorTurn]:
+    async def _new_session_turn(
+        self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int
+    ) -> tuple[LiveSession, EditorTurn]:
         key = f"{request.agent_id}:{uuid.uuid4().hex}"
         conversation = index.create(key)
         index.commit(conversation, request.messages, 0, match.start)
@@ -224,8 +226,9 @@ class SessionRouter:
         blocks += prompt_blocks(new, images=images)
         return session, EditorTurn(turn_id, blocks or None, {}, False, request.options)
 
-    def _continue_turn(self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int,
-                       session: LiveSession) -> EditorTurn:
+    def _continue_turn(
+        self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int, session: LiveSession
+    ) -> EditorTurn:
         conversation = session.conversation
         new = match.new_messages
         moved_on = match.kind is MatchKind.MOVED_ON
@@ -269,11 +272,16 @@ class SessionRouter:
             return
         conversation = session.conversation
         assert session.session_id is not None
-        store.remember(session.agent_id, session.session_id, request.cwd,
-                       [conversation.fingerprint, conversation.fingerprint_with_provisional])
+        store.remember(
+            session.agent_id,
+            session.session_id,
+            request.cwd,
+            [conversation.fingerprint, conversation.fingerprint_with_provisional],
+        )
 
-    async def _open(self, session: LiveSession, request: ChatRequest,
-                    stored: tuple[int, StoredSession] | None = None) -> int | None:
+    async def _open(
+        self, session: LiveSession, request: ChatRequest, stored: tuple[int, StoredSession] | None = None
+    ) -> int | None:
         """Open the ACP session: resume or load a stored one when the agent can, else ``session/new``. Returns
         how many messages of the request the agent already knows (None for a new session)."""
         assert self._nursery is not None
@@ -289,8 +297,12 @@ class SessionRouter:
             try:
                 await agent.request(method, {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers})
             except Exception as exc:
-                self._log.info("stored session could not be reopened; starting a new one", method=method,
-                               session=entry.session_id, error=str(exc))
+                self._log.info(
+                    "stored session could not be reopened; starting a new one",
+                    method=method,
+                    session=entry.session_id,
+                    error=str(exc),
+                )
                 if self._settings.store is not None:
                     self._settings.store.forget(entry.session_id)
             else:
@@ -300,8 +312,10 @@ class SessionRouter:
             result = await agent.request("session/new", {"cwd": request.cwd, "mcpServers": servers})
             session_id = result.get("sessionId") if isinstance(result, dict) else None
             if not isinstance(session_id, str) or not session_id:
-                raise AgentReplyError(f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}",
-                                      agent=request.agent_id)
+                raise AgentReplyError(
+                    f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}",
+                    agent=request.agent_id,
+                )
         session.session_id = session_id
         settings = self._settings
         machine = SessionMachine(
@@ -320,7 +334,9 @@ class SessionRouter:
         self._log.info("session opened", agent=request.agent_id, session=session_id, cwd=request.cwd)
         return known
 
-    async def _run_actor(self, session: LiveSession, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def _run_actor(
+        self, session: LiveSession, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         actor = session.actor
         assert actor is not None and session.agent is not None and session.session_id is not None
         try:
@@ -384,6 +400,7 @@ async def _unless(cancel_requested: trio.Event, work: Callable[..., Any], *args:
     """``await work(*args)``, abandoned as soon as ``cancel_requested`` is set: ``(finished, result)``."""
     outcome: list[Any] = []
     async with trio.open_nursery() as nursery:
+
         async def watch() -> None:
             await cancel_requested.wait()
             nursery.cancel_scope.cancel()

@@ -80,7 +80,9 @@ class SessionStore:
         for fingerprint in fingerprints:
             entries[fingerprint.hex()] = StoredSession(agent, session_id, cwd, now)
         if len(entries) > self._max_entries:
-            for key, _entry in sorted(entries.items(), key=lambda item: item[1].updated)[: len(entries) - self._max_entries]:
+            for key, _entry in sorted(entries.items(), key=lambda item: item[1].updated)[
+                : len(entries) - self._max_entries
+            ]:
                 del entries[key]
         self._write(entries)
 
@@ -94,9 +96,13 @@ class SessionStore:
 
     def _write(self, entries: dict[str, StoredSession]) -> None:
         assert self.path is not None
-        data = {"version": _VERSION, "entries": {
-            key: {"agent": e.agent, "sessionId": e.session_id, "cwd": e.cwd, "updated": e.updated}
-            for key, e in entries.items()}}
+        data = {
+            "version": _VERSION,
+            "entries": {
+                key: {"agent": e.agent, "sessionId": e.session_id, "cwd": e.cwd, "updated": e.updated}
+                for key, e in entries.items()
+            },
+        }
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

@@ -11,8 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["CONTEXT_PREFIX", "TRANSCRIPT_HEADER", "EDITOR_INSTRUCTIONS_HEADER", "transcript", "prompt_blocks",
-           "trailing_input"]
+__all__ = [
+    "CONTEXT_PREFIX",
+    "TRANSCRIPT_HEADER",
+    "EDITOR_INSTRUCTIONS_HEADER",
+    "transcript",
+    "prompt_blocks",
+    "trailing_input",
+]
 
 CONTEXT_PREFIX = "[lmbridge]"  # starts every block that is context written by the bridge, not the user's words
 TRANSCRIPT_HEADER = f"{CONTEXT_PREFIX} The conversation so far (you are continuing it):"
@@ -63,7 +69,9 @@ def transcript(messages: list[dict[str, Any]]) -> str:
                 continue
             flush()
             if kind == "tool_call":
-                lines.append(f"{label} called tool {part['name']} (call {part['callId']}) with {_short(part.get('input'))}")
+                lines.append(
+                    f"{label} called tool {part['name']} (call {part['callId']}) with {_short(part.get('input'))}"
+                )
             elif kind == "tool_result":
                 status = "failed" if part.get("isError") else "returned"
                 lines.append(f"Tool call {part['callId']} {status}: {_short(_result_text(part))}")
@@ -77,7 +85,7 @@ def trailing_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The editor's newest input: the messages after the last assistant message."""
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].get("role") == "assistant":
-            return messages[index + 1:]
+            return messages[index + 1 :]
     return messages
 
 

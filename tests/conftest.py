@@ -94,8 +94,13 @@ class Bridge:
 
 
 @asynccontextmanager
-async def open_bridge(tmp_path: Path, config: Path | None, *extra: str, initialize: dict[str, Any] | None = None,
-                      env: dict[str, str] | None = None) -> AsyncIterator[Bridge]:
+async def open_bridge(
+    tmp_path: Path,
+    config: Path | None,
+    *extra: str,
+    initialize: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[Bridge]:
     stderr_path = tmp_path / f"bridge-{uuid.uuid4().hex[:6]}.stderr"
     args = ["--log-level", "debug", *extra]
     if config is not None:

@@ -60,8 +60,9 @@ def _imports(name: str, path: Path) -> set[str]:
             else:
                 module = node.module or ""
             # ``from package import module`` imports the module; ``from module import name`` the module itself.
-            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module
-                       for alias in node.names]
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module for alias in node.names
+            ]
         else:
             continue
         out.update(target for target in targets if target in MODULES and target != name)
@@ -135,15 +136,26 @@ def test_dependencies_point_down_the_layers() -> None:
 
 def test_nothing_below_the_shells_imports_a_front() -> None:
     shells = _layer("bridge.daemon")
-    wrong = [f"{module} → {target}" for module, targets in GRAPH.items() for target in targets
-             if target.startswith(FRONTS) and not module.startswith(FRONTS) and _layer(module) < shells
-             and not module.startswith(DEMO)]
+    wrong = [
+        f"{module} → {target}"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if target.startswith(FRONTS)
+        and not module.startswith(FRONTS)
+        and _layer(module) < shells
+        and not module.startswith(DEMO)
+    ]
     assert wrong == []
 
 
 def test_the_demo_agent_imports_only_what_it_shares() -> None:
-    wrong = [f"{module} → {target}" for module, targets in GRAPH.items() if module.startswith(DEMO)
-             for target in targets if not target.startswith(DEMO) and target not in DEMO_MAY_IMPORT]
+    wrong = [
+        f"{module} → {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith(DEMO)
+        for target in targets
+        if not target.startswith(DEMO) and target not in DEMO_MAY_IMPORT
+    ]
     assert wrong == []
 
 
@@ -158,4 +170,6 @@ def test_bridge_root_holds_at_most_four_modules_and_a_package_per_concern() -> N
 @pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items() if p.name == "__init__.py"))
 def test_every_package_says_what_it_owns(package: str) -> None:
     docstring = ast.get_docstring(ast.parse(MODULES[package].read_text()))
-    assert docstring and len(docstring) > 40, f"{package}/__init__.py needs a docstring: what it owns, what it may import"
+    assert docstring and len(docstring) > 40, (
+        f"{package}/__init__.py needs a docstring: what it owns, what it may import"
+    )

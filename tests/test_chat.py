@@ -11,9 +11,14 @@ from bridge.cli.chat import run_example_tool
 
 
 async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:
-    done = await trio.run_process([sys.executable, "-m", "bridge", "chat", "--config", str(config), *args],
-                                  stdin=typed.encode(), capture_stdout=True, capture_stderr=True, cwd=tmp_path,
-                                  check=False)
+    done = await trio.run_process(
+        [sys.executable, "-m", "bridge", "chat", "--config", str(config), *args],
+        stdin=typed.encode(),
+        capture_stdout=True,
+        capture_stderr=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode()
 
@@ -21,12 +26,17 @@ async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:
 async def test_text_tools_and_permissions_from_the_keyboard(tmp_path: Path, agents_toml: Path) -> None:
     (tmp_path / "notes.txt").write_text("remember the milk")
     with trio.fail_after(60):
-        out = await chat(tmp_path, agents_toml,
-                         "/say hello\n"
-                         '/tool read_file {"path": "notes.txt"}\n'
-                         "/permission rm -rf build\nn\n"
-                         "/permission kind=edit notes.txt\na\n"
-                         ":quit\n", "--agent", "scripted")
+        out = await chat(
+            tmp_path,
+            agents_toml,
+            "/say hello\n"
+            '/tool read_file {"path": "notes.txt"}\n'
+            "/permission rm -rf build\nn\n"
+            "/permission kind=edit notes.txt\na\n"
+            ":quit\n",
+            "--agent",
+            "scripted",
+        )
     assert "agent › hello\n" in out
     assert "tool read_file returned: remember the milk" in out
     assert "⚠ the agent asks: rm -rf build  (execute)" in out and "permission outcome: reject-once" in out

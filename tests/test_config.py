@@ -67,18 +67,21 @@ tool_name = "confirm_agent_action"
     assert set(config.agents) == {"demo", "claude"}
 
 
-@pytest.mark.parametrize(("text", "line", "key", "words"), [
-    ('[agents.a]\ncommand = "x"\nargs = "not a list"\n', 3, "agents.a.args", "must be a list"),
-    ('[agents.a]\nname = "A"\n', 1, "agents.a.command", "is required"),
-    ('[agents.a]\ncommand = "x"\ncolour = "blue"\n', 3, "agents.a.colour", "unknown key"),
-    ('[agents.a]\ncommand = "x"\n\n[sessions]\nidle_ttl = -5\n', 5, "sessions.idle_ttl", "positive"),
-    ('[permissions]\npolicy = "sometimes"\n', 2, "permissions.policy", "ask, allow_reads, allow_all, deny"),
-    ('[agents.demo]\ncommand = "x"\n', 1, "agents.demo", "built-in"),
-    ('[agents.a]\ncommand = "x"\ncwd = "relative/dir"\n', 3, "agents.a.cwd", "absolute"),
-    ('[agents.a]\ncommand = "x"\nenv = { K = 1 }\n', 3, "agents.a.env", "strings"),
-    ('[agent.a]\ncommand = "x"\n', 1, "agent", "unknown table"),
-    ('[agents.a]\ncommand = "x"\nprestart = "yes"\n', 3, "agents.a.prestart", "must be true or false"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "key", "words"),
+    [
+        ('[agents.a]\ncommand = "x"\nargs = "not a list"\n', 3, "agents.a.args", "must be a list"),
+        ('[agents.a]\nname = "A"\n', 1, "agents.a.command", "is required"),
+        ('[agents.a]\ncommand = "x"\ncolour = "blue"\n', 3, "agents.a.colour", "unknown key"),
+        ('[agents.a]\ncommand = "x"\n\n[sessions]\nidle_ttl = -5\n', 5, "sessions.idle_ttl", "positive"),
+        ('[permissions]\npolicy = "sometimes"\n', 2, "permissions.policy", "ask, allow_reads, allow_all, deny"),
+        ('[agents.demo]\ncommand = "x"\n', 1, "agents.demo", "built-in"),
+        ('[agents.a]\ncommand = "x"\ncwd = "relative/dir"\n', 3, "agents.a.cwd", "absolute"),
+        ('[agents.a]\ncommand = "x"\nenv = { K = 1 }\n', 3, "agents.a.env", "strings"),
+        ('[agent.a]\ncommand = "x"\n', 1, "agent", "unknown table"),
+        ('[agents.a]\ncommand = "x"\nprestart = "yes"\n', 3, "agents.a.prestart", "must be true or false"),
+    ],
+)
 def test_mistakes_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, words: str) -> None:
     path = tmp_path / "config.toml"
     path.write_text(text)
@@ -104,11 +107,19 @@ def test_editor_supplied_agents_accept_camel_case() -> None:
 
 def test_the_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text('[agents.a]\ncommand = 5\n')
-    done = subprocess.run([sys.executable, "-m", "bridge", "stdio", "--config", str(path)], capture_output=True,
-                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+    path.write_text("[agents.a]\ncommand = 5\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "stdio", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == f"lmbridge: configuration error: {path}:2, key 'agents.a.command': must be a string, got an integer"
+    assert (
+        done.stderr.strip()
+        == f"lmbridge: configuration error: {path}:2, key 'agents.a.command': must be a string, got an integer"
+    )
 
 
 def test_unset_env_removes_inherited_variables(tmp_path: Path) -> None:
@@ -123,4 +134,8 @@ def test_each_command_keeps_its_own_log_level_default() -> None:
 
     parser = build_parser()
     assert [parser.parse_args([c]).log_level for c in ("stdio", "serve", "demo", "chat")] == [
-        "info", "info", "warning", "warning"]
+        "info",
+        "info",
+        "warning",
+        "warning",
+    ]

@@ -10,7 +10,12 @@ from bridge.demo.directives import ScriptError, Step, parse_script
 
 def test_directives_and_echo_paragraphs_in_order() -> None:
     steps = parse_script("hello\nworld\n/say hi there\n/stream 3\nbye")
-    assert steps == [Step("echo", "hello\nworld"), Step("say", "hi there"), Step("stream", number=3), Step("echo", "bye")]
+    assert steps == [
+        Step("echo", "hello\nworld"),
+        Step("say", "hi there"),
+        Step("stream", number=3),
+        Step("echo", "bye"),
+    ]
 
 
 def test_tool_calls_parse_their_json_arguments() -> None:
@@ -27,8 +32,9 @@ def test_later_plan_and_stop() -> None:
     assert stop.arg == "max_tokens"
 
 
-@pytest.mark.parametrize("text", ["/stream many", "/tool x {not json", "/later soon hi", "/frobnicate", "/say",
-                                  "/stop sometime"])
+@pytest.mark.parametrize(
+    "text", ["/stream many", "/tool x {not json", "/later soon hi", "/frobnicate", "/say", "/stop sometime"]
+)
 def test_malformed_directives_are_script_errors(text: str) -> None:
     with pytest.raises(ScriptError):
         parse_script(text)
@@ -54,7 +60,8 @@ def test_the_reference_lists_every_directive_once_with_what_it_does() -> None:
 
     text = reference()
     for directive in DIRECTIVES.values():
-        (line,) = [line for line in text.splitlines() if line.startswith(f"/{directive.name} ") or
-                   line == f"/{directive.name}"]
+        (line,) = [
+            line for line in text.splitlines() if line.startswith(f"/{directive.name} ") or line == f"/{directive.name}"
+        ]
         assert directive.does in line
     assert text.index("/badstop") > text.index("misbehaviours") > text.index("/say")

@@ -19,8 +19,9 @@ EXAMPLES = sorted((REPO / "examples" / "scenarios").glob("*.toml"))
 
 async def lmbridge(*args: str, cwd: Path = REPO, timeout: float = 120) -> tuple[int, str, str]:
     with trio.fail_after(timeout):
-        process = await trio.run_process([sys.executable, "-m", "bridge", *args], capture_stdout=True,
-                                         capture_stderr=True, check=False, cwd=str(cwd))
+        process = await trio.run_process(
+            [sys.executable, "-m", "bridge", *args], capture_stdout=True, capture_stderr=True, check=False, cwd=str(cwd)
+        )
     return process.returncode, process.stdout.decode(), process.stderr.decode()
 
 
@@ -30,8 +31,9 @@ def report(path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("scenario", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 async def test_each_example_scenario_passes_against_the_demo_agent(scenario: Path, tmp_path: Path) -> None:
-    code, out, err = await lmbridge("test", str(scenario), "--json", str(tmp_path / "r.json"),
-                                    "--junit", str(tmp_path / "r.xml"))
+    code, out, err = await lmbridge(
+        "test", str(scenario), "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml")
+    )
     assert code == 0, out + err
     assert out.startswith("agent: demo (built-in demo agent)\nPASS")
     result = report(tmp_path / "r.json")
@@ -46,22 +48,43 @@ async def test_each_example_scenario_passes_against_the_demo_agent(scenario: Pat
 MISBEHAVIOURS = [
     # file, the expectation that fails, what the failure says was expected, what it says came
     ("wrong-stop-reason", "check stop-reason", "an ACP stop reason", "stopReason 'finished', which ACP does not have"),
-    ("ignores-cancel", "check cancel", "stopReason 'cancelled' after session/cancel",
-     "stopReason 'end_turn': the agent ignored the cancel"),
-    ("orphan-tool-call", "check tool-calls", "('compile') to reach completed or failed before its prompt ended",
-     "still in_progress when session/prompt answered 'end_turn' (an orphan)"),
-    ("unknown-tool-call", "check tool-calls", "tool_call_update only for a toolCallId that a tool_call",
-     "tool_call_update for unknown toolCallId 'stray-"),
-    ("invalid-update", "check update-schema", "session/update #1 (agent_message_chunk) to be a valid SessionNotification",
-     'update.content.text: Field required (got {"type": "text"})'),
-    ("slow-first-update", "timeout (first_update)", "within 0.5 s ([timeouts] first_update)",
-     "no update from the agent within 0.5 s of session/prompt"),
+    (
+        "ignores-cancel",
+        "check cancel",
+        "stopReason 'cancelled' after session/cancel",
+        "stopReason 'end_turn': the agent ignored the cancel",
+    ),
+    (
+        "orphan-tool-call",
+        "check tool-calls",
+        "('compile') to reach completed or failed before its prompt ended",
+        "still in_progress when session/prompt answered 'end_turn' (an orphan)",
+    ),
+    (
+        "unknown-tool-call",
+        "check tool-calls",
+        "tool_call_update only for a toolCallId that a tool_call",
+        "tool_call_update for unknown toolCallId 'stray-",
+    ),
+    (
+        "invalid-update",
+        "check update-schema",
+        "session/update #1 (agent_message_chunk) to be a valid SessionNotification",
+        'update.content.text: Field required (got {"type": "text"})',
+    ),
+    (
+        "slow-first-update",
+        "timeout (first_update)",
+        "within 0.5 s ([timeouts] first_update)",
+        "no update from the agent within 0.5 s of session/prompt",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "what", "expected", "got"), MISBEHAVIOURS, ids=[m[0] for m in MISBEHAVIOURS])
-async def test_each_demo_misbehaviour_is_caught_with_a_clear_message(name: str, what: str, expected: str, got: str,
-                                                                     tmp_path: Path) -> None:
+async def test_each_demo_misbehaviour_is_caught_with_a_clear_message(
+    name: str, what: str, expected: str, got: str, tmp_path: Path
+) -> None:
     path = f"examples/misbehaviours/{name}.toml"
     code, out, err = await lmbridge("test", path, "--json", str(tmp_path / "r.json"))
     assert code == 1, out + err
@@ -74,8 +97,14 @@ async def test_each_demo_misbehaviour_is_caught_with_a_clear_message(name: str, 
 
 
 async def test_the_command_line_selects_checks(tmp_path: Path) -> None:
-    code, out, _ = await lmbridge("test", "examples/misbehaviours/orphan-tool-call.toml", "--check", "stop-reason,cancel",
-                                  "--json", str(tmp_path / "r.json"))
+    code, out, _ = await lmbridge(
+        "test",
+        "examples/misbehaviours/orphan-tool-call.toml",
+        "--check",
+        "stop-reason,cancel",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert code == 0, out
     checks = {c["name"]: c["status"] for c in report(tmp_path / "r.json")["scenarios"][0]["checks"]}
     assert checks == {"stop-reason": "passed", "cancel": "skipped"}
@@ -120,14 +149,16 @@ skip = ["stop-reason"]
 async def test_a_recorded_session_replays_to_the_same_editor_visible_output(tmp_path: Path) -> None:
     scenario = tmp_path / "recorded.toml"
     scenario.write_text(RECORDED)
-    code, out, err = await lmbridge("test", str(scenario), "--record", str(tmp_path / "rec"),
-                                    "--json", str(tmp_path / "live.json"))
+    code, out, err = await lmbridge(
+        "test", str(scenario), "--record", str(tmp_path / "rec"), "--json", str(tmp_path / "live.json")
+    )
     assert code == 0, out + err
     transcript = tmp_path / "rec" / "recorded.ndjson"
     text = transcript.read_text()
     header, *lines = map(json.loads, text.splitlines())
-    assert header["agent"] == "agent:demo" and header["mcp"] == {"mcp:1": {"agent": "agent:demo",
-                                                                             "session": "session-1", "server": "editor"}}
+    assert header["agent"] == "agent:demo" and header["mcp"] == {
+        "mcp:1": {"agent": "agent:demo", "session": "session-1", "server": "editor"}
+    }
     assert {line["conn"] for line in lines} == {"editor", "agent:demo", "mcp:1"}
     assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
     # Normalised and redacted: no run-specific ids, paths or secrets are left.
@@ -135,8 +166,16 @@ async def test_a_recorded_session_replays_to_the_same_editor_visible_output(tmp_
     assert '"name":"LMBRIDGE_MCP_TOKEN","value":"<redacted>"' in text and "<workspace>" in text
 
     replay = f"{sys.executable} -m bridge replay {transcript}"
-    code, out, err = await lmbridge("test", str(scenario), "--agent-cmd", replay, "--json", str(tmp_path / "replay.json"),
-                                    "--artifacts", str(tmp_path / "art"))
+    code, out, err = await lmbridge(
+        "test",
+        str(scenario),
+        "--agent-cmd",
+        replay,
+        "--json",
+        str(tmp_path / "replay.json"),
+        "--artifacts",
+        str(tmp_path / "art"),
+    )
     assert code == 0, out + err
     live = report(tmp_path / "live.json")["scenarios"][0]["turns"]
     replayed = report(tmp_path / "replay.json")["scenarios"][0]["turns"]
@@ -160,17 +199,32 @@ async def test_replay_matches_requests_by_method_and_order_and_strict_refuses_di
     transcript = str(tmp_path / "rec" / "hello.ndjson")
 
     # Tolerant: the second prompt differs, the recorded answer comes anyway, and the difference is logged.
-    code, out, err = await lmbridge("test", str(changed), "--agent-cmd", f"{sys.executable} -m bridge replay {transcript}",
-                                    "--json", str(tmp_path / "tolerant.json"), "--artifacts", str(tmp_path / "art"))
+    code, out, err = await lmbridge(
+        "test",
+        str(changed),
+        "--agent-cmd",
+        f"{sys.executable} -m bridge replay {transcript}",
+        "--json",
+        str(tmp_path / "tolerant.json"),
+        "--artifacts",
+        str(tmp_path / "art"),
+    )
     assert code == 0, out + err
     assert report(tmp_path / "tolerant.json")["scenarios"][0]["turns"][1]["text"] == "again\n"
-    assert "session/prompt #2 differs from the recording at params.prompt.0.text" in \
-        (tmp_path / "art" / "changed" / "lmbridge.stderr").read_text()
+    assert (
+        "session/prompt #2 differs from the recording at params.prompt.0.text"
+        in (tmp_path / "art" / "changed" / "lmbridge.stderr").read_text()
+    )
 
     # Strict: the agent answers the differing prompt with an error, which the editor gets.
-    code, out, err = await lmbridge("test", str(changed), "--agent-cmd",
-                                    f"{sys.executable} -m bridge replay --strict {transcript}",
-                                    "--json", str(tmp_path / "strict.json"))
+    code, out, err = await lmbridge(
+        "test",
+        str(changed),
+        "--agent-cmd",
+        f"{sys.executable} -m bridge replay --strict {transcript}",
+        "--json",
+        str(tmp_path / "strict.json"),
+    )
     assert code == 1
     (failure,) = [f for f in report(tmp_path / "strict.json")["scenarios"][0]["failures"] if f["what"] == "no error"]
     assert failure["where"] == "turn 2 (/say something else)"
@@ -207,8 +261,10 @@ user = "never sent"
 async def test_mistakes_in_scenario_files_exit_2_naming_the_file_and_the_key(tmp_path: Path) -> None:
     cases = {
         "unknown.toml": ('[[turns]]\nuser = "hi"\nexpect.txt = "hi"\n', "turns[0].expect.txt: unknown key"),
-        "reason.toml": ('[[turns]]\nuser = "hi"\nexpect.stop_reason = "done"\n',
-                        "turns[0].expect.stop_reason: unknown stop reason 'done'"),
+        "reason.toml": (
+            '[[turns]]\nuser = "hi"\nexpect.stop_reason = "done"\n',
+            "turns[0].expect.stop_reason: unknown stop reason 'done'",
+        ),
         "toml.toml": ("[[turns]\n", "invalid TOML"),
         "tools.toml": ('[[turns]]\nuser = "hi"\ntools = ["nope"]\n', "turns[0].tools: unknown tool(s) nope"),
     }
@@ -220,7 +276,7 @@ async def test_mistakes_in_scenario_files_exit_2_naming_the_file_and_the_key(tmp
     assert code == 2 and "lmbridge test: --check: unknown check 'speed'" in err
 
 
-FRESH_TEST = '''
+FRESH_TEST = """
 import pytest
 
 WEATHER = {"name": "get_weather", "description": "Weather", "inputSchema": {"type": "object"}}
@@ -255,7 +311,7 @@ async def test_in_trio(acp_agent):
         result = await agent.turn('/tool get_weather {"city": "Oslo"}')
         assert result.text == "tool get_weather returned: sunny in Oslo\\n"
         await agent.assert_conformant()
-'''
+"""
 
 
 async def test_the_pytest_plugin_works_from_a_fresh_test_file_in_a_fresh_directory(tmp_path: Path) -> None:
@@ -263,9 +319,13 @@ async def test_the_pytest_plugin_works_from_a_fresh_test_file_in_a_fresh_directo
     fresh.mkdir()
     (fresh / "test_my_agent.py").write_text(FRESH_TEST)
     with trio.fail_after(120):
-        process = await trio.run_process([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                          "test_my_agent.py"], cwd=str(fresh), capture_stdout=True,
-                                         capture_stderr=True, check=False)
+        process = await trio.run_process(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_agent.py"],
+            cwd=str(fresh),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     out = process.stdout.decode() + process.stderr.decode()
     assert process.returncode == 0, out
     assert re.search(r"\b3 passed\b", out), out

@@ -16,8 +16,9 @@ from session.history import ConversationIndex, MatchKind
 from session.messages import MessageError, digest, normalize
 
 words = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=20).map(str.strip).filter(bool)
-json_inputs = st.dictionaries(st.sampled_from(["path", "city", "n", "flag"]),
-                              st.one_of(st.integers(-5, 5), words, st.booleans()), max_size=3)
+json_inputs = st.dictionaries(
+    st.sampled_from(["path", "city", "n", "flag"]), st.one_of(st.integers(-5, 5), words, st.booleans()), max_size=3
+)
 _call_ids = itertools.count(1)
 
 
@@ -27,8 +28,14 @@ def responses(draw: st.DrawFn) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(1, 4))):
         if draw(st.integers(0, 3)) == 0:
-            parts.append({"type": "tool_call", "callId": f"lmb_{next(_call_ids)}", "name": draw(words).replace(" ", "_"),
-                          "input": draw(json_inputs)})
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "callId": f"lmb_{next(_call_ids)}",
+                    "name": draw(words).replace(" ", "_"),
+                    "input": draw(json_inputs),
+                }
+            )
         else:
             parts.append({"type": "text", "value": draw(words) + " "})
     return parts
@@ -60,7 +67,10 @@ def rerendered(draw: st.DrawFn, parts: list[dict[str, Any]]) -> list[dict[str, A
     texts = [i for i, p in enumerate(content) if p["type"] == "text"]
     if texts and draw(st.booleans()):
         last = texts[-1]
-        content[last] = {"type": "text", "value": content[last]["value"].rstrip() + draw(st.sampled_from(["", "\n", "  "]))}
+        content[last] = {
+            "type": "text",
+            "value": content[last]["value"].rstrip() + draw(st.sampled_from(["", "\n", "  "])),
+        }
     if len(content) > 1 and draw(st.integers(0, 4)) == 0:
         cut = draw(st.integers(1, len(content) - 1))
         return [{"role": "assistant", "content": content[:cut]}, {"role": "assistant", "content": content[cut:]}]
@@ -75,8 +85,12 @@ def results_for(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
     calls = [p for p in parts if p["type"] == "tool_call"]
     if not calls:
         return None
-    return {"role": "user", "content": [{"type": "tool_result", "callId": c["callId"],
-                                         "content": [{"type": "text", "value": "ok"}]} for c in calls]}
+    return {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "callId": c["callId"], "content": [{"type": "text", "value": "ok"}]} for c in calls
+        ],
+    }
 
 
 class Bridge:
@@ -180,8 +194,11 @@ def test_editing_or_retrying_the_last_message_is_moved_on(played, data) -> None:
 def test_a_changed_earlier_message_is_not_this_conversation(played, data) -> None:
     bridge, history, _response, conversation = played
     committed = len(conversation.committed)
-    editable = [i for i, m in enumerate(history[:committed]) if m["role"] == "user"
-                and any(p["type"] == "text" for p in m["content"])]
+    editable = [
+        i
+        for i, m in enumerate(history[:committed])
+        if m["role"] == "user" and any(p["type"] == "text" for p in m["content"])
+    ]
     assume(editable)
     position = data.draw(st.sampled_from(editable))
     changed = copy.deepcopy(history)
@@ -196,7 +213,7 @@ def test_tool_results_identify_their_session_even_when_the_rest_is_rerendered(pl
     bridge, history, response, conversation = played
     results = results_for(response)
     assume(results is not None)
-    rewritten = [user_text("the editor summarised everything before") ] + history[-1:]
+    rewritten = [user_text("the editor summarised everything before")] + history[-1:]
     match = bridge.index.match(rewritten + [results])
     assert match.kind is MatchKind.CONTINUATION and match.conversation is conversation
     assert set(match.tool_results) == {p["callId"] for p in response if p["type"] == "tool_call"}
@@ -216,8 +233,11 @@ def test_interleaved_conversations_stay_apart(played_list) -> None:
         match = index.match(history + [user_text("more")])
         first_words = [h for h in history if h["role"] == "user"][0]
         # Identical opening messages are indistinguishable until they differ; otherwise each finds its own.
-        same_start = [m for m, (_, other, _, _) in enumerate(played_list)
-                      if [h for h in other if h["role"] == "user"][0] == first_words]
+        same_start = [
+            m
+            for m, (_, other, _, _) in enumerate(played_list)
+            if [h for h in other if h["role"] == "user"][0] == first_words
+        ]
         if len(same_start) == 1:
             assert match.conversation.key == f"conv{n}" and match.kind is MatchKind.CONTINUATION
 
@@ -242,12 +262,24 @@ def test_malformed_new_messages_name_the_field() -> None:
 
 
 def test_normalisation_treats_renderings_alike() -> None:
-    a = {"role": "assistant", "content": [{"type": "text", "value": "Hello "}, {"type": "text", "value": "world  \n"},
-                                          {"type": "tool_call", "callId": "c", "name": "f", "input": {"b": 1, "a": 2}}]}
-    b = {"role": "assistant", "name": "bot", "content": [
-        {"type": "thinking", "value": "..."}, {"type": "text", "value": "Hello world"},
-        {"type": "data", "mimeType": "cache_control", "data": "eA=="},
-        {"type": "tool_call", "callId": "c", "name": "f", "input": '{"a": 2, "b": 1}'}]}
+    a = {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "value": "Hello "},
+            {"type": "text", "value": "world  \n"},
+            {"type": "tool_call", "callId": "c", "name": "f", "input": {"b": 1, "a": 2}},
+        ],
+    }
+    b = {
+        "role": "assistant",
+        "name": "bot",
+        "content": [
+            {"type": "thinking", "value": "..."},
+            {"type": "text", "value": "Hello world"},
+            {"type": "data", "mimeType": "cache_control", "data": "eA=="},
+            {"type": "tool_call", "callId": "c", "name": "f", "input": '{"a": 2, "b": 1}'},
+        ],
+    }
     assert digest(normalize(a)) == digest(normalize(b))
 
 

@@ -14,8 +14,14 @@ from bridge.rpc.protocol import InvalidMessage, JsonRpcProtocol, Request
 
 
 def chat(messages: list, request_id: int = 1, **params) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "lm/chat",
-                       "params": {"modelId": "demo", "messages": messages, **params}}).encode()
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "lm/chat",
+            "params": {"modelId": "demo", "messages": messages, **params},
+        }
+    ).encode()
 
 
 def user(text: str) -> dict:
@@ -88,14 +94,17 @@ def test_concurrent_conversations_each_continue_their_own_history() -> None:
     assert parser.reused_messages == 2 * (3 + 5 + 7 + 9)  # from the second turn on, the previous history repeats
 
 
-@pytest.mark.parametrize("raw", [
-    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}',
-    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}]}} trailing',
-    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"},]}}',
-    b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages" [1]}}',
-    b"\xff\xfe{}",
-    b"",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}',
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}]}} trailing',
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"},]}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages" [1]}}',
+        b"\xff\xfe{}",
+        b"",
+    ],
+)
 def test_invalid_input_fails_as_the_plain_parse_does(raw: bytes) -> None:
     parser = HistoryReusingParser(min_chars=0)
     parser(b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[{"role":"user"}]}}')
@@ -105,9 +114,10 @@ def test_invalid_input_fails_as_the_plain_parse_does(raw: bytes) -> None:
 
 def test_deep_nesting_is_a_parse_error_not_a_crash() -> None:
     protocol = JsonRpcProtocol(parse=HistoryReusingParser(min_chars=0))
-    for raw in (b"[" * 100_000 + b"]" * 100_000,
-                b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[' + b"[" * 5000 + b"]" * 5000
-                + b"]}}"):
+    for raw in (
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"messages":[' + b"[" * 5000 + b"]" * 5000 + b"]}}",
+    ):
         event = protocol.receive_message(raw)
         assert isinstance(event, InvalidMessage) and event.error.code == PARSE_ERROR
         assert "nested too deeply" in event.error.message
@@ -117,9 +127,15 @@ def test_deep_nesting_is_a_parse_error_not_a_crash() -> None:
 
 # -- property: whatever the sequence of messages, the result is json.loads' ---------------------------------------
 
-scalars = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=8)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-    st.sampled_from(["role", "content", "messages", "params", "x"]), inner, max_size=3), max_leaves=8)
+scalars = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=False) | st.text(max_size=8)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["role", "content", "messages", "params", "x"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 message_values = st.one_of(values, st.builds(user, st.text(max_size=20)), st.builds(assistant, st.text(max_size=20)))
 
 
@@ -135,7 +151,7 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
             history = history + draw(st.lists(message_values, min_size=1, max_size=3))
         elif action == "edit" and history:
             index = draw(st.integers(0, len(history) - 1))
-            history = [*history[:index], draw(message_values), *history[index + 1:]]
+            history = [*history[:index], draw(message_values), *history[index + 1 :]]
         elif action == "replace":
             history = draw(st.lists(message_values, max_size=4))
         params = {"modelId": "demo", "messages": history}
@@ -144,9 +160,12 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
         envelope = {"jsonrpc": "2.0", "id": len(out), "method": "lm/chat", "params": params}
         if draw(st.booleans()):
             envelope = {"params": params, **envelope}  # params first
-        text = json.dumps(envelope, indent=draw(st.sampled_from([None, None, 1, "\t"])),
-                          separators=draw(st.sampled_from([None, (",", ":"), (" ,", " : ")])),
-                          ensure_ascii=draw(st.booleans()))
+        text = json.dumps(
+            envelope,
+            indent=draw(st.sampled_from([None, None, 1, "\t"])),
+            separators=draw(st.sampled_from([None, (",", ":"), (" ,", " : ")])),
+            ensure_ascii=draw(st.booleans()),
+        )
         if draw(st.booleans()):  # a repeated key: the last one wins
             text = text.replace('"params"', '"params": {"messages": [1, 2]}, "params"', 1)
         out.append(("  " if draw(st.booleans()) else "") + text + draw(st.sampled_from(["", " ", "\r\n"])))

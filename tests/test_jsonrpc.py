@@ -21,8 +21,11 @@ from bridge.rpc.protocol import (
 )
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
-json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-    st.text(max_size=8), inner, max_size=4), max_leaves=12)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
 messages = st.builds(
     lambda i, method, params: {"jsonrpc": "2.0", "id": i, "method": method, "params": params},
     st.integers(0, 2**31) | st.uuids().map(str),
@@ -109,7 +112,9 @@ def test_responses_match_only_our_pending_ids_and_directions_stay_apart() -> Non
     our_id, _ = protocol.request("session/new", {})
     assert our_id == 0
     # The peer's own request with the same id 0 is a request, not an answer to ours.
-    peer_request = protocol.receive_message(b'{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{}}')
+    peer_request = protocol.receive_message(
+        b'{"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{}}'
+    )
     assert isinstance(peer_request, Request) and peer_request.id == 0
     assert protocol.pending == {0: "session/new"}
     # A string "0" is not our integer 0.
@@ -122,8 +127,9 @@ def test_responses_match_only_our_pending_ids_and_directions_stay_apart() -> Non
 def test_error_responses_carry_code_message_and_data() -> None:
     protocol = JsonRpcProtocol()
     request_id, _ = protocol.request("m")
-    event = protocol.receive_message(json.dumps(
-        {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "nope", "data": {"x": 1}}}))
+    event = protocol.receive_message(
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": "nope", "data": {"x": 1}}})
+    )
     assert isinstance(event, ErrorResponse)
     assert (event.error.code, event.error.message, event.error.data) == (-32000, "nope", {"x": 1})
 
@@ -140,7 +146,7 @@ def test_over_long_line_is_reported_once_and_the_next_line_still_parses() -> Non
     long_line = b'{"jsonrpc":"2.0","method":"x","params":{"p":"' + b"a" * 200 + b'"}}'
     events = []
     for start in range(0, len(long_line), 7):  # arriving in small pieces
-        events += protocol.receive_data(long_line[start:start + 7])
+        events += protocol.receive_data(long_line[start : start + 7])
     assert events == []  # nothing until the line ends, and nothing buffered beyond the limit
     assert protocol._framer.buffered <= len(long_line)
     events = protocol.receive_data(b'\n{"jsonrpc":"2.0","method":"ok"}\n')
@@ -173,7 +179,7 @@ def test_long_lines_in_reads_of_any_size_come_out_whole(line_sizes: list[int], r
     for size in itertools.cycle(reads):
         if position >= len(stream):
             break
-        out += framer.feed(stream[position:position + size])
+        out += framer.feed(stream[position : position + size])
         position += size
     assert out == lines and framer.buffered == 0
 

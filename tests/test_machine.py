@@ -48,8 +48,10 @@ def thought(value: str) -> AgentUpdate:
 
 
 PROMPT = [{"type": "text", "text": "hi"}]
-OPTIONS = [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
-           {"optionId": "no", "name": "Reject", "kind": "reject_once"}]
+OPTIONS = [
+    {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+]
 
 
 def permission_params(title: str = "Run ls") -> dict[str, Any]:
@@ -235,14 +237,18 @@ def test_user_text_sent_with_tool_results_is_prompted_after_the_running_prompt()
 
 
 def test_permission_policies_answer_without_asking() -> None:
-    for policy, kind, expected in [("allow_all", "execute", "yes"), ("deny", "read", "no"),
-                                   ("allow_reads", "read", "yes")]:
+    for policy, kind, expected in [
+        ("allow_all", "execute", "yes"),
+        ("deny", "read", "no"),
+        ("allow_reads", "read", "yes"),
+    ]:
         machine = new_machine(permission_policy=PermissionPolicy(policy=policy))
         machine.handle(EditorTurn(1, PROMPT), 0)
         params = permission_params()
         params["toolCall"]["kind"] = kind
         assert machine.handle(PermissionRequest("p", params), 0) == [
-            AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": expected}})]
+            AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": expected}})
+        ]
     machine = new_machine(permission_policy=PermissionPolicy(policy="allow_reads"))
     machine.handle(EditorTurn(1, PROMPT), 0)
     (asked,) = machine.handle(PermissionRequest("p", permission_params()), 0)
@@ -253,7 +259,8 @@ def test_without_the_permission_tool_ask_means_reject() -> None:
     machine = new_machine()
     machine.handle(EditorTurn(1, PROMPT, options=TurnOptions(permission_tool=False)), 0)
     assert machine.handle(PermissionRequest("p", permission_params()), 0) == [
-        AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": "no"}})]
+        AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": "no"}})
+    ]
 
 
 def test_closing_cancels_a_running_prompt_and_waits_for_it_a_moment() -> None:
@@ -344,9 +351,34 @@ class Harness:
 @given(st.data())
 def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
     h = Harness(new_machine(batch_window=0.05, drain_timeout=5.0))
-    steps = ["turn"] + data.draw(st.lists(st.sampled_from(
-        ["turn", "turn", "turn", "cancel", "gone", "text", "text", "text", "tool", "tool", "permission", "permission",
-         "withdraw", "finish", "finish", "fail", "tick", "tick", "exit"]), max_size=60))
+    steps = ["turn"] + data.draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "turn",
+                    "turn",
+                    "turn",
+                    "cancel",
+                    "gone",
+                    "text",
+                    "text",
+                    "text",
+                    "tool",
+                    "tool",
+                    "permission",
+                    "permission",
+                    "withdraw",
+                    "finish",
+                    "finish",
+                    "fail",
+                    "tick",
+                    "tick",
+                    "exit",
+                ]
+            ),
+            max_size=60,
+        )
+    )
     for step in steps:
         machine = h.machine
         if step == "turn":
@@ -354,11 +386,21 @@ def test_random_interleavings_keep_every_invariant(data: st.DataObject) -> None:
             h.opened.append(turn)
             pending = machine.pending_call_ids
             answered = data.draw(st.lists(st.sampled_from(pending), unique=True)) if pending else []
-            results = {call_id: {"type": "tool_result", "callId": call_id,
-                                 "content": [{"type": "text", "value": "allow"}]} for call_id in answered}
+            results = {
+                call_id: {"type": "tool_result", "callId": call_id, "content": [{"type": "text", "value": "allow"}]}
+                for call_id in answered
+            }
             prompt = data.draw(st.sampled_from([PROMPT, None]))
-            h.feed(EditorTurn(turn, prompt, results, data.draw(st.booleans()),
-                              TurnOptions(permission_tool=data.draw(st.booleans())), retry=data.draw(st.booleans())))
+            h.feed(
+                EditorTurn(
+                    turn,
+                    prompt,
+                    results,
+                    data.draw(st.booleans()),
+                    TurnOptions(permission_tool=data.draw(st.booleans())),
+                    retry=data.draw(st.booleans()),
+                )
+            )
         elif step == "cancel" and h.opened:
             h.feed(EditorCancel(data.draw(st.sampled_from(h.opened))))
         elif step == "gone" and h.opened:

@@ -34,19 +34,39 @@ def test_rewritten_names_stay_recognisable() -> None:
 
 
 def test_valid_arguments_pass_and_problems_are_listed_with_their_place() -> None:
-    schema = ToolSchema("f", {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1},
-                                                               "tags": {"type": "array", "items": {"type": "string"}}},
-                              "required": ["n"], "additionalProperties": False})
+    schema = ToolSchema(
+        "f",
+        {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 1},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+    )
     assert schema.error is None and schema.check({"n": 2, "tags": ["a"]}).ok
     problems = schema.check({"n": 0, "tags": ["a", 3], "extra": True}).problems
-    assert problems == ["arguments: Additional properties are not allowed ('extra' was unexpected)",
-                        "n: 0 is less than the minimum of 1", "tags/1: 3 is not of type 'string'"]
+    assert problems == [
+        "arguments: Additional properties are not allowed ('extra' was unexpected)",
+        "n: 0 is less than the minimum of 1",
+        "tags/1: 3 is not of type 'string'",
+    ]
     assert schema.check(None).problems == ["arguments: 'n' is a required property"]
 
 
 def test_json_strings_are_parsed_where_the_schema_wants_objects_or_arrays() -> None:
-    schema = ToolSchema("f", {"type": "object", "properties": {
-        "options": {"type": "object", "properties": {"deep": {"type": "array"}}}, "text": {"type": "string"}}})
+    schema = ToolSchema(
+        "f",
+        {
+            "type": "object",
+            "properties": {
+                "options": {"type": "object", "properties": {"deep": {"type": "array"}}},
+                "text": {"type": "string"},
+            },
+        },
+    )
     check = schema.check({"options": '{"deep": "[1, 2]"}', "text": '{"not": "parsed"}'})
     assert check.ok and check.arguments == {"options": {"deep": [1, 2]}, "text": '{"not": "parsed"}'}
     assert schema.check('{"text": "whole arguments as a string"}').arguments == {"text": "whole arguments as a string"}
@@ -62,12 +82,14 @@ def test_result_content_maps_text_images_and_data() -> None:
     from mcp_synthetic.server import to_mcp_content
 
     png = base64.b64encode(b"\x89PNG....").decode()
-    content = to_mcp_content([
-        {"type": "text", "value": "hello"},
-        {"type": "data", "mimeType": "image/png", "data": png},
-        {"type": "data", "mimeType": "application/json", "data": base64.b64encode(b'{"a": 1}').decode()},
-        {"type": "data", "mimeType": "application/zip", "data": base64.b64encode(b"PK\x03\x04").decode()},
-    ])
+    content = to_mcp_content(
+        [
+            {"type": "text", "value": "hello"},
+            {"type": "data", "mimeType": "image/png", "data": png},
+            {"type": "data", "mimeType": "application/json", "data": base64.b64encode(b'{"a": 1}').decode()},
+            {"type": "data", "mimeType": "application/zip", "data": base64.b64encode(b"PK\x03\x04").decode()},
+        ]
+    )
     assert [c.type for c in content] == ["text", "image", "text", "text"]
     assert content[1].data == png and content[1].mime_type == "image/png"
     assert content[2].text == '{"a": 1}' and content[3].text == "[application/zip data, 4 bytes]"

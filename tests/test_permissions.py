@@ -11,7 +11,11 @@ import pytest
 import trio
 from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
 
-PERMISSION_TOOL = {"name": "acp_agent_action", "description": "Approve an agent action", "inputSchema": {"type": "object"}}
+PERMISSION_TOOL = {
+    "name": "acp_agent_action",
+    "description": "Approve an agent action",
+    "inputSchema": {"type": "object"},
+}
 CLOCK = {"name": "get_time", "description": "The time", "inputSchema": {"type": "object"}}
 
 
@@ -19,10 +23,18 @@ CLOCK = {"name": "get_time", "description": "The time", "inputSchema": {"type": 
 def policies_toml(tmp_path: Path, marker: str) -> Path:
     agent = f'command = "{PYTHON}"\nargs = ["-m", "bridge.demo"]\nenv = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}\n'
     path = tmp_path / "policies.toml"
-    path.write_text("".join(f"[agents.{name}]\n{agent}" + (f'permission_policy = "{policy}"\n' if policy else "") + "\n"
-                            for name, policy in [("asks", None), ("trusting", "allow_all"), ("strict", "deny"),
-                                                 ("reader", "allow_reads")])
-                    + "[sessions]\ntool_batch_window = 3\n")
+    path.write_text(
+        "".join(
+            f"[agents.{name}]\n{agent}" + (f'permission_policy = "{policy}"\n' if policy else "") + "\n"
+            for name, policy in [
+                ("asks", None),
+                ("trusting", "allow_all"),
+                ("strict", "deny"),
+                ("reader", "allow_reads"),
+            ]
+        )
+        + "[sessions]\ntool_batch_window = 3\n"
+    )
     return path
 
 
@@ -35,12 +47,25 @@ async def live(tmp_path: Path, policies_toml: Path, marker: str):
 
 
 def answer(call: dict[str, Any], text: str, *, error: bool = False) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "tool_result", "callId": call["callId"], "isError": error,
-                                         "content": [{"type": "text", "value": text}]}]}
+    return {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "callId": call["callId"],
+                "isError": error,
+                "content": [{"type": "text", "value": text}],
+            }
+        ],
+    }
 
 
-async def ask(bridge: Bridge, text: str = "/permission rm -rf build", model: str = "asks",
-              tools: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], Any]:
+async def ask(
+    bridge: Bridge,
+    text: str = "/permission rm -rf build",
+    model: str = "asks",
+    tools: list[dict[str, Any]] | None = None,
+) -> tuple[list[dict[str, Any]], Any]:
     history = [user(text)]
     reply = await bridge.chat(history, model=model, tools=[PERMISSION_TOOL] if tools is None else tools)
     assert reply.error is None, reply.error
@@ -48,17 +73,20 @@ async def ask(bridge: Bridge, text: str = "/permission rm -rf build", model: str
     return history, reply
 
 
-@pytest.mark.parametrize(("said", "outcome"), [
-    ("allow-once", "allow-once"),
-    ("reject-once", "reject-once"),
-    ("Allow", "allow-once"),
-    ("yes, go ahead", "allow-once"),
-    ("always", "allow-always"),
-    ("Allow always", "allow-always"),
-    ("no", "reject-once"),
-    ("Don't allow it", "reject-once"),
-    ("The user chose to skip the tool call.", "reject-once"),
-])
+@pytest.mark.parametrize(
+    ("said", "outcome"),
+    [
+        ("allow-once", "allow-once"),
+        ("reject-once", "reject-once"),
+        ("Allow", "allow-once"),
+        ("yes, go ahead", "allow-once"),
+        ("always", "allow-always"),
+        ("Allow always", "allow-always"),
+        ("no", "reject-once"),
+        ("Don't allow it", "reject-once"),
+        ("The user chose to skip the tool call.", "reject-once"),
+    ],
+)
 async def test_the_editors_answer_becomes_the_agents_outcome(live: Bridge, said: str, outcome: str) -> None:
     history, reply = await ask(live)
     assert reply.stop_reason == "tool_calls"
@@ -73,16 +101,18 @@ async def test_the_editors_answer_becomes_the_agents_outcome(live: Bridge, said:
 
 async def test_an_unreadable_answer_rejects_and_is_logged(live: Bridge) -> None:
     history, reply = await ask(live)
-    final = await live.chat(history + [answer(reply.tool_calls[0], "maybe later?")], model="asks",
-                            tools=[PERMISSION_TOOL])
+    final = await live.chat(
+        history + [answer(reply.tool_calls[0], "maybe later?")], model="asks", tools=[PERMISSION_TOOL]
+    )
     assert final.text == "permission outcome: reject-once\n"
     assert "could not read the editor's answer to a permission request" in live.stderr
 
 
 async def test_an_error_result_rejects(live: Bridge) -> None:
     history, reply = await ask(live)
-    final = await live.chat(history + [answer(reply.tool_calls[0], "tool crashed", error=True)], model="asks",
-                            tools=[PERMISSION_TOOL])
+    final = await live.chat(
+        history + [answer(reply.tool_calls[0], "tool crashed", error=True)], model="asks", tools=[PERMISSION_TOOL]
+    )
     assert final.text == "permission outcome: reject-once\n"
 
 
@@ -94,8 +124,9 @@ async def test_moving_on_cancels_the_request_and_the_prompt(live: Bridge) -> Non
 
 
 async def test_cancel_while_awaiting_the_answer_answers_cancelled(live: Bridge) -> None:
-    turn = await live.client.start_chat("asks", [user("/permission format disk\n/say formatted")],
-                                        tools=[PERMISSION_TOOL])
+    turn = await live.client.start_chat(
+        "asks", [user("/permission format disk\n/say formatted")], tools=[PERMISSION_TOOL]
+    )
     with trio.fail_after(30):
         await turn.first_part.wait()  # the permission tool call; the 3 s batching window keeps the turn open
     assert turn.parts[0]["type"] == "tool_call"
@@ -103,8 +134,11 @@ async def test_cancel_while_awaiting_the_answer_answers_cancelled(live: Bridge) 
         turn.cancel()
         result = await turn.result()
     assert result.stop_reason == "cancelled"
-    after = await live.chat([user("/permission format disk\n/say formatted"), result.assistant_message(),
-                             user("/say fine")], model="asks", tools=[PERMISSION_TOOL])
+    after = await live.chat(
+        [user("/permission format disk\n/say formatted"), result.assistant_message(), user("/say fine")],
+        model="asks",
+        tools=[PERMISSION_TOOL],
+    )
     assert after.text == "fine\n"
 
 
@@ -112,18 +146,28 @@ async def test_two_requests_at_once_go_out_together(live: Bridge) -> None:
     history, reply = await ask(live, "/permissions delete a | delete b")
     assert sorted(c["input"]["title"] for c in reply.tool_calls) == ["delete a", "delete b"]
     by_title = {c["input"]["title"]: c for c in reply.tool_calls}
-    history.append({"role": "user", "content": [
-        answer(by_title["delete a"], "allow-once")["content"][0], answer(by_title["delete b"], "reject-once")["content"][0]]})
+    history.append(
+        {
+            "role": "user",
+            "content": [
+                answer(by_title["delete a"], "allow-once")["content"][0],
+                answer(by_title["delete b"], "reject-once")["content"][0],
+            ],
+        }
+    )
     final = await live.chat(history, model="asks", tools=[PERMISSION_TOOL])
     assert final.text == "permission outcome for delete a: allow-once\npermission outcome for delete b: reject-once\n"
 
 
-@pytest.mark.parametrize(("model", "directive", "outcome"), [
-    ("trusting", "/permission rm -rf build", "allow-once"),
-    ("strict", "/permission kind=read notes.txt", "reject-once"),
-    ("reader", "/permission kind=read notes.txt", "allow-once"),
-    ("reader", "/permission kind=search TODO", "allow-once"),
-])
+@pytest.mark.parametrize(
+    ("model", "directive", "outcome"),
+    [
+        ("trusting", "/permission rm -rf build", "allow-once"),
+        ("strict", "/permission kind=read notes.txt", "reject-once"),
+        ("reader", "/permission kind=read notes.txt", "allow-once"),
+        ("reader", "/permission kind=search TODO", "allow-once"),
+    ],
+)
 async def test_policies_answer_without_asking(live: Bridge, model: str, directive: str, outcome: str) -> None:
     _history, reply = await ask(live, directive, model=model)
     assert reply.tool_calls == [] and reply.text == f"permission outcome: {outcome}\n"

@@ -10,8 +10,14 @@ from session.render import ActivityRenderer, acp_update_part
 
 
 def tool_call(call_id: str, title: str, status: str = "pending", **extra) -> dict:
-    return {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": title, "kind": "execute", "status": status,
-            **extra}
+    return {
+        "sessionUpdate": "tool_call",
+        "toolCallId": call_id,
+        "title": title,
+        "kind": "execute",
+        "status": status,
+        **extra,
+    }
 
 
 def tool_update(call_id: str, **fields) -> dict:
@@ -27,7 +33,9 @@ def test_a_tool_is_one_line_when_it_runs_and_one_at_the_end_whatever_the_updates
     out = renderer.render(tool_call("t1", "Run tests"))
     out += renderer.render(tool_update("t1", status="in_progress"))
     for _ in range(5):
-        out += renderer.render(tool_update("t1", content=[{"type": "content", "content": {"type": "text", "text": "..."}}]))
+        out += renderer.render(
+            tool_update("t1", content=[{"type": "content", "content": {"type": "text", "text": "..."}}])
+        )
     out += renderer.render(tool_update("t1", status="completed"))
     out += renderer.render(tool_update("t1", status="completed"))
     assert texts(out) == "▸ Run tests\n✓ Run tests\n"
@@ -38,28 +46,52 @@ def test_a_failed_tool_says_why_and_later_titles_win() -> None:
     assert renderer.render(tool_call("t1", "Terminal")) == []  # pending: the title is still provisional
     renderer.render(tool_update("t1", title="npm test"))
     assert texts(renderer.render(tool_update("t1", status="in_progress"))) == "▸ npm test\n"
-    out = renderer.render(tool_update("t1", status="failed", content=[
-        {"type": "content", "content": {"type": "text", "text": "```\n\n3 tests failed\nmore detail\n```"}}]))
+    out = renderer.render(
+        tool_update(
+            "t1",
+            status="failed",
+            content=[
+                {"type": "content", "content": {"type": "text", "text": "```\n\n3 tests failed\nmore detail\n```"}}
+            ],
+        )
+    )
     assert texts(out) == "✗ npm test failed: 3 tests failed\n"
 
 
 def test_a_failure_reported_only_in_raw_output_still_says_why() -> None:
     renderer = ActivityRenderer()
     renderer.render(tool_call("t", "List files", status="in_progress"))
-    out = renderer.render(tool_update("t", status="failed", rawOutput={
-        "stdout": "", "stderr": "", "aggregated_output": "ls: cannot access 'x': No such file\n", "exit_code": 2}))
+    out = renderer.render(
+        tool_update(
+            "t",
+            status="failed",
+            rawOutput={
+                "stdout": "",
+                "stderr": "",
+                "aggregated_output": "ls: cannot access 'x': No such file\n",
+                "exit_code": 2,
+            },
+        )
+    )
     assert texts(out) == "✗ List files failed: ls: cannot access 'x': No such file\n"
     renderer.render(tool_call("u", "Build", status="in_progress"))
     assert texts(renderer.render(tool_update("u", status="failed", rawOutput={"exit_code": 1}))) == (
-        "✗ Build failed: exit code 1\n")
+        "✗ Build failed: exit code 1\n"
+    )
 
 
 def test_calls_to_the_editors_own_tools_are_not_rendered() -> None:
     renderer = ActivityRenderer()
     for update in (
-        tool_call("toolu_1", "mcp__editor__get_weather", _meta={"claudeCode": {"toolName": "mcp__editor__get_weather"}}),
-        tool_call("call_1", "Tool: editor/get_weather", status="in_progress",
-                  rawInput={"server": "editor", "tool": "get_weather"}),
+        tool_call(
+            "toolu_1", "mcp__editor__get_weather", _meta={"claudeCode": {"toolName": "mcp__editor__get_weather"}}
+        ),
+        tool_call(
+            "call_1",
+            "Tool: editor/get_weather",
+            status="in_progress",
+            rawInput={"server": "editor", "tool": "get_weather"},
+        ),
         tool_update("mcp_editor_get_weather__1", status="completed", title="get_weather (editor MCP Server)"),
     ):
         assert renderer.render(update) == []
@@ -83,10 +115,14 @@ def test_tool_lines_start_on_a_new_line() -> None:
 
 def test_plan_is_a_checklist_sent_only_when_it_changes() -> None:
     renderer = ActivityRenderer()
-    plan = {"sessionUpdate": "plan", "entries": [
-        {"content": "Read", "priority": "high", "status": "completed"},
-        {"content": "Write", "priority": "medium", "status": "in_progress"},
-        {"content": "Test", "priority": "low", "status": "pending"}]}
+    plan = {
+        "sessionUpdate": "plan",
+        "entries": [
+            {"content": "Read", "priority": "high", "status": "completed"},
+            {"content": "Write", "priority": "medium", "status": "in_progress"},
+            {"content": "Test", "priority": "low", "status": "pending"},
+        ],
+    }
     assert texts(renderer.render(plan)) == "Plan:\n- [x] Read\n- [~] Write\n- [ ] Test\n"
     assert renderer.render(plan) == []
     plan["entries"][1]["status"] = "completed"
@@ -96,15 +132,21 @@ def test_plan_is_a_checklist_sent_only_when_it_changes() -> None:
 def test_thoughts_images_and_quiet_updates() -> None:
     renderer = ActivityRenderer()
     assert renderer.render({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}}) == [
-        {"type": "thinking", "value": "hmm"}]
-    assert renderer.render({"sessionUpdate": "agent_message_chunk",
-                            "content": {"type": "image", "mimeType": "image/png", "data": "iVBORw=="}}) == [
-        {"type": "data", "mimeType": "image/png", "data": "iVBORw=="}]
-    for quiet in ({"sessionUpdate": "available_commands_update", "availableCommands": []},
-                  {"sessionUpdate": "current_mode_update", "currentModeId": "code"},
-                  {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "replayed"}},
-                  {"sessionUpdate": "notice", "text": "an update this SDK does not know"},
-                  {"sessionUpdate": "agent_message_chunk", "content": {"type": "hologram"}}):
+        {"type": "thinking", "value": "hmm"}
+    ]
+    assert renderer.render(
+        {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "image", "mimeType": "image/png", "data": "iVBORw=="},
+        }
+    ) == [{"type": "data", "mimeType": "image/png", "data": "iVBORw=="}]
+    for quiet in (
+        {"sessionUpdate": "available_commands_update", "availableCommands": []},
+        {"sessionUpdate": "current_mode_update", "currentModeId": "code"},
+        {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "replayed"}},
+        {"sessionUpdate": "notice", "text": "an update this SDK does not know"},
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "hologram"}},
+    ):
         assert renderer.render(quiet) == []
     renderer.render({"sessionUpdate": "usage_update", "used": 10, "size": 100})
     assert (renderer.usage.used, renderer.usage.size) == (10, 100)
@@ -113,11 +155,12 @@ def test_thoughts_images_and_quiet_updates() -> None:
 def test_prompt_usage_takes_both_shapes() -> None:
     from session.render import prompt_usage
 
-    assert prompt_usage({"stopReason": "end_turn", "usage": {"inputTokens": 24, "outputTokens": 14, "totalTokens": 38,
-                                                             "odd": "x"}}) == {
-        "inputTokens": 24, "outputTokens": 14, "totalTokens": 38}
-    assert prompt_usage({"stopReason": "end_turn", "_meta": {"quota": {"token_count": {
-        "input_tokens": 24, "output_tokens": 14}}}}) == {"inputTokens": 24, "outputTokens": 14}
+    assert prompt_usage(
+        {"stopReason": "end_turn", "usage": {"inputTokens": 24, "outputTokens": 14, "totalTokens": 38, "odd": "x"}}
+    ) == {"inputTokens": 24, "outputTokens": 14, "totalTokens": 38}
+    assert prompt_usage(
+        {"stopReason": "end_turn", "_meta": {"quota": {"token_count": {"input_tokens": 24, "output_tokens": 14}}}}
+    ) == {"inputTokens": 24, "outputTokens": 14}
     assert prompt_usage({"stopReason": "end_turn"}) is None
 
 

@@ -130,7 +130,9 @@ class Editor:
         async def sink(part: dict[str, Any]) -> None:
             parts.append(part)
 
-        outcome = await self.router.chat(ChatRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else trio.Event())
+        outcome = await self.router.chat(
+            ChatRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else trio.Event()
+        )
         return outcome, parts
 
 
@@ -147,13 +149,18 @@ async def answer_next_prompt(agent: FakeAgent, stop_reason: str = "end_turn", te
     (session_id,) = list(agent.running)
     if text is not None:
         await agent.endpoints[session_id].on_agent_update(
-            {"sessionId": session_id, "update": {"sessionUpdate": "agent_message_chunk",
-                                                  "content": {"type": "text", "text": text}}})
+            {
+                "sessionId": session_id,
+                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
+            }
+        )
     agent.finish(session_id, stop_reason)
     return session_id
 
 
-async def test_idle_sessions_are_closed_after_the_ttl(nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
+async def test_idle_sessions_are_closed_after_the_ttl(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
     agent = FakeAgent()
     router, editor = await start_router(nursery, agent, idle_ttl=60)
     async with trio.open_nursery() as turn:
@@ -187,7 +194,9 @@ async def test_the_lru_cap_closes_the_least_recently_used_idle_session(nursery: 
     assert sorted(s.session_id for s in router.sessions) == ["s2", "s3"]
 
 
-async def test_concurrent_first_requests_of_one_conversation_share_a_session(nursery: trio.Nursery, autojump_clock) -> None:
+async def test_concurrent_first_requests_of_one_conversation_share_a_session(
+    nursery: trio.Nursery, autojump_clock
+) -> None:
     agent = FakeAgent()
     agent.session_new_gate = trio.Event()
     router, editor = await start_router(nursery, agent)
@@ -198,6 +207,7 @@ async def test_concurrent_first_requests_of_one_conversation_share_a_session(nur
             await answer_next_prompt(agent)
 
     async with trio.open_nursery() as requests:
+
         async def run() -> None:
             results.append(await editor.chat([user("same start")]))
 
@@ -212,8 +222,9 @@ async def test_concurrent_first_requests_of_one_conversation_share_a_session(nur
     assert stop_reasons in (["cancelled", "end_turn"], ["end_turn", "end_turn"])
 
 
-async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves_on(nursery: trio.Nursery,
-                                                                                      autojump_clock) -> None:
+async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves_on(
+    nursery: trio.Nursery, autojump_clock
+) -> None:
     agent = FakeAgent(honours_cancel=False)
     router, editor = await start_router(nursery, agent, cancel_drain_timeout=10)
     cancel = trio.Event()
@@ -260,8 +271,9 @@ async def test_an_agent_error_ends_the_turn_and_the_session_survives(nursery: tr
     assert outcome.stop_reason == "end_turn" and agent.method_count("session/new") == 1
 
 
-async def test_an_agent_exit_fails_the_turn_and_the_next_request_starts_afresh(nursery: trio.Nursery,
-                                                                               autojump_clock) -> None:
+async def test_an_agent_exit_fails_the_turn_and_the_next_request_starts_afresh(
+    nursery: trio.Nursery, autojump_clock
+) -> None:
     agent = FakeAgent()
     router, editor = await start_router(nursery, agent)
     from bridge.acp.process import AgentExitedError

@@ -22,8 +22,10 @@ from bridge.errors import RpcError
 
 def connection_pair(left: MethodTable, right: MethodTable, *, style=EDITOR_CANCEL, max_message_bytes=1 << 20):
     a, b = trio.testing.memory_stream_pair()
-    return (JsonRpcConnection(StreamWire(a, a), left, name="left", cancel_style=style, max_message_bytes=max_message_bytes),
-            JsonRpcConnection(StreamWire(b, b), right, name="right", cancel_style=style))
+    return (
+        JsonRpcConnection(StreamWire(a, a), left, name="left", cancel_style=style, max_message_bytes=max_message_bytes),
+        JsonRpcConnection(StreamWire(b, b), right, name="right", cancel_style=style),
+    )
 
 
 async def test_requests_flow_both_ways_concurrently(nursery: trio.Nursery) -> None:
@@ -151,10 +153,16 @@ async def test_bad_input_gets_error_replies_and_the_connection_keeps_working(nur
 
     methods.request("echo", echo)
     a, b = trio.testing.memory_stream_pair()
-    server = JsonRpcConnection(StreamWire(a, a), methods, name="server", cancel_style=EDITOR_CANCEL, max_message_bytes=200)
+    server = JsonRpcConnection(
+        StreamWire(a, a), methods, name="server", cancel_style=EDITOR_CANCEL, max_message_bytes=200
+    )
     await nursery.start(server.serve)
-    await b.send_all(b'{not json\n[1,2]\n"str"\n' + b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"x":"' + b"y" * 500
-                     + b'"}}\n{"jsonrpc":"2.0","id":2,"method":"echo","params":{"ok":true}}\n')
+    await b.send_all(
+        b'{not json\n[1,2]\n"str"\n'
+        + b'{"jsonrpc":"2.0","id":1,"method":"echo","params":{"x":"'
+        + b"y" * 500
+        + b'"}}\n{"jsonrpc":"2.0","id":2,"method":"echo","params":{"ok":true}}\n'
+    )
     replies = []
     buffer = b""
     while len(replies) < 5:

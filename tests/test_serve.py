@@ -47,8 +47,23 @@ async def serving(tmp_path: Path, config: Path, *args: str) -> AsyncIterator[Dae
     stderr_path = tmp_path / "serve.stderr"
     with open(stderr_path, "wb") as stderr:
         process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "bridge", "serve", "--config", str(config), "--token-file", str(token_file),
-             "--log-level", "debug", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--config",
+                str(config),
+                "--token-file",
+                str(token_file),
+                "--log-level",
+                "debug",
+                *args,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
         try:
             ready = b""
             with trio.fail_after(20):
@@ -84,11 +99,14 @@ async def test_ready_line_and_a_private_token_file(daemon: Daemon) -> None:
     assert reply.text == "over a websocket\n"
 
 
-@pytest.mark.parametrize(("headers", "status"), [
-    ([], 401),
-    ([(b"authorization", b"Bearer wrong-token")], 401),
-    ([(b"authorization", b"Basic dXNlcjpwYXNz")], 401),
-])
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([], 401),
+        ([(b"authorization", b"Bearer wrong-token")], 401),
+        ([(b"authorization", b"Basic dXNlcjpwYXNz")], 401),
+    ],
+)
 async def test_missing_or_wrong_tokens_are_refused_before_any_method(daemon: Daemon, headers, status) -> None:
     with pytest.raises(trio_websocket.HandshakeError) as refused:
         async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
@@ -101,11 +119,17 @@ async def test_browser_origins_are_refused_unless_allowed(tmp_path: Path, agents
     async with serving(tmp_path, agents_toml, "--allow-origin", "vscode-webview://trusted") as live:
         auth = (b"authorization", f"Bearer {live.token}".encode())
         with pytest.raises(trio_websocket.HandshakeError) as refused:
-            async with trio_websocket.open_websocket_url(live.url, extra_headers=[auth, (b"origin", b"https://evil.example")]):
+            async with trio_websocket.open_websocket_url(
+                live.url, extra_headers=[auth, (b"origin", b"https://evil.example")]
+            ):
                 pass
         assert refused.value.status_code == 403 and b"https://evil.example" in refused.value.body
-        async with trio_websocket.open_websocket_url(live.url, extra_headers=[auth, (b"origin", b"vscode-webview://trusted")]) as ws:
-            await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}))
+        async with trio_websocket.open_websocket_url(
+            live.url, extra_headers=[auth, (b"origin", b"vscode-webview://trusted")]
+        ) as ws:
+            await ws.send_message(
+                json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+            )
             assert json.loads(await ws.get_message())["result"]["protocolVersion"] == 1
 
 
@@ -113,18 +137,37 @@ async def test_a_token_file_readable_by_others_is_refused(tmp_path: Path, agents
     token_file = tmp_path / "token"
     token_file.write_text("x" * 40)
     token_file.chmod(0o644)
-    done = await trio.run_process([sys.executable, "-m", "bridge", "serve", "--config", str(agents_toml),
-                                   "--token-file", str(token_file)], capture_stdout=True, capture_stderr=True, check=False)
+    done = await trio.run_process(
+        [sys.executable, "-m", "bridge", "serve", "--config", str(agents_toml), "--token-file", str(token_file)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert done.returncode == 2 and done.stdout == b""
     assert f"chmod 600 {token_file}".encode() in done.stderr
 
 
 async def test_non_loopback_addresses_need_allow_remote_and_tls(tmp_path: Path, agents_toml: Path) -> None:
-    for extra, words in ((["--listen", "0.0.0.0:0"], b"--allow-remote"),
-                         (["--listen", "0.0.0.0:0", "--allow-remote"], b"needs TLS")):
-        done = await trio.run_process([sys.executable, "-m", "bridge", "serve", "--config", str(agents_toml),
-                                       "--token-file", str(tmp_path / "t"), *extra],
-                                      capture_stdout=True, capture_stderr=True, check=False)
+    for extra, words in (
+        (["--listen", "0.0.0.0:0"], b"--allow-remote"),
+        (["--listen", "0.0.0.0:0", "--allow-remote"], b"needs TLS"),
+    ):
+        done = await trio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--config",
+                str(agents_toml),
+                "--token-file",
+                str(tmp_path / "t"),
+                *extra,
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
         assert done.returncode == 2 and words in done.stderr
 
 
@@ -167,8 +210,9 @@ async def test_malformed_binary_and_oversized_frames(tmp_path: Path, agents_toml
             await ws.send_message(b'{"jsonrpc":"2.0","id":1,"method":"initialize"}')
             reply = json.loads(await ws.get_message())
             assert reply["error"]["code"] == -32600 and "binary frames" in reply["error"]["message"]
-            await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize",
-                                              "params": {"protocolVersion": 1}}))
+            await ws.send_message(
+                json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": 1}})
+            )
             assert json.loads(await ws.get_message())["id"] == 2
             await ws.send_message("x" * 5000)
             with pytest.raises(trio_websocket.ConnectionClosed) as closed:
@@ -181,7 +225,8 @@ async def test_limits_on_connections_and_requests_in_flight(tmp_path: Path, agen
         async with live.client() as client:
             with pytest.raises(trio_websocket.HandshakeError) as refused:
                 async with trio_websocket.open_websocket_url(
-                        live.url, extra_headers=[(b"authorization", f"Bearer {live.token}".encode())]):
+                    live.url, extra_headers=[(b"authorization", f"Bearer {live.token}".encode())]
+                ):
                     pass
             assert refused.value.status_code == 503 and b"too many connections" in refused.value.body
             slow = await client.start_chat("scripted", [user("/sleep 2000")])
@@ -221,23 +266,46 @@ async def test_tls(tmp_path: Path, agents_toml: Path) -> None:
     import ssl
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    made = await trio.run_process(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                                   "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                                   "-keyout", str(key), "-out", str(cert)], capture_stdout=True, capture_stderr=True,
-                                  check=False)
+    made = await trio.run_process(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     if made.returncode != 0:
         pytest.skip("openssl could not make a test certificate")
     async with serving(tmp_path, agents_toml, "--tls-cert", str(cert), "--tls-key", str(key)) as live:
         assert live.url.startswith("wss://127.0.0.1:")
         context = ssl.create_default_context(cafile=str(cert))
         async with trio_websocket.open_websocket_url(
-                live.url, context, extra_headers=[(b"authorization", f"Bearer {live.token}".encode())]) as ws:
-            await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                              "params": {"protocolVersion": 1}}))
+            live.url, context, extra_headers=[(b"authorization", f"Bearer {live.token}".encode())]
+        ) as ws:
+            await ws.send_message(
+                json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+            )
             assert json.loads(await ws.get_message())["result"]["serverInfo"]["name"] == "lmbridge"
 
 
-async def test_sigterm_cancels_turns_and_leaves_no_agent_process(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+async def test_sigterm_cancels_turns_and_leaves_no_agent_process(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
     async with serving(tmp_path, agents_toml) as live:
         async with live.client() as client:
             turn = await client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])

@@ -15,9 +15,14 @@ def rerender(message: dict) -> dict:
     """What an editor may send back: text split differently, trailing whitespace trimmed, a cache-control part."""
     text = "".join(p["value"] for p in message["content"] if p["type"] == "text").rstrip()
     middle = len(text) // 2
-    return {"role": "assistant", "content": [
-        {"type": "text", "value": text[:middle]}, {"type": "text", "value": text[middle:]},
-        {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"}]}
+    return {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "value": text[:middle]},
+            {"type": "text", "value": text[middle:]},
+            {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"},
+        ],
+    }
 
 
 async def test_rerendered_history_continues_the_same_session(bridge: Bridge) -> None:
@@ -109,10 +114,10 @@ async def test_a_restarted_bridge_resumes_the_stored_session(tmp_path: Path, mar
 [agents.keeper]
 command = "{PYTHON}"
 args = ["-m", "bridge.demo"]
-env = {{ LMBRIDGE_DEMO_STATE_DIR = "{tmp_path / 'agent-state'}", LMBRIDGE_TEST_MARKER = "{marker}" }}
+env = {{ LMBRIDGE_DEMO_STATE_DIR = "{tmp_path / "agent-state"}", LMBRIDGE_TEST_MARKER = "{marker}" }}
 
 [sessions]
-state_file = "{tmp_path / 'state' / 'sessions.json'}"
+state_file = "{tmp_path / "state" / "sessions.json"}"
 """)
     history = [user("remember the milk")]
     async with open_bridge(tmp_path, config) as first_bridge:

@@ -16,7 +16,9 @@ from conftest import Bridge, open_bridge, processes_with_marker, user
 
 async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Path, agents_toml: Path) -> None:
     async with open_bridge(tmp_path, agents_toml) as live:
-        info = await live.client.request("initialize", {"protocolVersion": 1, "clientInfo": {"name": "t", "version": "1"}})
+        info = await live.client.request(
+            "initialize", {"protocolVersion": 1, "clientInfo": {"name": "t", "version": "1"}}
+        )
         models = await live.client.models()
     assert info["protocolVersion"] == 1
     assert info["serverInfo"]["name"] == "lmbridge"
@@ -42,9 +44,11 @@ async def test_a_text_turn_streams_parts_before_its_stop_reason(bridge: Bridge) 
         if "".join(streamed) == "early words\n":
             early_words.set()
 
-    turn = await bridge.client.start_chat("scripted", [user("hi"), result.assistant_message(),
-                                                        user("/say early words\n/sleep 20000\n/say late words")],
-                                          on_part=on_part)
+    turn = await bridge.client.start_chat(
+        "scripted",
+        [user("hi"), result.assistant_message(), user("/say early words\n/sleep 20000\n/say late words")],
+        on_part=on_part,
+    )
     with trio.fail_after(20):
         await early_words.wait()
     assert not turn.request.answered and "".join(p["value"] for p in turn.parts) == "early words\n"
@@ -121,14 +125,21 @@ async def test_unknown_model_is_invalid_params_naming_modelid(bridge: Bridge) ->
     assert "gpt-imaginary" in result.error.message and "scripted" in result.error.message
 
 
-@pytest.mark.parametrize(("messages", "field"), [
-    ([], "messages"),
-    ([{"role": "robot", "content": []}], "messages[0].role"),
-    ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].value"),
-    ([{"role": "user", "content": [{"type": "tool_result", "callId": "x", "content": "no"}]}],
-     "messages[0].content[0].content"),
-])
-async def test_malformed_messages_get_invalid_params_naming_the_field(bridge: Bridge, messages: list, field: str) -> None:
+@pytest.mark.parametrize(
+    ("messages", "field"),
+    [
+        ([], "messages"),
+        ([{"role": "robot", "content": []}], "messages[0].role"),
+        ([{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].value"),
+        (
+            [{"role": "user", "content": [{"type": "tool_result", "callId": "x", "content": "no"}]}],
+            "messages[0].content[0].content",
+        ),
+    ],
+)
+async def test_malformed_messages_get_invalid_params_naming_the_field(
+    bridge: Bridge, messages: list, field: str
+) -> None:
     result = await bridge.chat(messages)
     assert result.error is not None and result.error.code == -32602
     assert result.error.data == {"field": field}
@@ -202,7 +213,9 @@ async def test_count_tokens_is_an_estimate(bridge: Bridge) -> None:
     assert counted == 10 + 4
 
 
-async def test_eof_stops_turns_sessions_and_agents_and_exits_zero(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+async def test_eof_stops_turns_sessions_and_agents_and_exits_zero(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
     async with open_bridge(tmp_path, agents_toml) as live:
         turn = await live.client.start_chat("scripted", [user("/stream 2\n/sleep 20000")])
         with trio.fail_after(20):
@@ -217,7 +230,9 @@ async def test_eof_stops_turns_sessions_and_agents_and_exits_zero(tmp_path: Path
     assert processes_with_marker(marker) == []
 
 
-async def test_shutdown_request_answers_then_exits_with_no_process_left(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+async def test_shutdown_request_answers_then_exits_with_no_process_left(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
     async with open_bridge(tmp_path, agents_toml) as live:
         turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
         with trio.fail_after(20):
@@ -255,18 +270,36 @@ async def test_trace_dir_records_every_connection_as_private_ndjson(tmp_path: Pa
         lines = [json.loads(line) for line in path.read_text().splitlines()]
         assert {line["dir"] for line in lines} == {"in", "out"}
         assert all(isinstance(line["ts"], float) and "msg" in line for line in lines)
-    editor_lines = [json.loads(line) for line in next(f for f in files if f.name.endswith("editor.ndjson")).read_text().splitlines()]
+    editor_lines = [
+        json.loads(line) for line in next(f for f in files if f.name.endswith("editor.ndjson")).read_text().splitlines()
+    ]
     assert any(line["msg"].get("method") == "lm/part" for line in editor_lines)
 
 
 async def test_logs_go_to_stderr_and_stdout_carries_protocol_only(tmp_path: Path, agents_toml: Path) -> None:
     process = await trio.lowlevel.open_process(
-        [os.environ.get("PYTHON", __import__("sys").executable), "-m", "bridge", "stdio", "--config", str(agents_toml),
-         "--log-level", "debug"],
-        stdin=__import__("subprocess").PIPE, stdout=__import__("subprocess").PIPE, stderr=__import__("subprocess").PIPE)
+        [
+            os.environ.get("PYTHON", __import__("sys").executable),
+            "-m",
+            "bridge",
+            "stdio",
+            "--config",
+            str(agents_toml),
+            "--log-level",
+            "debug",
+        ],
+        stdin=__import__("subprocess").PIPE,
+        stdout=__import__("subprocess").PIPE,
+        stderr=__import__("subprocess").PIPE,
+    )
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
-        {"jsonrpc": "2.0", "id": 2, "method": "lm/chat", "params": {"modelId": "scripted", "messages": [user("/say hi")]}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "lm/chat",
+            "params": {"modelId": "scripted", "messages": [user("/say hi")]},
+        },
     ]
     await process.stdin.send_all(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
     out = b""
@@ -290,7 +323,7 @@ async def test_cancel_while_the_agent_is_still_starting_is_prompt(tmp_path: Path
     # An agent that takes 20 s before it even starts speaking ACP.
     config.write_text(f"""
 [agents.slow]
-command = "{__import__('sys').executable}"
+command = "{__import__("sys").executable}"
 args = ["-c", "import time, runpy, sys; time.sleep(20); sys.argv = ['demo']; runpy.run_module('bridge.demo', run_name='__main__')"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 """)
@@ -320,7 +353,7 @@ async def test_an_agent_gets_lmbridges_environment_minus_unset_env(tmp_path: Pat
     config = tmp_path / "env.toml"
     config.write_text(f"""
 [agents.clean]
-command = "{__import__('sys').executable}"
+command = "{__import__("sys").executable}"
 args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}", GIVEN = "by config" }}
 unset_env = ["SECRET_*"]
@@ -330,18 +363,27 @@ unset_env = ["SECRET_*"]
     assert reply.text == "SECRET_TOKEN=(unset)\nPLAIN=kept\nGIVEN=by config\n"
 
 
-@pytest.mark.parametrize("first", [
-    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":7}}',
-    b'{"jsonrpc":"2.0","id":1,"method":"initialize"',
-    b'{"jsonrpc":"2.0","id":1,"method":"lm/models","params":{}}',
-])
+@pytest.mark.parametrize(
+    "first",
+    [
+        b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":7}}',
+        b'{"jsonrpc":"2.0","id":1,"method":"initialize"',
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/models","params":{}}',
+    ],
+)
 async def test_an_unusual_first_message_is_answered_by_the_engine(first: bytes) -> None:
     import subprocess as sp
     import sys as _sys
 
-    process = await trio.lowlevel.open_process([_sys.executable, "-m", "bridge", "stdio", "--log-level", "warning"],
-                                               stdin=sp.PIPE, stdout=sp.PIPE, stderr=sp.DEVNULL)
-    await process.stdin.send_all(first + b"\n" + b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}\n')
+    process = await trio.lowlevel.open_process(
+        [_sys.executable, "-m", "bridge", "stdio", "--log-level", "warning"],
+        stdin=sp.PIPE,
+        stdout=sp.PIPE,
+        stderr=sp.DEVNULL,
+    )
+    await process.stdin.send_all(
+        first + b"\n" + b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}\n'
+    )
     out = b""
     with trio.fail_after(20):
         while out.count(b"\n") < 2:

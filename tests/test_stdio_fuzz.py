@@ -35,9 +35,12 @@ class LineReader:
 
 @pytest.fixture(scope="module")
 def live_bridge() -> Iterator[tuple[subprocess.Popen[bytes], LineReader]]:
-    process = subprocess.Popen([sys.executable, "-m", "bridge", "stdio", "--log-level", "warning",
-                                "--max-message-bytes", "4096"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge", "stdio", "--log-level", "warning", "--max-message-bytes", "4096"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     reader = LineReader(process)
     assert process.stdin is not None
     process.stdin.write(b'{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":1}}\n')
@@ -53,15 +56,24 @@ _pings = iter(range(10**9))
 garbage = st.one_of(
     st.binary(max_size=200),
     st.text(max_size=200).map(str.encode),
-    st.builds(lambda m: json.dumps(m).encode(), st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-            st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "x"]), inner, max_size=4),
-        max_leaves=10)),
+    st.builds(
+        lambda m: json.dumps(m).encode(),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "x"]), inner, max_size=4
+                )
+            ),
+            max_leaves=10,
+        ),
+    ),
     st.just(b"x" * 5000),  # over --max-message-bytes
     st.just(b"[" * 2000 + b"]" * 2000),  # deeper than Python's recursion limit
-    st.just(b'{"jsonrpc":"2.0","id":7,"method":"lm/countTokens","params":{"messages":[' + b"[" * 1900 + b"]" * 1900
-            + b"]}}"),
+    st.just(
+        b'{"jsonrpc":"2.0","id":7,"method":"lm/countTokens","params":{"messages":[' + b"[" * 1900 + b"]" * 1900 + b"]}}"
+    ),
 )
 
 

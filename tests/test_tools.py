@@ -15,14 +15,21 @@ import pytest
 import trio
 from conftest import Bridge, open_bridge, processes_with_marker, user
 
-WEATHER = {"name": "get_weather", "description": "Current weather for a city",
-           "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 CLOCK = {"name": "get_time", "description": "The time", "inputSchema": {"type": "object"}}
 TOOLS = [WEATHER, CLOCK]
 
 
 def result(call: dict[str, Any], text: str, *, error: bool = False) -> dict[str, Any]:
-    part: dict[str, Any] = {"type": "tool_result", "callId": call["callId"], "content": [{"type": "text", "value": text}]}
+    part: dict[str, Any] = {
+        "type": "tool_result",
+        "callId": call["callId"],
+        "content": [{"type": "text", "value": text}],
+    }
     if error:
         part["isError"] = True
     return part
@@ -54,11 +61,15 @@ async def test_parallel_calls_go_out_together_with_unique_call_ids(bridge: Bridg
     assert first.stop_reason == "tool_calls" and len(first.tool_calls) == 3
     assert len({c["callId"] for c in first.tool_calls}) == 3
     answers = {"Oslo": "snow", "Rome": "sun"}
-    history.append({"role": "user", "content": [
-        result(c, answers.get(c["input"].get("city"), "12:00")) for c in first.tool_calls]})
+    history.append(
+        {"role": "user", "content": [result(c, answers.get(c["input"].get("city"), "12:00")) for c in first.tool_calls]}
+    )
     second = await turn(bridge, history)
-    assert second.text.splitlines() == ["tool get_weather returned: snow", "tool get_weather returned: sun",
-                                        "tool get_time returned: 12:00"]
+    assert second.text.splitlines() == [
+        "tool get_weather returned: snow",
+        "tool get_weather returned: sun",
+        "tool get_time returned: 12:00",
+    ]
 
 
 async def test_invalid_arguments_are_refused_before_the_editor_sees_them(bridge: Bridge) -> None:
@@ -69,8 +80,14 @@ async def test_invalid_arguments_are_refused_before_the_editor_sees_them(bridge:
 
 
 async def test_arguments_written_as_a_json_string_are_parsed(bridge: Bridge) -> None:
-    nested = {"name": "configure", "description": "x", "inputSchema": {
-        "type": "object", "properties": {"options": {"type": "object", "properties": {"n": {"type": "integer"}}}}}}
+    nested = {
+        "name": "configure",
+        "description": "x",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"options": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        },
+    }
     reply = await turn(bridge, [user('/tool configure {"options": "{\\"n\\": 3}"}')], tools=[nested])
     (call,) = reply.tool_calls
     assert call["input"] == {"options": {"n": 3}}
@@ -84,9 +101,11 @@ async def test_an_unknown_tool_is_an_error_the_model_can_read(bridge: Bridge) ->
 
 async def test_a_tool_whose_schema_is_invalid_is_reported_not_fatal(bridge: Bridge) -> None:
     broken = {"name": "broken", "description": "x", "inputSchema": {"type": "objectish"}}
-    reply = await turn(bridge, [user('/tool broken {}\n/tool get_time {}')], tools=[broken, CLOCK])
-    assert reply.text.startswith("tool broken failed: the tool 'broken' cannot be called: the editor gave it an "
-                                 "invalid input schema at type: 'objectish' is not valid")
+    reply = await turn(bridge, [user("/tool broken {}\n/tool get_time {}")], tools=[broken, CLOCK])
+    assert reply.text.startswith(
+        "tool broken failed: the tool 'broken' cannot be called: the editor gave it an "
+        "invalid input schema at type: 'objectish' is not valid"
+    )
     (call,) = reply.tool_calls
     assert call["name"] == "get_time"
 
@@ -103,8 +122,18 @@ async def test_image_results_reach_the_agent_as_images(bridge: Bridge) -> None:
     history = [user("/tool get_time {}")]
     first = await turn(bridge, history)
     png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 92).decode()
-    history.append({"role": "user", "content": [{"type": "tool_result", "callId": first.tool_calls[0]["callId"],
-                                                  "content": [{"type": "data", "mimeType": "image/png", "data": png}]}]})
+    history.append(
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "callId": first.tool_calls[0]["callId"],
+                    "content": [{"type": "data", "mimeType": "image/png", "data": png}],
+                }
+            ],
+        }
+    )
     second = await turn(bridge, history)
     assert second.text == "tool get_time returned: [image image/png, 100 bytes]\n"
 
@@ -180,7 +209,9 @@ async def test_the_agent_crashing_while_a_tool_runs_starts_afresh_next_time(brid
     assert "returned: sunny" in seed and bridge.stderr.count("session opened") == 2
 
 
-async def test_the_mcp_socket_is_private_and_refuses_a_process_without_the_token(tmp_path: Path, agents_toml: Path) -> None:
+async def test_the_mcp_socket_is_private_and_refuses_a_process_without_the_token(
+    tmp_path: Path, agents_toml: Path
+) -> None:
     runtime = tmp_path / "run"
     runtime.mkdir()
     async with open_bridge(tmp_path, agents_toml, env={"XDG_RUNTIME_DIR": str(runtime)}) as live:
@@ -190,8 +221,10 @@ async def test_the_mcp_socket_is_private_and_refuses_a_process_without_the_token
         (sock_path,) = directory.glob("*.sock")
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
         assert stat.S_IMODE(sock_path.stat().st_mode) == 0o600
-        for opening in (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n',
-                        b"LMBRIDGE-MCP-1 not-the-token\n" + b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n'):
+        for opening in (
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n',
+            b"LMBRIDGE-MCP-1 not-the-token\n" + b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n',
+        ):
             answer = await trio.to_thread.run_sync(_talk, str(sock_path), opening)
             assert answer == b""  # closed without relaying a byte
         assert live.stderr.count("refused a connection to an MCP socket") == 2
@@ -229,8 +262,11 @@ mcp_transport = "http"
         second = await live.chat(history, model="direct", tools=TOOLS)
         assert second.text == "tool get_weather returned: sunny over http\n"
     agent_trace = next(traces.glob("*agent_direct.ndjson")).read_text()
-    new_session = next(json.loads(line)["msg"] for line in agent_trace.splitlines()
-                       if '"session/new"' in line and '"dir":"out"' in line)
+    new_session = next(
+        json.loads(line)["msg"]
+        for line in agent_trace.splitlines()
+        if '"session/new"' in line and '"dir":"out"' in line
+    )
     mcp_trace = next(traces.glob("*mcp_*.ndjson")).read_text()
     assert '"method":"tools/call"' in mcp_trace and "sunny over http" in mcp_trace
     (server,) = new_session["params"]["mcpServers"]

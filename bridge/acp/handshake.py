@@ -102,15 +102,21 @@ async def handshake(request: Request, *, timeout: float, authenticate: str | Non
     if authenticate:
         offered = [m.get("id") for m in info.auth_methods if isinstance(m, dict)]
         if offered and authenticate not in offered and log is not None:
-            log.warning("configured authenticate method not offered by the agent", method=authenticate,
-                        offered=offered)
-        await _step(request, "authenticate", {"methodId": authenticate}, timeout, "during authenticate",
-                    f"authenticate with method {authenticate!r} failed")
+            log.warning("configured authenticate method not offered by the agent", method=authenticate, offered=offered)
+        await _step(
+            request,
+            "authenticate",
+            {"methodId": authenticate},
+            timeout,
+            "during authenticate",
+            f"authenticate with method {authenticate!r} failed",
+        )
     return info
 
 
-async def _step(request: Request, method: str, params: dict[str, Any], timeout: float, exited: str,
-                failed: str | None = None) -> Any:
+async def _step(
+    request: Request, method: str, params: dict[str, Any], timeout: float, exited: str, failed: str | None = None
+) -> Any:
     try:
         with trio.fail_after(timeout):
             return await request(method, params)

@@ -33,8 +33,15 @@ class _Start:
 
 
 class AgentPool:
-    def __init__(self, configs: Mapping[str, AgentConfig], *, stop_grace: float = 3.0, idle_ttl: float = 600.0,
-                 tracer: Any = None, log: Any) -> None:
+    def __init__(
+        self,
+        configs: Mapping[str, AgentConfig],
+        *,
+        stop_grace: float = 3.0,
+        idle_ttl: float = 600.0,
+        tracer: Any = None,
+        log: Any,
+    ) -> None:
         self.configs: dict[str, AgentConfig] = dict(configs)
         self._stop_grace = stop_grace
         self._idle_ttl = idle_ttl
@@ -112,8 +119,9 @@ class AgentPool:
                 await self._nursery.start(process.run)
                 start.process = process
                 self._running[config.id] = process
-                self._log.info("agent ready", agent=config.id, pid=process.pid,
-                               start_seconds=round(trio.current_time() - begun, 3))
+                self._log.info(
+                    "agent ready", agent=config.id, pid=process.pid, start_seconds=round(trio.current_time() - begun, 3)
+                )
             if start.process is None:
                 start.error = AgentStartError(config.id, "lmbridge is shutting down")
         except Exception as exc:
@@ -153,4 +161,3 @@ class AgentPool:
                     self._idle_since.pop(agent_id, None)
                     assert self._nursery is not None
                     self._nursery.start_soon(process.stop)
-

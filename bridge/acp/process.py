@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 
-
 class StderrTail:
     """The last lines an agent wrote to stderr, bounded in lines and in bytes per line."""
 
@@ -82,8 +81,14 @@ class AgentProcess:
     """One running agent. ``run`` (started with ``nursery.start``) spawns it, completes the handshake, then
     serves until the process exits or ``stop`` is called; it raises ``AgentStartError`` if the start fails."""
 
-    def __init__(self, config: AgentConfig, *, stop_grace: float = 3.0, tracer: Any = None,
-                 max_message_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        stop_grace: float = 3.0,
+        tracer: Any = None,
+        max_message_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         self.config = config
         self.id = config.id
         self.info: AgentInfo | None = None
@@ -115,11 +120,18 @@ class AgentProcess:
         config = self.config
         try:
             self._process = await trio.lowlevel.open_process(
-                config.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, env=agent_environment(config), cwd=config.cwd)
+                config.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=agent_environment(config),
+                cwd=config.cwd,
+            )
         except FileNotFoundError:
-            raise AgentStartError(config.id, f"command not found: {config.command!r} (check [agents.{config.id}].command "
-                                  "and PATH)") from None
+            raise AgentStartError(
+                config.id, f"command not found: {config.command!r} (check [agents.{config.id}].command and PATH)"
+            ) from None
         except OSError as exc:
             raise AgentStartError(config.id, f"cannot run {config.command!r}: {exc.strerror or exc}") from None
         process = self._process
@@ -128,9 +140,14 @@ class AgentProcess:
         methods = MethodTable()
         methods.notification("session/update", self._on_updates, batch=True)
         methods.request("session/request_permission", self._on_permission_request, handles_cancel=True)
-        self._conn = JsonRpcConnection(StreamWire(process.stdout, process.stdin), methods, name=f"agent:{config.id}",
-                                       cancel_style=ACP_CANCEL, tracer=self._tracer,
-                                       max_message_bytes=self._max_message_bytes)
+        self._conn = JsonRpcConnection(
+            StreamWire(process.stdout, process.stdin),
+            methods,
+            name=f"agent:{config.id}",
+            cancel_style=ACP_CANCEL,
+            tracer=self._tracer,
+            max_message_bytes=self._max_message_bytes,
+        )
         start_error: AgentStartError | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -177,12 +194,18 @@ class AgentProcess:
         assert self._conn is not None
         config = self.config
         try:
-            self.info = await handshake(self._conn.request, timeout=config.initialize_timeout,
-                                        authenticate=config.authenticate, log=self._log)
+            self.info = await handshake(
+                self._conn.request, timeout=config.initialize_timeout, authenticate=config.authenticate, log=self._log
+            )
         except HandshakeError as exc:
             raise await self._start_error(str(exc)) from None
-        self._log.info("agent initialized", agent_info=self.info.agent_info.get("name"),
-                       load=self.info.can_load, resume=self.info.can_resume, close=self.info.can_close)
+        self._log.info(
+            "agent initialized",
+            agent_info=self.info.agent_info.get("name"),
+            load=self.info.can_load,
+            resume=self.info.can_resume,
+            close=self.info.can_close,
+        )
 
     async def _start_error(self, problem: str) -> AgentStartError:
         # Give the process a moment to finish writing stderr and exit, so the error quotes all of it.
@@ -324,8 +347,9 @@ class AgentProcess:
             raise InvalidParams("params", "must be an object")
         endpoint = self._sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
         if endpoint is None:
-            self._log.warning("permission request for an unknown session; answering cancelled",
-                              session=params.get("sessionId"))
+            self._log.warning(
+                "permission request for an unknown session; answering cancelled", session=params.get("sessionId")
+            )
             return {"outcome": {"outcome": "cancelled"}}
         return await endpoint.on_permission_request(params, context)
 
@@ -367,14 +391,16 @@ class AgentReply:
 
 def agent_environment(config: AgentConfig) -> dict[str, str]:
     """lmbridge's environment minus the agent's ``unset_env`` patterns, plus its ``env``."""
-    env = {name: value for name, value in os.environ.items()
-           if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)
+    }
     env.update(config.env)
     return env
 
 
-async def stop_process_group(process: trio.Process, grace: float, *, on_kill: Callable[[], None] | None = None
-                             ) -> None:
+async def stop_process_group(process: trio.Process, grace: float, *, on_kill: Callable[[], None] | None = None) -> None:
     """Stop a process started with ``start_new_session`` and everything in its group: close its stdin, SIGTERM
     the group, SIGKILL it after ``grace`` seconds. Also sweeps the group after the leader exited, for launchers
     that leave children behind. Returns once the leader has exited."""
@@ -415,4 +441,3 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
-

@@ -21,57 +21,113 @@ def _common(log_level: str = "info") -> argparse.ArgumentParser:
     """The options every command takes. A new parser each time: argparse shares a parent's option objects with
     every child, so one command changing a default (``demo`` logs warnings only) would change it for all."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE",
-                        help="agents file (TOML); default $LMBRIDGE_CONFIG, then $XDG_CONFIG_HOME/lmbridge/config.toml")
-    common.add_argument("--log-level", default=os.environ.get("LMBRIDGE_LOG_LEVEL", log_level),
-                        choices=("debug", "info", "warning", "error"), help=f"log level (default {log_level})")
-    common.add_argument("--log-format", default="console", choices=("console", "json"),
-                        help="log lines on stderr: console (readable) or json")
-    common.add_argument("--trace-dir", metavar="DIR",
-                        help="write every JSON-RPC message of every connection to DIR as NDJSON")
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="agents file (TOML); default $LMBRIDGE_CONFIG, then $XDG_CONFIG_HOME/lmbridge/config.toml",
+    )
+    common.add_argument(
+        "--log-level",
+        default=os.environ.get("LMBRIDGE_LOG_LEVEL", log_level),
+        choices=("debug", "info", "warning", "error"),
+        help=f"log level (default {log_level})",
+    )
+    common.add_argument(
+        "--log-format",
+        default="console",
+        choices=("console", "json"),
+        help="log lines on stderr: console (readable) or json",
+    )
+    common.add_argument(
+        "--trace-dir", metavar="DIR", help="write every JSON-RPC message of every connection to DIR as NDJSON"
+    )
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="lmbridge", description="Make any ACP agent usable as an editor language model.")
+        prog="lmbridge", description="Make any ACP agent usable as an editor language model."
+    )
     parser.add_argument("--version", action="version", version=f"lmbridge {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    stdio = commands.add_parser("stdio", parents=[_common()], help="serve one editor on stdin/stdout (editor protocol v1)")
-    stdio.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
-                       help="largest message accepted (default 64 MiB)")
+    stdio = commands.add_parser(
+        "stdio", parents=[_common()], help="serve one editor on stdin/stdout (editor protocol v1)"
+    )
+    stdio.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="N",
+        help="largest message accepted (default 64 MiB)",
+    )
 
-    serve = commands.add_parser("serve", parents=[_common()],
-                                help="run the daemon on a WebSocket for any number of editors (editor protocol v1)")
+    serve = commands.add_parser(
+        "serve",
+        parents=[_common()],
+        help="run the daemon on a WebSocket for any number of editors (editor protocol v1)",
+    )
     where = serve.add_mutually_exclusive_group()
-    where.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT",
-                       help="address to listen on (default 127.0.0.1:0, port 0 picks a free one)")
+    where.add_argument(
+        "--listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:0, port 0 picks a free one)",
+    )
     where.add_argument("--unix", metavar="PATH", help="listen on a unix socket instead (created 0600)")
-    serve.add_argument("--token-file", metavar="FILE",
-                       help="bearer token clients must present (created 0600 with a random token if absent; "
-                            "default $XDG_STATE_HOME/lmbridge/token)")
+    serve.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="bearer token clients must present (created 0600 with a random token if absent; "
+        "default $XDG_STATE_HOME/lmbridge/token)",
+    )
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --listen address (needs TLS)")
     serve.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
     serve.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
-    serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
-                       help="accept WebSocket handshakes from this browser Origin (repeatable; default none)")
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="accept WebSocket handshakes from this browser Origin (repeatable; default none)",
+    )
     serve.add_argument("--max-connections", type=int, default=64, metavar="N", help="concurrent editors (default 64)")
-    serve.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
-                       help="largest message accepted (default 64 MiB)")
-    serve.add_argument("--idle-timeout", type=float, default=3600.0, metavar="SECONDS",
-                       help="close connections idle this long (default 3600)")
-    serve.add_argument("--max-requests", type=int, default=32, metavar="N",
-                       help="requests in flight per connection (default 32)")
+    serve.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=64 * 1024 * 1024,
+        metavar="N",
+        help="largest message accepted (default 64 MiB)",
+    )
+    serve.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="close connections idle this long (default 3600)",
+    )
+    serve.add_argument(
+        "--max-requests", type=int, default=32, metavar="N", help="requests in flight per connection (default 32)"
+    )
 
-    chat = commands.add_parser("chat", parents=[_common("warning")], help="chat with an agent from the terminal, for trying agents")
-    chat.add_argument("--connect", metavar="URL", help="a running lmbridge serve (ws://..., ws+unix://...); "
-                                                       "default: start lmbridge stdio")
-    chat.add_argument("--token-file", metavar="FILE", help="token for --connect (default $XDG_STATE_HOME/lmbridge/token)")
+    chat = commands.add_parser(
+        "chat", parents=[_common("warning")], help="chat with an agent from the terminal, for trying agents"
+    )
+    chat.add_argument(
+        "--connect",
+        metavar="URL",
+        help="a running lmbridge serve (ws://..., ws+unix://...); default: start lmbridge stdio",
+    )
+    chat.add_argument(
+        "--token-file", metavar="FILE", help="token for --connect (default $XDG_STATE_HOME/lmbridge/token)"
+    )
     chat.add_argument("--agent", default=None, help="model to talk to (default: the first configured)")
 
-    demo = commands.add_parser("demo", parents=[_common("warning")],
-                               help="run a short scripted conversation through lmbridge stdio and the demo agent")
+    demo = commands.add_parser(
+        "demo",
+        parents=[_common("warning")],
+        help="run a short scripted conversation through lmbridge stdio and the demo agent",
+    )
     demo.add_argument("--agent", default="demo", help="agent to talk to (default: the built-in demo agent)")
 
     from bridge.harness.commands import add_replay_parser, add_test_parser
@@ -131,8 +187,9 @@ def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
 
     # The editor waits for the answer to initialize while it starts up: give it before importing the rest.
     protocol_fd = reserve_stdout()
-    hello, pending = answer_initialize_early(config, 0, protocol_fd, tracer=tracer,
-                                             max_message_bytes=args.max_message_bytes)
+    hello, pending = answer_initialize_early(
+        config, 0, protocol_fd, tracer=tracer, max_message_bytes=args.max_message_bytes
+    )
     import trio
 
     from bridge.daemon.stdio import serve_stdio
@@ -140,8 +197,17 @@ def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
 
     configure(args.log_level, args.log_format)
     log = get_logger()
-    return trio.run(lambda: serve_stdio(config, log=log, tracer=tracer, stdout_fd=protocol_fd,
-                                        max_message_bytes=args.max_message_bytes, hello=hello, pending_input=pending))
+    return trio.run(
+        lambda: serve_stdio(
+            config,
+            log=log,
+            tracer=tracer,
+            stdout_fd=protocol_fd,
+            max_message_bytes=args.max_message_bytes,
+            hello=hello,
+            pending_input=pending,
+        )
+    )
 
 
 def _run_serve(config: object, tracer: object, args: argparse.Namespace) -> int:
@@ -156,10 +222,19 @@ def _run_serve(config: object, tracer: object, args: argparse.Namespace) -> int:
         print(f"lmbridge: --listen needs HOST:PORT, got {args.listen!r}", file=sys.stderr)
         return 2
     options = ServeOptions(
-        host=host.strip("[]"), port=int(port), unix_path=args.unix, token_file=args.token_file,
-        allow_remote=args.allow_remote, tls_cert=args.tls_cert, tls_key=args.tls_key,
-        allowed_origins=tuple(args.allow_origin), max_connections=args.max_connections,
-        max_message_bytes=args.max_message_bytes, idle_timeout=args.idle_timeout, max_requests=args.max_requests)
+        host=host.strip("[]"),
+        port=int(port),
+        unix_path=args.unix,
+        token_file=args.token_file,
+        allow_remote=args.allow_remote,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        allowed_origins=tuple(args.allow_origin),
+        max_connections=args.max_connections,
+        max_message_bytes=args.max_message_bytes,
+        idle_timeout=args.idle_timeout,
+        max_requests=args.max_requests,
+    )
     log = get_logger()
     try:
         return trio.run(lambda: serve_websocket(config, options, log=log, tracer=tracer))

@@ -27,12 +27,21 @@ from bridge.editor.client import ChatResult, EditorClient, connect_daemon, spawn
 __all__ = ["run_chat", "EXAMPLE_TOOLS", "run_example_tool"]
 
 EXAMPLE_TOOLS = [
-    {"name": "get_time", "description": "The current date and time on the user's machine.",
-     "inputSchema": {"type": "object", "properties": {}}},
-    {"name": "list_files", "description": "List the files in a directory of the user's workspace.",
-     "inputSchema": {"type": "object", "properties": {"path": {"type": "string", "description": "relative path"}}}},
-    {"name": "read_file", "description": "Read a text file of the user's workspace (at most 64 KB).",
-     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    {
+        "name": "get_time",
+        "description": "The current date and time on the user's machine.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "list_files",
+        "description": "List the files in a directory of the user's workspace.",
+        "inputSchema": {"type": "object", "properties": {"path": {"type": "string", "description": "relative path"}}},
+    },
+    {
+        "name": "read_file",
+        "description": "Read a text file of the user's workspace (at most 64 KB).",
+        "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
 ]
 _MAX_READ = 64 * 1024
 
@@ -89,8 +98,14 @@ async def _answer_tools(terminal: _Terminal, result: ChatResult, permission_tool
         else:
             text, error = run_example_tool(call["name"], call["input"] if isinstance(call["input"], dict) else {}, root)
             terminal.line(f"  [ran {call['name']} → {'error: ' if error else ''}{text[:80]!r}]")
-            content.append({"type": "tool_result", "callId": call["callId"], "isError": error,
-                            "content": [{"type": "text", "value": text}]})
+            content.append(
+                {
+                    "type": "tool_result",
+                    "callId": call["callId"],
+                    "isError": error,
+                    "content": [{"type": "text", "value": text}],
+                }
+            )
             continue
         content.append({"type": "tool_result", "callId": call["callId"], "content": [{"type": "text", "value": text}]})
     return {"role": "user", "content": content}
@@ -111,15 +126,23 @@ async def _ask_permission(terminal: _Terminal, request: dict[str, Any]) -> str:
             return {"y": "allow", "a": "always", "n": "reject"}[choice]
 
 
-async def _turn(client: EditorClient, terminal: _Terminal, model: str, history: list[dict[str, Any]],
-                permission: dict[str, Any], root: Path) -> None:
+async def _turn(
+    client: EditorClient,
+    terminal: _Terminal,
+    model: str,
+    history: list[dict[str, Any]],
+    permission: dict[str, Any],
+    root: Path,
+) -> None:
     tools = [*EXAMPLE_TOOLS, permission]
     while True:
         terminal.write("agent › ")
-        turn = await client.start_chat(model, history, tools=tools,
-                                       on_part=lambda part: _show(terminal, part, permission["name"]))
+        turn = await client.start_chat(
+            model, history, tools=tools, on_part=lambda part: _show(terminal, part, permission["name"])
+        )
         with trio.open_signal_receiver(signal.SIGINT) as interrupts:
             async with trio.open_nursery() as nursery:
+
                 async def cancel_on_interrupt() -> None:
                     async for _signal in interrupts:
                         terminal.line("  [cancelling…]")
@@ -153,8 +176,11 @@ def _show(terminal: _Terminal, part: dict[str, Any], permission_tool: str) -> No
 async def _session(client: EditorClient, args: argparse.Namespace) -> int:
     terminal = _Terminal()
     root = Path.cwd().resolve()
-    info = await client.initialize(clientInfo={"name": "lmbridge-chat", "version": "1"}, workspaceFolders=[str(root)],
-                                   capabilities={"thinking": True})
+    info = await client.initialize(
+        clientInfo={"name": "lmbridge-chat", "version": "1"},
+        workspaceFolders=[str(root)],
+        capabilities={"thinking": True},
+    )
     models = [m["id"] for m in await client.models()]
     model = args.agent or models[0]
     if model not in models:

@@ -53,8 +53,16 @@ class _Printer:
             self.line(f"  [tool call {part['name']} {part['input']} · {part['callId'][:12]}…]")
 
 
-async def _turn(client: EditorClient, printer: _Printer, model: str, history: list[dict[str, Any]], text: str, *,
-                cancel_when: str | None = None, tools: list[dict[str, Any]] | None = None) -> ChatResult:
+async def _turn(
+    client: EditorClient,
+    printer: _Printer,
+    model: str,
+    history: list[dict[str, Any]],
+    text: str,
+    *,
+    cancel_when: str | None = None,
+    tools: list[dict[str, Any]] | None = None,
+) -> ChatResult:
     """One turn; with ``cancel_when``, the editor cancels it once the streamed text contains that string."""
     history.append({"role": "user", "content": [{"type": "text", "value": text}]})
     printer.line()
@@ -102,10 +110,13 @@ async def _demo(args: argparse.Namespace) -> int:
     out.line("lmbridge demo — a scripted editor ⇄ lmbridge stdio ⇄ the demo agent (ACP), all real processes")
     async with spawn_stdio(child_args) as (client, _process):
         started = time.perf_counter()
-        info = await client.initialize(clientInfo={"name": "lmbridge-demo", "version": "1"},
-                                       capabilities={"thinking": True})
-        out.line(f"initialize → {info['serverInfo']['name']} {info['serverInfo']['version']} "
-                 f"in {(time.perf_counter() - started) * 1000:.0f} ms")
+        info = await client.initialize(
+            clientInfo={"name": "lmbridge-demo", "version": "1"}, capabilities={"thinking": True}
+        )
+        out.line(
+            f"initialize → {info['serverInfo']['name']} {info['serverInfo']['version']} "
+            f"in {(time.perf_counter() - started) * 1000:.0f} ms"
+        )
         models = await client.models()
         if args.agent not in {m["id"] for m in models}:
             out.line(f"no model {args.agent!r}; configured: {', '.join(m['id'] for m in models)}")
@@ -113,11 +124,16 @@ async def _demo(args: argparse.Namespace) -> int:
         out.line("models → " + ", ".join(f"{m['id']} ({m['name']})" for m in models))
         history: list[dict[str, Any]] = []
         steps = [
-            ("Hi! Show me what you can do.\n/think The user wants a tour.\n/plan Greet; Stream; Show activity\n"
-             "/say Streaming works: this sentence arrives in several chunks.\n/run git status", {}),
+            (
+                "Hi! Show me what you can do.\n/think The user wants a tour.\n/plan Greet; Stream; Show activity\n"
+                "/say Streaming works: this sentence arrives in several chunks.\n/run git status",
+                {},
+            ),
             ("/recall", {}),
-            ("/say Counting slowly — the editor will cancel me.\n/stream 5\n/sleep 5000\n/say (never said)",
-             {"cancel_when": "5 "}),
+            (
+                "/say Counting slowly — the editor will cancel me.\n/stream 5\n/sleep 5000\n/say (never said)",
+                {"cancel_when": "5 "},
+            ),
             ("/say Still here after the cancel: the session survived.", {}),
         ]
         for text, options in steps:

@@ -32,8 +32,9 @@ class BridgeService:
         self.tracer = tracer
         sessions = config.sessions
         permissions = config.permissions
-        self.pool = AgentPool(config.agents, stop_grace=sessions.stop_grace, idle_ttl=sessions.agent_idle_ttl,
-                              tracer=tracer, log=log)
+        self.pool = AgentPool(
+            config.agents, stop_grace=sessions.stop_grace, idle_ttl=sessions.agent_idle_ttl, tracer=tracer, log=log
+        )
 
         def policy_for(agent_id: str) -> PermissionPolicy:
             agent = self.pool.configs.get(agent_id)
@@ -46,10 +47,15 @@ class BridgeService:
         self.tools = EditorToolsSetup(log=log, tracer=tracer)
         self.router = SessionRouter(
             self.pool,
-            RouterSettings(idle_ttl=sessions.idle_ttl, max_sessions=sessions.max_sessions,
-                           tool_batch_window=sessions.tool_batch_window, tool_batch_idle=sessions.tool_batch_idle,
-                           cancel_drain_timeout=sessions.cancel_drain_timeout, permission_policy=policy_for,
-                           store=SessionStore(state_path, log=log)),
+            RouterSettings(
+                idle_ttl=sessions.idle_ttl,
+                max_sessions=sessions.max_sessions,
+                tool_batch_window=sessions.tool_batch_window,
+                tool_batch_idle=sessions.tool_batch_idle,
+                cancel_drain_timeout=sessions.cancel_drain_timeout,
+                permission_policy=policy_for,
+                store=SessionStore(state_path, log=log),
+            ),
             log=log,
             setup=self.tools,
         )
@@ -117,8 +123,15 @@ class BridgeService:
             "agents": [{"id": p.id, "pid": p.pid, "sessions": p.session_count} for p in self.pool.processes],
         }
 
-    async def chat(self, editor: Any, model_id: str, messages: list[Any], tools: list[dict[str, Any]],
-                   sink: Any, cancel_requested: trio.Event) -> Any:
+    async def chat(
+        self,
+        editor: Any,
+        model_id: str,
+        messages: list[Any],
+        tools: list[dict[str, Any]],
+        sink: Any,
+        cancel_requested: trio.Event,
+    ) -> Any:
         from session.machine import TurnOptions
         from session.router import ChatRequest
 

@@ -63,11 +63,15 @@ def load_token(path: Path) -> str:
     if not stat.S_ISREG(info.st_mode):
         raise ServeError(f"token file {path} is not a regular file")
     if info.st_mode & 0o077:
-        raise ServeError(f"token file {path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
-                         f"run: chmod 600 {path}")
+        raise ServeError(
+            f"token file {path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
+            f"run: chmod 600 {path}"
+        )
     token = path.read_text().strip()
     if len(token) < 16:
-        raise ServeError(f"token file {path} holds no usable token (at least 16 characters); delete it to get a new one")
+        raise ServeError(
+            f"token file {path} holds no usable token (at least 16 characters); delete it to get a new one"
+        )
     return token
 
 
@@ -85,8 +89,10 @@ def check_listen_address(host: str, *, allow_remote: bool, tls: bool) -> None:
     if is_loopback(host):
         return
     if not allow_remote:
-        raise ServeError(f"refusing to listen on {host}: not a loopback address. To accept remote clients, add "
-                         "--allow-remote and TLS (--tls-cert/--tls-key)")
+        raise ServeError(
+            f"refusing to listen on {host}: not a loopback address. To accept remote clients, add "
+            "--allow-remote and TLS (--tls-cert/--tls-key)"
+        )
     if not tls:
         raise ServeError("--allow-remote needs TLS: give --tls-cert and --tls-key")
 
@@ -107,8 +113,9 @@ def ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
 def check_token(presented: bytes | None, token: bytes) -> None:
     """``presented``: the credential the client sent (the bearer token, without its scheme), or None."""
     if not presented:
-        raise Refusal(401, "missing token: send the header 'Authorization: Bearer <token>' (the token is in the "
-                           "token file)")
+        raise Refusal(
+            401, "missing token: send the header 'Authorization: Bearer <token>' (the token is in the token file)"
+        )
     if not hmac.compare_digest(presented, token):
         raise Refusal(401, "wrong token")
 
@@ -129,5 +136,7 @@ def check_origin(origins: Iterable[bytes], allowed: Iterable[str]) -> None:
         raise Refusal(400, "more than one Origin header")
     origin = origins[0].decode("latin-1")
     if origin not in set(allowed):
-        raise Refusal(403, f"origin {origin!r} is not allowed (browsers may not talk to lmbridge unless started with "
-                           "--allow-origin)")
+        raise Refusal(
+            403,
+            f"origin {origin!r} is not allowed (browsers may not talk to lmbridge unless started with --allow-origin)",
+        )

@@ -80,7 +80,9 @@ class WebSocketDaemon:
     """Accepts editors; their connections run in ``handlers``, a nursery that outlives accepting (so a stop can
     refuse new editors while answering the connected ones)."""
 
-    def __init__(self, service: BridgeService, options: ServeOptions, token: str, *, log: Any, tracer: Any = None) -> None:
+    def __init__(
+        self, service: BridgeService, options: ServeOptions, token: str, *, log: Any, tracer: Any = None
+    ) -> None:
         self._service = service
         self.handlers: trio.Nursery | None = None
         self._options = options
@@ -121,8 +123,13 @@ class WebSocketDaemon:
     async def run(self, listeners: list[Any], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Accept connections until cancelled; they are handled in the ``handlers`` nursery."""
         server = trio_websocket.WebSocketServer(
-            self._handle, listeners, handler_nursery=self.handlers, max_message_size=self._options.max_message_bytes,
-            connect_timeout=10, disconnect_timeout=5)
+            self._handle,
+            listeners,
+            handler_nursery=self.handlers,
+            max_message_size=self._options.max_message_bytes,
+            connect_timeout=10,
+            disconnect_timeout=5,
+        )
         await server.run(task_status=task_status)
 
     async def _unix_listener(self, path: Path) -> trio.abc.Listener[trio.SocketStream]:
@@ -149,12 +156,20 @@ class WebSocketDaemon:
         ws = await request.accept()
         number = next(self._ids)
         name = f"editor:{number}"
-        editor = EditorConnection(self._service, name=name, default_cwd=self._options.default_cwd,
-                                  shutdown_stops_daemon=False)
+        editor = EditorConnection(
+            self._service, name=name, default_cwd=self._options.default_cwd, shutdown_stops_daemon=False
+        )
         wire = WebSocketWire(ws)
-        connection = JsonRpcConnection(wire, editor.methods, name=name, cancel_style=EDITOR_CANCEL, tracer=self._tracer,
-                                       max_message_bytes=self._options.max_message_bytes,
-                                       max_concurrent_requests=self._options.max_requests, parse=editor.parse)
+        connection = JsonRpcConnection(
+            wire,
+            editor.methods,
+            name=name,
+            cancel_style=EDITOR_CANCEL,
+            tracer=self._tracer,
+            max_message_bytes=self._options.max_message_bytes,
+            max_concurrent_requests=self._options.max_requests,
+            parse=editor.parse,
+        )
         editor.connection = connection
         self._connections[number] = (editor, connection)
         self._log.info("editor connected", conn=name, connections=len(self._connections))
@@ -184,7 +199,9 @@ class WebSocketDaemon:
             return refusal.status, refusal.reason
         return None
 
-    async def _close_when_idle(self, connection: JsonRpcConnection, wire: WebSocketWire, editor: EditorConnection) -> None:
+    async def _close_when_idle(
+        self, connection: JsonRpcConnection, wire: WebSocketWire, editor: EditorConnection
+    ) -> None:
         timeout = self._options.idle_timeout
         while True:
             await trio.sleep_until(wire.last_activity + timeout)
@@ -207,7 +224,9 @@ class WebSocketDaemon:
                 nursery.start_soon(connection.aclose)
 
 
-async def serve_websocket(config: Config, options: ServeOptions, *, log: Any, tracer: Any = None, stdout: Any = None) -> int:
+async def serve_websocket(
+    config: Config, options: ServeOptions, *, log: Any, tracer: Any = None, stdout: Any = None
+) -> int:
     token_path = Path(options.token_file).expanduser() if options.token_file else default_token_path()
     token = load_token(token_path)
     if tracer is not None:

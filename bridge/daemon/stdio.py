@@ -30,8 +30,9 @@ def reserve_stdout() -> int:
     return protocol_fd
 
 
-def answer_initialize_early(config: Config, stdin_fd: int, protocol_fd: int, *, tracer: Any = None,
-                            max_message_bytes: int = 64 * 1024 * 1024) -> tuple[Any, bytes]:
+def answer_initialize_early(
+    config: Config, stdin_fd: int, protocol_fd: int, *, tracer: Any = None, max_message_bytes: int = 64 * 1024 * 1024
+) -> tuple[Any, bytes]:
     """Read the editor's first message; if it is a valid ``initialize``, answer it at once. Returns what the editor
     said (``EditorHello``, or None if this was not a valid ``initialize``) and the input not consumed, for the
     protocol engine to carry on with. Anything unusual — another method, invalid params, a huge line, end of input
@@ -52,8 +53,13 @@ def answer_initialize_early(config: Config, stdin_fd: int, protocol_fd: int, *, 
     except (ValueError, RecursionError):
         return None, data
     request_id = message.get("id") if isinstance(message, dict) else None
-    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or message.get("method") != "initialize"
-            or isinstance(request_id, bool) or not isinstance(request_id, (int, str))):
+    if (
+        not isinstance(message, dict)
+        or message.get("jsonrpc") != "2.0"
+        or message.get("method") != "initialize"
+        or isinstance(request_id, bool)
+        or not isinstance(request_id, (int, str))
+    ):
         return None, data
     try:
         hello = parse_initialize(message.get("params"))
@@ -64,15 +70,24 @@ def answer_initialize_early(config: Config, stdin_fd: int, protocol_fd: int, *, 
     reply = JsonRpcProtocol.respond(request_id, initialize_result(permission_tool_schema(config.permissions.tool_name)))
     view = memoryview(reply)
     while view:
-        view = view[os.write(protocol_fd, view):]
+        view = view[os.write(protocol_fd, view) :]
     if tracer is not None:
         tracer.record("editor", "in", line)
         tracer.record("editor", "out", reply)
     return hello, rest
 
 
-async def serve_stdio(config: Config, *, log: Any, tracer: Any = None, stdin_fd: int = 0, stdout_fd: int | None = None,
-                      max_message_bytes: int = 64 * 1024 * 1024, hello: Any = None, pending_input: bytes = b"") -> int:
+async def serve_stdio(
+    config: Config,
+    *,
+    log: Any,
+    tracer: Any = None,
+    stdin_fd: int = 0,
+    stdout_fd: int | None = None,
+    max_message_bytes: int = 64 * 1024 * 1024,
+    hello: Any = None,
+    pending_input: bytes = b"",
+) -> int:
     """Serve the editor on ``stdin_fd``/``stdout_fd``. ``hello`` and ``pending_input`` come from
     ``answer_initialize_early`` when it answered ``initialize`` already."""
     import trio
@@ -89,10 +104,21 @@ async def serve_stdio(config: Config, *, log: Any, tracer: Any = None, stdin_fd:
         if hello is not None:
             editor.apply(hello)
         _widen_pipe(stdin_fd)
-        wire = StreamWire(trio.lowlevel.FdStream(os.dup(stdin_fd)), trio.lowlevel.FdStream(protocol_fd),
-                          pending=pending_input, long_read_size=_LONG_INPUT)
-        connection = JsonRpcConnection(wire, editor.methods, name="editor", cancel_style=EDITOR_CANCEL, tracer=tracer,
-                                       max_message_bytes=max_message_bytes, parse=editor.parse)
+        wire = StreamWire(
+            trio.lowlevel.FdStream(os.dup(stdin_fd)),
+            trio.lowlevel.FdStream(protocol_fd),
+            pending=pending_input,
+            long_read_size=_LONG_INPUT,
+        )
+        connection = JsonRpcConnection(
+            wire,
+            editor.methods,
+            name="editor",
+            cancel_style=EDITOR_CANCEL,
+            tracer=tracer,
+            max_message_bytes=max_message_bytes,
+            parse=editor.parse,
+        )
         editor.connection = connection
         await nursery.start(connection.serve)
         stop = trio.Event()
@@ -137,8 +163,11 @@ def _widen_pipe(fd: int) -> None:
     import stat
 
     try:
-        if (stat.S_ISFIFO(os.fstat(fd).st_mode) and hasattr(fcntl, "F_SETPIPE_SZ")
-                and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < _LONG_INPUT):  # grow it, never shrink it
+        if (
+            stat.S_ISFIFO(os.fstat(fd).st_mode)
+            and hasattr(fcntl, "F_SETPIPE_SZ")
+            and fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) < _LONG_INPUT
+        ):  # grow it, never shrink it
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _LONG_INPUT)
     except OSError:
         pass  # over the system's limit, or not allowed: the default pipe works, only slower

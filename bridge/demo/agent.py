@@ -35,6 +35,7 @@ __all__ = ["DemoAgent", "chunk_text", "main"]
 
 log = logging.getLogger("lmbridge.demo")
 
+
 def chunk_text(text: str) -> list[str]:
     """Split text into several streaming chunks (word by word, whitespace kept), at least two when possible."""
     pieces = re.findall(r"\S+\s*|\s+", text)
@@ -86,8 +87,9 @@ class DemoAgent:
             if session_id is not None and session_id in self._turn_ended:
                 self._turn_ended[session_id].set()
 
-    async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
-                         **_: Any) -> Any:
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **_: Any
+    ) -> Any:
         from acp.schema import (
             AgentCapabilities,
             Implementation,
@@ -107,8 +109,8 @@ class DemoAgent:
                 prompt_capabilities=PromptCapabilities(image=True, embedded_context=True),
                 mcp_capabilities=McpCapabilities(http=True),
                 session_capabilities=SessionCapabilities(
-                    close=SessionCloseCapabilities(),
-                    resume=SessionResumeCapabilities() if persistent else None),
+                    close=SessionCloseCapabilities(), resume=SessionResumeCapabilities() if persistent else None
+                ),
             ),
             agent_info=Implementation(name="lmbridge-demo-agent", title="lmbridge demo agent", version="1"),
         )
@@ -118,16 +120,16 @@ class DemoAgent:
 
         return AuthenticateResponse()
 
-    async def new_session(self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
-                          **_: Any) -> Any:
+    async def new_session(self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: Any) -> Any:
         from acp.schema import NewSessionResponse
 
         session_id = f"demo-{uuid.uuid4().hex[:12]}"
         self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []))
         return NewSessionResponse(session_id=session_id)
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None,
-                           **_: Any) -> Any:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None, **_: Any
+    ) -> Any:
         from acp import update_user_message_text
         from acp.schema import LoadSessionResponse
 
@@ -136,8 +138,9 @@ class DemoAgent:
             await self._conn.session_update(session_id, update_user_message_text(text))
         return LoadSessionResponse()
 
-    async def resume_session(self, session_id: str, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
-                             **_: Any) -> Any:
+    async def resume_session(
+        self, session_id: str, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: Any
+    ) -> Any:
         from acp.schema import ResumeSessionResponse
 
         self._reopen(session_id, cwd, mcp_servers)
@@ -255,14 +258,18 @@ class DemoAgent:
     async def _do_plan(self, session: _Session, step: Step, _: Any) -> None:
         from acp import plan_entry, update_plan
 
-        entries = [plan_entry(name, status="in_progress" if i == 0 else "pending") for i, (name, _a) in enumerate(step.calls)]
+        entries = [
+            plan_entry(name, status="in_progress" if i == 0 else "pending") for i, (name, _a) in enumerate(step.calls)
+        ]
         await self._conn.session_update(session.id, update_plan(entries))
 
     async def _do_run(self, session: _Session, step: Step, _: Any) -> None:
         from acp import start_tool_call, text_block, tool_content, update_tool_call
 
         call_id = f"run-{uuid.uuid4().hex[:8]}"
-        await self._conn.session_update(session.id, start_tool_call(call_id, step.arg, kind="execute", status="pending"))
+        await self._conn.session_update(
+            session.id, start_tool_call(call_id, step.arg, kind="execute", status="pending")
+        )
         await self._conn.session_update(session.id, update_tool_call(call_id, status="in_progress"))
         await self._conn.session_update(
             session.id,
@@ -298,7 +305,9 @@ class DemoAgent:
         raw_input = {"command": title} if kind == "execute" else {"path": title}
         response = await self._conn.request_permission(
             session_id=session.id,
-            tool_call=ToolCallUpdate(tool_call_id=call_id, title=title, kind=kind, status="pending", raw_input=raw_input),
+            tool_call=ToolCallUpdate(
+                tool_call_id=call_id, title=title, kind=kind, status="pending", raw_input=raw_input
+            ),
             options=[PermissionOption(option_id=o, name=n, kind=k) for o, n, k in PERMISSION_OPTIONS],
         )
         return getattr(response.outcome, "option_id", None) or "cancelled"
@@ -361,7 +370,9 @@ class DemoAgent:
         from acp import start_tool_call, update_tool_call
 
         call_id = f"orphan-{uuid.uuid4().hex[:8]}"
-        await self._conn.session_update(session.id, start_tool_call(call_id, step.arg, kind="execute", status="pending"))
+        await self._conn.session_update(
+            session.id, start_tool_call(call_id, step.arg, kind="execute", status="pending")
+        )
         await self._conn.session_update(session.id, update_tool_call(call_id, status="in_progress"))
 
     async def _do_straycall(self, session: _Session, step: Step, _: Any) -> None:
@@ -369,15 +380,17 @@ class DemoAgent:
 
         call_id = f"stray-{uuid.uuid4().hex[:8]}"
         await self._conn.session_update(
-            session.id, update_tool_call(call_id, status="completed", content=[tool_content(text_block("stray"))]))
+            session.id, update_tool_call(call_id, status="completed", content=[tool_content(text_block("stray"))])
+        )
 
     async def _do_badupdate(self, session: _Session, step: Step, _: Any) -> None:
         from acp.schema import AgentMessageChunk, TextContentBlock
 
         # ``model_construct`` is pydantic's way to build a model without validating it: a text block without its
         # text goes out through the SDK's public ``session_update`` (pydantic warns while serialising it; we know).
-        chunk = AgentMessageChunk.model_construct(session_update="agent_message_chunk",
-                                                  content=TextContentBlock.model_construct(type="text"))
+        chunk = AgentMessageChunk.model_construct(
+            session_update="agent_message_chunk", content=TextContentBlock.model_construct(type="text")
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             await self._conn.session_update(session.id, chunk)
@@ -408,16 +421,20 @@ class DemoAgent:
             self._check(session)
             await self._conn.session_update(session.id, update_agent_message_text(piece))
 
-    async def _call_tools(self, session: _Session, calls: tuple[tuple[str, Any], ...],
-                          timeout: float | None = None) -> list[tuple[bool, str]]:
+    async def _call_tools(
+        self, session: _Session, calls: tuple[tuple[str, Any], ...], timeout: float | None = None
+    ) -> list[tuple[bool, str]]:
         from .tools import call_tools
 
         return await call_tools(session, calls, timeout)
 
 
 def main() -> None:
-    logging.basicConfig(level=os.environ.get("LMBRIDGE_DEMO_LOG", "WARNING"), stream=sys.stderr,
-                        format="demo-agent %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("LMBRIDGE_DEMO_LOG", "WARNING"),
+        stream=sys.stderr,
+        format="demo-agent %(levelname)s %(message)s",
+    )
     import acp
 
     agent = DemoAgent(os.environ.get("LMBRIDGE_DEMO_STATE_DIR") or None)

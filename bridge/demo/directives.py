@@ -19,14 +19,25 @@ from typing import Any
 
 from bridge.acp.vocabulary import STOP_REASONS
 
-__all__ = ["DIRECTIVES", "PERMISSION_OPTIONS", "TOOL_KINDS", "Directive", "ScriptError", "Step", "parse_script",
-           "reference"]
+__all__ = [
+    "DIRECTIVES",
+    "PERMISSION_OPTIONS",
+    "TOOL_KINDS",
+    "Directive",
+    "ScriptError",
+    "Step",
+    "parse_script",
+    "reference",
+]
 
 # What /stop may end a turn with: every ACP stop reason but "cancelled", which only a cancel produces.
 FINAL_STOP_REASONS = tuple(reason for reason in STOP_REASONS if reason != "cancelled")
 TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other")
-PERMISSION_OPTIONS = (("allow-once", "Allow once", "allow_once"), ("allow-always", "Allow always", "allow_always"),
-                      ("reject-once", "Reject", "reject_once"))
+PERMISSION_OPTIONS = (
+    ("allow-once", "Allow once", "allow_once"),
+    ("allow-always", "Allow always", "allow_always"),
+    ("reject-once", "Reject", "reject_once"),
+)
 
 
 class ScriptError(ValueError):
@@ -157,38 +168,73 @@ def _badstop(name: str, arg: str) -> Step:
 
 # -- the table ---------------------------------------------------------------------------------------------------
 
-DIRECTIVES: dict[str, Directive] = {d.name: d for d in (
-    Directive("say", "TEXT", "stream TEXT (and a newline) in several chunks", _text),
-    Directive("stream", "N", 'N numbered chunks ("1 2 3 ...")', _number),
-    Directive("think", "TEXT", "a thought chunk", _text),
-    Directive("plan", "A; B; C", "a plan update", _plan),
-    Directive("run", "TITLE", "an agent-internal tool call: pending → in_progress → completed", _text),
-    Directive("tool", "NAME {json}", "call NAME on the client's MCP server, then say the result", _tool),
-    Directive("tools", "N {j} | M {j}", "the same, several calls in parallel", _tools),
-    Directive("toolwait", "MS NAME {j}", "call NAME but give up after MS (the MCP client sends "
-                                         "notifications/cancelled)", _toolwait),
-    Directive("permission", "[kind=K] T", "ask permission for T (options allow-once, allow-always, reject-once; K "
-                                          "an ACP tool kind, default execute), then say the outcome", _permission),
-    Directive("permissions", "T1 | T2", "several permission requests at once", _permissions),
-    Directive("sleep", "MS", "wait (cancellable)", _number),
-    Directive("later", "MS TEXT", "MS after this turn's response is sent, send TEXT as an out-of-turn update", _later),
-    Directive("flush", "", "wait until every /later update of this session has been sent", _nothing),
-    Directive("recall", "", "say the texts of the earlier prompts of this session", _nothing),
-    Directive("env", "NAME", 'say the value of an environment variable of the agent (or "(unset)")', _variable),
-    Directive("stop", "REASON", f"end the turn with this stopReason ({', '.join(FINAL_STOP_REASONS)})", _stop),
-    Directive("crash", "", "exit abruptly, mid-turn", _nothing),
-    Directive("help", "", "say this table", _nothing),
-    Directive("badstop", "[REASON]", 'end the turn with a stopReason ACP does not have (default "finished")',
-              _badstop, misbehaviour=True),
-    Directive("ignorecancel", "", 'from here on this turn ignores session/cancel (and ends normally, not '
-                                  '"cancelled")', _nothing, misbehaviour=True),
-    Directive("orphan", "TITLE", "an agent-internal tool call that starts (pending → in_progress) and never ends",
-              _title, misbehaviour=True),
-    Directive("straycall", "", "a tool_call_update for a toolCallId that was never announced", _nothing,
-              misbehaviour=True),
-    Directive("badupdate", "", "a session/update that violates the schema (a text chunk without its text)",
-              _nothing, misbehaviour=True),
-)}
+DIRECTIVES: dict[str, Directive] = {
+    d.name: d
+    for d in (
+        Directive("say", "TEXT", "stream TEXT (and a newline) in several chunks", _text),
+        Directive("stream", "N", 'N numbered chunks ("1 2 3 ...")', _number),
+        Directive("think", "TEXT", "a thought chunk", _text),
+        Directive("plan", "A; B; C", "a plan update", _plan),
+        Directive("run", "TITLE", "an agent-internal tool call: pending → in_progress → completed", _text),
+        Directive("tool", "NAME {json}", "call NAME on the client's MCP server, then say the result", _tool),
+        Directive("tools", "N {j} | M {j}", "the same, several calls in parallel", _tools),
+        Directive(
+            "toolwait",
+            "MS NAME {j}",
+            "call NAME but give up after MS (the MCP client sends notifications/cancelled)",
+            _toolwait,
+        ),
+        Directive(
+            "permission",
+            "[kind=K] T",
+            "ask permission for T (options allow-once, allow-always, reject-once; K "
+            "an ACP tool kind, default execute), then say the outcome",
+            _permission,
+        ),
+        Directive("permissions", "T1 | T2", "several permission requests at once", _permissions),
+        Directive("sleep", "MS", "wait (cancellable)", _number),
+        Directive(
+            "later", "MS TEXT", "MS after this turn's response is sent, send TEXT as an out-of-turn update", _later
+        ),
+        Directive("flush", "", "wait until every /later update of this session has been sent", _nothing),
+        Directive("recall", "", "say the texts of the earlier prompts of this session", _nothing),
+        Directive("env", "NAME", 'say the value of an environment variable of the agent (or "(unset)")', _variable),
+        Directive("stop", "REASON", f"end the turn with this stopReason ({', '.join(FINAL_STOP_REASONS)})", _stop),
+        Directive("crash", "", "exit abruptly, mid-turn", _nothing),
+        Directive("help", "", "say this table", _nothing),
+        Directive(
+            "badstop",
+            "[REASON]",
+            'end the turn with a stopReason ACP does not have (default "finished")',
+            _badstop,
+            misbehaviour=True,
+        ),
+        Directive(
+            "ignorecancel",
+            "",
+            'from here on this turn ignores session/cancel (and ends normally, not "cancelled")',
+            _nothing,
+            misbehaviour=True,
+        ),
+        Directive(
+            "orphan",
+            "TITLE",
+            "an agent-internal tool call that starts (pending → in_progress) and never ends",
+            _title,
+            misbehaviour=True,
+        ),
+        Directive(
+            "straycall", "", "a tool_call_update for a toolCallId that was never announced", _nothing, misbehaviour=True
+        ),
+        Directive(
+            "badupdate",
+            "",
+            "a session/update that violates the schema (a text chunk without its text)",
+            _nothing,
+            misbehaviour=True,
+        ),
+    )
+}
 
 
 def reference() -> str:

@@ -66,8 +66,9 @@ class McpConnections:
         from mcp.shared.exceptions import MCPError
 
         try:
-            result = await client.call_tool(name, arguments if isinstance(arguments, dict) else {"value": arguments},
-                                            read_timeout_seconds=timeout)
+            result = await client.call_tool(
+                name, arguments if isinstance(arguments, dict) else {"value": arguments}, read_timeout_seconds=timeout
+            )
         except MCPError as exc:
             return False, f"MCP error {exc.error.code}: {exc.error.message}"
         pieces = []
@@ -86,7 +87,9 @@ class McpConnections:
             await self._task
 
 
-async def call_tools(session: Any, calls: tuple[tuple[str, Any], ...], timeout: float | None = None) -> list[tuple[bool, str]]:
+async def call_tools(
+    session: Any, calls: tuple[tuple[str, Any], ...], timeout: float | None = None
+) -> list[tuple[bool, str]]:
     if session.tools is None:
         session.tools = McpConnections(session.mcp_servers)
     tools: McpConnections = session.tools

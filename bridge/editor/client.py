@@ -21,7 +21,15 @@ import trio
 from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
 from bridge.errors import RpcError
 
-__all__ = ["ChatResult", "ChatTurn", "assistant_message", "EditorClient", "spawn_stdio", "connect_daemon", "lmbridge_command"]
+__all__ = [
+    "ChatResult",
+    "ChatTurn",
+    "assistant_message",
+    "EditorClient",
+    "spawn_stdio",
+    "connect_daemon",
+    "lmbridge_command",
+]
 
 PartCallback = Callable[[dict[str, Any]], None]
 
@@ -111,8 +119,15 @@ class EditorClient:
     async def models(self) -> list[dict[str, Any]]:
         return (await self.request("lm/models", {}))["models"]
 
-    async def start_chat(self, model_id: str, messages: list[dict[str, Any]], *, tools: Sequence[dict[str, Any]] = (),
-                         on_part: PartCallback | None = None, **options: Any) -> ChatTurn:
+    async def start_chat(
+        self,
+        model_id: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: Sequence[dict[str, Any]] = (),
+        on_part: PartCallback | None = None,
+        **options: Any,
+    ) -> ChatTurn:
         assert self.connection is not None
         params: dict[str, Any] = {"modelId": model_id, "messages": messages}
         if tools or options:
@@ -157,17 +172,29 @@ def lmbridge_command(*args: str) -> list[str]:
 
 
 @asynccontextmanager
-async def spawn_stdio(args: Sequence[str] = (), *, env: dict[str, str] | None = None, cwd: str | None = None,
-                      stderr: Any = None, stop_timeout: float = 15.0) -> AsyncIterator[tuple[EditorClient, trio.Process]]:
+async def spawn_stdio(
+    args: Sequence[str] = (),
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    stderr: Any = None,
+    stop_timeout: float = 15.0,
+) -> AsyncIterator[tuple[EditorClient, trio.Process]]:
     """Run ``lmbridge stdio ARGS`` as a subprocess and yield a connected (not yet initialized) client and the
     process. On exit: stdin is closed (which stops the bridge) and the process awaited; killed if it hangs."""
     process = await trio.lowlevel.open_process(
-        lmbridge_command("stdio", *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=stderr if stderr is not None else None, env={**os.environ, **(env or {})}, cwd=cwd)
+        lmbridge_command("stdio", *args),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr if stderr is not None else None,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
     client = EditorClient()
     assert process.stdin is not None and process.stdout is not None
-    connection = JsonRpcConnection(StreamWire(process.stdout, process.stdin), client.methods, name="bridge",
-                                   cancel_style=EDITOR_CANCEL)
+    connection = JsonRpcConnection(
+        StreamWire(process.stdout, process.stdin), client.methods, name="bridge", cancel_style=EDITOR_CANCEL
+    )
     client.attach(connection)
     try:
         async with trio.open_nursery() as nursery:

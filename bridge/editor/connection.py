@@ -28,8 +28,14 @@ __all__ = ["PROTOCOL_VERSION", "EditorConnection", "estimate_tokens"]
 class EditorConnection:
     """One editor's connection. ``methods`` is registered on its ``JsonRpcConnection`` by the caller."""
 
-    def __init__(self, service: BridgeService, *, name: str = "editor", default_cwd: str | None = None,
-                 shutdown_stops_daemon: bool = True) -> None:
+    def __init__(
+        self,
+        service: BridgeService,
+        *,
+        name: str = "editor",
+        default_cwd: str | None = None,
+        shutdown_stops_daemon: bool = True,
+    ) -> None:
         """``shutdown_stops_daemon``: with stdio, ``shutdown`` stops the whole bridge; on a shared daemon it only
         ends this editor's turns (the daemon serves others)."""
         self.service = service
@@ -92,15 +98,17 @@ class EditorConnection:
     async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
         models = []
         for config in self.service.agent_configs():
-            models.append({
-                "id": config.id,
-                "name": config.name,
-                "family": "acp",
-                "version": __version__,
-                "maxInputTokens": config.max_input_tokens,
-                "maxOutputTokens": config.max_output_tokens,
-                "capabilities": {"toolCalling": True, "imageInput": config.image_input},
-            })
+            models.append(
+                {
+                    "id": config.id,
+                    "name": config.name,
+                    "family": "acp",
+                    "version": __version__,
+                    "maxInputTokens": config.max_input_tokens,
+                    "maxOutputTokens": config.max_output_tokens,
+                    "capabilities": {"toolCalling": True, "imageInput": config.image_input},
+                }
+            )
         return {"models": models}
 
     async def _chat(self, params: Any, context: RequestContext) -> dict[str, Any]:
@@ -117,7 +125,7 @@ class EditorConnection:
         tools = _tools(options.get("tools"))
         tool_mode = options.get("toolMode")
         if tool_mode not in (None, "auto", "required"):
-            raise InvalidParams("options.toolMode", "must be \"auto\" or \"required\"")
+            raise InvalidParams("options.toolMode", 'must be "auto" or "required"')
         if "modelOptions" in options and not isinstance(options["modelOptions"], dict):
             raise InvalidParams("options.modelOptions", "must be an object")
         connection = context.connection
@@ -141,8 +149,9 @@ class EditorConnection:
         if outcome.error is not None:
             self._log.info("turn failed", model=model_id, seconds=seconds, error=str(outcome.error))
             raise _as_rpc_error(outcome.error)
-        self._log.info("turn done", model=model_id, seconds=seconds, stop_reason=outcome.stop_reason,
-                       parts=len(outcome.emitted))
+        self._log.info(
+            "turn done", model=model_id, seconds=seconds, stop_reason=outcome.stop_reason, parts=len(outcome.emitted)
+        )
         result: dict[str, Any] = {"stopReason": outcome.stop_reason}
         if outcome.usage:
             result["usage"] = outcome.usage

@@ -64,7 +64,7 @@ class HistoryReusingParser:
             return parse(text)  # it cannot hold a remembered history, and it is not worth remembering
         try:
             start = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
-            if text[start:start + 1] != "{":
+            if text[start : start + 1] != "{":
                 raise _Unusual
             value, end = self._object(text, start, self._top)
             if _WHITESPACE.match(text, end).end() != len(text):  # type: ignore[union-attr]
@@ -79,25 +79,26 @@ class HistoryReusingParser:
 
     # -- the walk: the top object and params key by key, everything else by the C scanner --------------------
 
-    def _object(self, text: str, index: int, special: dict[str, Callable[[str, int], tuple[Any, int]]]
-                ) -> tuple[dict[str, Any], int]:
+    def _object(
+        self, text: str, index: int, special: dict[str, Callable[[str, int], tuple[Any, int]]]
+    ) -> tuple[dict[str, Any], int]:
         result: dict[str, Any] = {}
         index = _WHITESPACE.match(text, index + 1).end()  # type: ignore[union-attr]
-        if text[index:index + 1] == "}":
+        if text[index : index + 1] == "}":
             return result, index + 1
         while True:
-            if text[index:index + 1] != '"':
+            if text[index : index + 1] != '"':
                 raise _Unusual
             key, index = scan_json(text, index)
             index = _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
-            if text[index:index + 1] != ":":
+            if text[index : index + 1] != ":":
                 raise _Unusual
             index = _WHITESPACE.match(text, index + 1).end()  # type: ignore[union-attr]
             reader = special.get(key)
             value, index = reader(text, index) if reader is not None else scan_json(text, index)
             result[key] = value  # a repeated key: the last one wins, as in json.loads
             index = _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
-            separator = text[index:index + 1]
+            separator = text[index : index + 1]
             if separator == "}":
                 return result, index + 1
             if separator != ",":
@@ -105,12 +106,12 @@ class HistoryReusingParser:
             index = _WHITESPACE.match(text, index + 1).end()  # type: ignore[union-attr]
 
     def _params_value(self, text: str, index: int) -> tuple[Any, int]:
-        if text[index:index + 1] != "{":
+        if text[index : index + 1] != "{":
             return scan_json(text, index)
         return self._object(text, index, self._params)
 
     def _messages(self, text: str, index: int) -> tuple[Any, int]:
-        if text[index:index + 1] != "[":
+        if text[index : index + 1] != "[":
             return scan_json(text, index)
         found = self._continue_remembered(text, index)
         if found is None:
@@ -128,7 +129,7 @@ class HistoryReusingParser:
                 continue
             messages = list(entry.messages)
             after = _WHITESPACE.match(text, index + len(entry.text)).end()  # type: ignore[union-attr]
-            separator = text[after:after + 1]
+            separator = text[after : after + 1]
             added = 0
             # The old text ended with a complete element; only "," or "]" may follow it (anything else — a
             # number's next digit — means the element itself continues, and this entry does not apply).
@@ -137,7 +138,7 @@ class HistoryReusingParser:
                 messages.append(value)
                 added += 1
                 after = _WHITESPACE.match(text, after).end()  # type: ignore[union-attr]
-                separator = text[after:after + 1]
+                separator = text[after : after + 1]
             if separator != "]":
                 continue
             self.reused_messages += len(entry.messages)
@@ -148,13 +149,13 @@ class HistoryReusingParser:
     def _remember(self, replaces: _Remembered | None, text: str, start: int, end: int, messages: list[Any]) -> None:
         if replaces is not None:
             self._remembered.remove(replaces)
-        body = text[start:end - 1].rstrip(_JSON_SPACE)  # from "[" to the end of the last element
+        body = text[start : end - 1].rstrip(_JSON_SPACE)  # from "[" to the end of the last element
         if not messages or len(body) < self.min_chars:
             if replaces is not None:
                 self._remembered.insert(0, replaces)  # still the best start for this conversation
             return
         self._remembered.insert(0, _Remembered(body, tuple(messages)))
-        del self._remembered[self.max_entries:]
+        del self._remembered[self.max_entries :]
         total = 0
         for keep, entry in enumerate(self._remembered):
             total += len(entry.text)

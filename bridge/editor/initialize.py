@@ -41,7 +41,9 @@ def parse_initialize(params: Any) -> EditorHello:
     params = _object(params, "params")
     version = params.get("protocolVersion")
     if version != PROTOCOL_VERSION:
-        raise InvalidParams("protocolVersion", f"unsupported version {version!r}; this bridge speaks {PROTOCOL_VERSION}")
+        raise InvalidParams(
+            "protocolVersion", f"unsupported version {version!r}; this bridge speaks {PROTOCOL_VERSION}"
+        )
     client_info: dict[str, Any] = {}
     if params.get("clientInfo") is not None:
         client_info = _object(params["clientInfo"], "clientInfo")
@@ -70,8 +72,13 @@ def parse_initialize(params: Any) -> EditorHello:
                 agents[agent_id] = agent_from_mapping(agent_id, raw)
             except ConfigError as exc:
                 raise InvalidParams(exc.key or f"agents.{agent_id}", str(exc).split(": ", 1)[-1]) from None
-    return EditorHello(client_info, tuple(folders or ()), capabilities.get("thinking", False),
-                       capabilities.get("acpUpdates", False), agents)
+    return EditorHello(
+        client_info,
+        tuple(folders or ()),
+        capabilities.get("thinking", False),
+        capabilities.get("acpUpdates", False),
+        agents,
+    )
 
 
 def initialize_result(permission_tool: dict[str, Any]) -> dict[str, Any]:

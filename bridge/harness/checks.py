@@ -52,8 +52,12 @@ class CheckResult:
     note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "note": self.note,
-                "failures": [f.to_json() for f in self.failures]}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "note": self.note,
+            "failures": [f.to_json() for f in self.failures],
+        }
 
 
 @dataclass
@@ -65,8 +69,9 @@ class ProbeResult:
 
 
 class _Context:
-    def __init__(self, file: str, log: AcpLog, turn_labels: dict[int, str], schema: JsonSchema | None,
-                 probe: ProbeResult | None) -> None:
+    def __init__(
+        self, file: str, log: AcpLog, turn_labels: dict[int, str], schema: JsonSchema | None, probe: ProbeResult | None
+    ) -> None:
         self.file = file
         self.log = log
         self.turn_labels = turn_labels
@@ -94,8 +99,15 @@ class _Context:
         return Failure(self.file, self.where(event), f"check {check}", expected, got)
 
 
-def run_checks(names: tuple[str, ...], log: AcpLog, *, file: str, turn_labels: dict[int, str],
-               schema: JsonSchema | None = None, probe: ProbeResult | None = None) -> list[CheckResult]:
+def run_checks(
+    names: tuple[str, ...],
+    log: AcpLog,
+    *,
+    file: str,
+    turn_labels: dict[int, str],
+    schema: JsonSchema | None = None,
+    probe: ProbeResult | None = None,
+) -> list[CheckResult]:
     context = _Context(file, log, turn_labels, schema, probe)
     results = []
     for name in names:
@@ -131,33 +143,63 @@ def _check_initialize(c: _Context) -> CheckResult:
             failures.append(c.failure("initialize", exchange.sent, "an answer to initialize", "no answer"))
             continue
         if exchange.error is not None:
-            failures.append(c.failure("initialize", exchange.answer, "an InitializeResponse", _error_text(exchange.error)))
+            failures.append(
+                c.failure("initialize", exchange.answer, "an InitializeResponse", _error_text(exchange.error))
+            )
             continue
         for problem in validate("InitializeResponse", exchange.result, c.schema):
             failures.append(c.failure("initialize", exchange.answer, "an InitializeResponse (ACP schema)", problem))
         version = (exchange.result or {}).get("protocolVersion") if isinstance(exchange.result, dict) else None
         if version != asked:
-            failures.append(c.failure("initialize", exchange.answer,
-                                      f"protocolVersion {asked} (asked for {asked}, which it must answer when it "
-                                      "supports it)", f"protocolVersion {version!r}"))
+            failures.append(
+                c.failure(
+                    "initialize",
+                    exchange.answer,
+                    f"protocolVersion {asked} (asked for {asked}, which it must answer when it supports it)",
+                    f"protocolVersion {version!r}",
+                )
+            )
     if exchanges:
         notes.append(f"{len(exchanges)} initialize exchange(s)")
     probe = c.probe
     if probe is not None:
         if probe.problem is not None:
-            failures.append(c.failure("initialize", None, f"an answer to initialize with protocolVersion "
-                                                          f"{PROBE_VERSION} (version negotiation probe)", probe.problem))
+            failures.append(
+                c.failure(
+                    "initialize",
+                    None,
+                    f"an answer to initialize with protocolVersion {PROBE_VERSION} (version negotiation probe)",
+                    probe.problem,
+                )
+            )
         else:
             answer = probe.answer or {}
             if "error" in answer:
-                failures.append(c.failure("initialize", None, f"the latest version it supports, in answer to "
-                                          f"protocolVersion {PROBE_VERSION} (negotiation, not an error)",
-                                          _error_text(answer["error"])))
+                failures.append(
+                    c.failure(
+                        "initialize",
+                        None,
+                        f"the latest version it supports, in answer to "
+                        f"protocolVersion {PROBE_VERSION} (negotiation, not an error)",
+                        _error_text(answer["error"]),
+                    )
+                )
             else:
-                version = (answer.get("result") or {}).get("protocolVersion") if isinstance(answer.get("result"), dict) else None
+                version = (
+                    (answer.get("result") or {}).get("protocolVersion")
+                    if isinstance(answer.get("result"), dict)
+                    else None
+                )
                 if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROBE_VERSION:
-                    failures.append(c.failure("initialize", None, f"a supported protocolVersion (1..{PROBE_VERSION}) in "
-                                              f"answer to protocolVersion {PROBE_VERSION}", f"{version!r}"))
+                    failures.append(
+                        c.failure(
+                            "initialize",
+                            None,
+                            f"a supported protocolVersion (1..{PROBE_VERSION}) in "
+                            f"answer to protocolVersion {PROBE_VERSION}",
+                            f"{version!r}",
+                        )
+                    )
                 else:
                     notes.append(f"asked for version {PROBE_VERSION}, it answered {version}")
     if not exchanges and probe is None:
@@ -177,22 +219,35 @@ def _check_session_new(c: _Context) -> CheckResult:
             failures.append(c.failure("session-new", exchange.sent, f"an answer to {exchange.method}", "no answer"))
             continue
         if exchange.error is not None:
-            failures.append(c.failure("session-new", exchange.answer, f"a {exchange.method} result",
-                                      _error_text(exchange.error)))
+            failures.append(
+                c.failure("session-new", exchange.answer, f"a {exchange.method} result", _error_text(exchange.error))
+            )
             continue
-        model = {"session/new": "NewSessionResponse", "session/load": "LoadSessionResponse",
-                 "session/resume": "ResumeSessionResponse"}[exchange.method]
+        model = {
+            "session/new": "NewSessionResponse",
+            "session/load": "LoadSessionResponse",
+            "session/resume": "ResumeSessionResponse",
+        }[exchange.method]
         for problem in validate(model, exchange.result, c.schema):
             failures.append(c.failure("session-new", exchange.answer, f"a {model} (ACP schema)", problem))
         if exchange.method == "session/new":
             session_id = (exchange.result or {}).get("sessionId") if isinstance(exchange.result, dict) else None
             if not isinstance(session_id, str) or not session_id:
-                failures.append(c.failure("session-new", exchange.answer, "a non-empty string sessionId",
-                                          json.dumps(exchange.result)[:200]))
+                failures.append(
+                    c.failure(
+                        "session-new",
+                        exchange.answer,
+                        "a non-empty string sessionId",
+                        json.dumps(exchange.result)[:200],
+                    )
+                )
                 continue
             if session_id in created:
-                failures.append(c.failure("session-new", exchange.answer, "a new sessionId for each session/new",
-                                          f"{session_id!r} again"))
+                failures.append(
+                    c.failure(
+                        "session-new", exchange.answer, "a new sessionId for each session/new", f"{session_id!r} again"
+                    )
+                )
             created.add(session_id)
         elif isinstance(exchange.session_id, str):
             created.add(exchange.session_id)
@@ -201,8 +256,14 @@ def _check_session_new(c: _Context) -> CheckResult:
         session_id = (event.params or {}).get("sessionId") if isinstance(event.params, dict) else None
         if isinstance(session_id, str) and session_id not in created and session_id not in reported:
             reported.add(session_id)
-            failures.append(c.failure("session-new", event, "updates only for sessions the agent created",
-                                      f"a session/update for unknown session {session_id!r}"))
+            failures.append(
+                c.failure(
+                    "session-new",
+                    event,
+                    "updates only for sessions the agent created",
+                    f"a session/update for unknown session {session_id!r}",
+                )
+            )
     if not opened:
         return CheckResult("session-new", "skipped", note="no session was opened")
     return _result("session-new", failures, f"{len(opened)} session(s) opened")
@@ -230,26 +291,44 @@ def _check_stop_reason(c: _Context) -> CheckResult:
         if not exchange.answered:
             if cancel is not None and cancel.turn == SHUTDOWN_TURN:
                 continue  # lmbridge cancelled it while shutting down and stopped the agent: no answer to judge
-            why = ("no answer: the agent process exited (lmbridge started it again)"
-                   if exchange.generation < c.log.restarts else "no answer by the end of the scenario")
+            why = (
+                "no answer: the agent process exited (lmbridge started it again)"
+                if exchange.generation < c.log.restarts
+                else "no answer by the end of the scenario"
+            )
             failures.append(c.failure("stop-reason", exchange.sent, "an answer to session/prompt", why))
             continue
         if exchange.error is not None:
-            failures.append(c.failure("stop-reason", exchange.answer, "a PromptResponse with a stopReason",
-                                      _error_text(exchange.error)))
+            failures.append(
+                c.failure(
+                    "stop-reason", exchange.answer, "a PromptResponse with a stopReason", _error_text(exchange.error)
+                )
+            )
             continue
         problems = validate("PromptResponse", exchange.result, c.schema)
         reason = exchange.result.get("stopReason") if isinstance(exchange.result, dict) else None
         if isinstance(reason, str) and reason not in STOP_REASONS:
             problems = [f"stopReason {reason!r}, which ACP does not have"]
         for problem in problems:
-            failures.append(c.failure("stop-reason", exchange.answer, "an ACP stop reason (end_turn, max_tokens, "
-                                      "max_turn_requests, refusal, cancelled)", problem))
+            failures.append(
+                c.failure(
+                    "stop-reason",
+                    exchange.answer,
+                    "an ACP stop reason (end_turn, max_tokens, max_turn_requests, refusal, cancelled)",
+                    problem,
+                )
+            )
         if not problems and isinstance(reason, str):
             reasons[reason] = reasons.get(reason, 0) + 1
         if reason == "cancelled" and cancel is None:
-            failures.append(c.failure("stop-reason", exchange.answer, "stopReason 'cancelled' only after session/cancel",
-                                      "'cancelled' for a prompt that was not cancelled"))
+            failures.append(
+                c.failure(
+                    "stop-reason",
+                    exchange.answer,
+                    "stopReason 'cancelled' only after session/cancel",
+                    "'cancelled' for a prompt that was not cancelled",
+                )
+            )
     if not prompts:
         return CheckResult("stop-reason", "skipped", note="no prompt was sent")
     return _result("stop-reason", failures, ", ".join(f"{n}× {r}" for r, n in sorted(reasons.items())))
@@ -267,16 +346,32 @@ def _check_cancel(c: _Context) -> CheckResult:
             continue
         judged += 1
         if not exchange.answered:
-            failures.append(c.failure("cancel", cancel, "an answer to the cancelled session/prompt (stopReason "
-                                      "'cancelled')", "no answer"))
+            failures.append(
+                c.failure(
+                    "cancel", cancel, "an answer to the cancelled session/prompt (stopReason 'cancelled')", "no answer"
+                )
+            )
         elif exchange.error is not None:
-            failures.append(c.failure("cancel", exchange.answer, "stopReason 'cancelled' after session/cancel (ACP: "
-                                      "catch the abort and answer cancelled, not an error)", _error_text(exchange.error)))
+            failures.append(
+                c.failure(
+                    "cancel",
+                    exchange.answer,
+                    "stopReason 'cancelled' after session/cancel (ACP: "
+                    "catch the abort and answer cancelled, not an error)",
+                    _error_text(exchange.error),
+                )
+            )
         else:
             reason = exchange.result.get("stopReason") if isinstance(exchange.result, dict) else None
             if reason != "cancelled":
-                failures.append(c.failure("cancel", exchange.answer, "stopReason 'cancelled' after session/cancel",
-                                          f"stopReason {reason!r}: the agent ignored the cancel"))
+                failures.append(
+                    c.failure(
+                        "cancel",
+                        exchange.answer,
+                        "stopReason 'cancelled' after session/cancel",
+                        f"stopReason {reason!r}: the agent ignored the cancel",
+                    )
+                )
         # Permission requests pending at the cancel must be answered "cancelled" (by the client).
         position = c.pos(cancel)
         for request in c.log.agent_requests:
@@ -285,13 +380,26 @@ def _check_cancel(c: _Context) -> CheckResult:
             asked = c.pos(request.sent)
             answered = c.pos(request.answer) if request.answer is not None else None
             if asked < position and (answered is None or answered > position):
-                outcome = ((request.result or {}).get("outcome") or {}).get("outcome") if isinstance(request.result, dict) else None
+                outcome = (
+                    ((request.result or {}).get("outcome") or {}).get("outcome")
+                    if isinstance(request.result, dict)
+                    else None
+                )
                 if outcome != "cancelled":
-                    failures.append(c.failure("cancel", request.answer or cancel, "the pending permission request "
-                                              "answered 'cancelled'", f"{outcome!r}" if request.answered else "no answer"))
+                    failures.append(
+                        c.failure(
+                            "cancel",
+                            request.answer or cancel,
+                            "the pending permission request answered 'cancelled'",
+                            f"{outcome!r}" if request.answered else "no answer",
+                        )
+                    )
     if not judged:
-        return CheckResult("cancel", "skipped", note="no prompt was cancelled (give a turn a cancel trigger, or "
-                                                     "leave a permission unanswered and move on)")
+        return CheckResult(
+            "cancel",
+            "skipped",
+            note="no prompt was cancelled (give a turn a cancel trigger, or leave a permission unanswered and move on)",
+        )
     return _result("cancel", failures, f"{judged} cancelled prompt(s)")
 
 
@@ -301,25 +409,38 @@ def _check_cancel(c: _Context) -> CheckResult:
 def _check_update_schema(c: _Context) -> CheckResult:
     failures: list[Failure] = []
     for event in c.log.invalid:
-        failures.append(c.failure("update-schema", event, "JSON-RPC messages (one JSON object per line)",
-                                  f"{(event.raw or '')[:120]!r}"))
+        failures.append(
+            c.failure(
+                "update-schema", event, "JSON-RPC messages (one JSON object per line)", f"{(event.raw or '')[:120]!r}"
+            )
+        )
     for index, event in enumerate(c.log.updates, start=1):
         problems = validate("SessionNotification", event.params, c.schema)
         if problems:
             kind = update_kind(event.params)
-            failures.append(c.failure("update-schema", event, f"session/update #{index} ({kind}) to be a valid "
-                                      "SessionNotification", "; ".join(problems)))
+            failures.append(
+                c.failure(
+                    "update-schema",
+                    event,
+                    f"session/update #{index} ({kind}) to be a valid SessionNotification",
+                    "; ".join(problems),
+                )
+            )
     permissions = [e for e in c.log.agent_requests if e.method == "session/request_permission"]
     for exchange in permissions:
         problems = validate("RequestPermissionRequest", exchange.params, c.schema)
         if problems:
-            failures.append(c.failure("update-schema", exchange.sent, "a valid RequestPermissionRequest",
-                                      "; ".join(problems)))
+            failures.append(
+                c.failure("update-schema", exchange.sent, "a valid RequestPermissionRequest", "; ".join(problems))
+            )
     if not c.log.updates and not permissions and not c.log.invalid:
         return CheckResult("update-schema", "skipped", note="the agent sent no update")
     source = f"ACP SDK models + {os.path.basename(c.schema.path) or 'JSON schema'}" if c.schema else "ACP SDK models"
-    return _result("update-schema", failures,
-                   f"{len(c.log.updates)} update(s), {len(permissions)} permission request(s) against the {source}")
+    return _result(
+        "update-schema",
+        failures,
+        f"{len(c.log.updates)} update(s), {len(permissions)} permission request(s) against the {source}",
+    )
 
 
 # -- tool calls ---------------------------------------------------------------------------------------------------
@@ -356,18 +477,30 @@ def _check_tool_calls(c: _Context) -> CheckResult:
                 titles[key] = str(update.get("title") or titles.get(key, ""))
                 new = new or ("pending" if not status.get(key) else None)
             elif key not in status:
-                failures.append(c.failure("tool-calls", event, "tool_call_update only for a toolCallId that a "
-                                          "tool_call (or a permission request) announced",
-                                          f"tool_call_update for unknown toolCallId {call_id!r}"))
+                failures.append(
+                    c.failure(
+                        "tool-calls",
+                        event,
+                        "tool_call_update only for a toolCallId that a tool_call (or a permission request) announced",
+                        f"tool_call_update for unknown toolCallId {call_id!r}",
+                    )
+                )
                 status[key] = new or ""
                 continue
             if isinstance(new, str) and new in _STATUS_ORDER:
                 old = status.get(key) or ""
-                if old and (_STATUS_ORDER[new] < _STATUS_ORDER.get(old, 0)
-                            or (_STATUS_ORDER.get(old) == 2 and new != old)):
-                    failures.append(c.failure("tool-calls", event, f"tool call {call_id!r} ({titles.get(key, '')!r}) "
-                                              "statuses to move forward: pending → in_progress → completed | failed",
-                                              f"{old} → {new}"))
+                if old and (
+                    _STATUS_ORDER[new] < _STATUS_ORDER.get(old, 0) or (_STATUS_ORDER.get(old) == 2 and new != old)
+                ):
+                    failures.append(
+                        c.failure(
+                            "tool-calls",
+                            event,
+                            f"tool call {call_id!r} ({titles.get(key, '')!r}) "
+                            "statuses to move forward: pending → in_progress → completed | failed",
+                            f"{old} → {new}",
+                        )
+                    )
                 status[key] = new
         elif event.is_response and event.dir == "in":
             exchange = prompt_answers.get(id(event))
@@ -378,10 +511,16 @@ def _check_tool_calls(c: _Context) -> CheckResult:
             for key in started_in.pop(session, []):
                 state = status.get(key) or "pending"
                 if _STATUS_ORDER.get(state) != 2 and reason != "cancelled":
-                    failures.append(c.failure("tool-calls", event, f"tool call {key[1]!r} ({titles.get(key, '')!r}) "
-                                              "to reach completed or failed before its prompt ended",
-                                              f"still {state} when session/prompt answered "
-                                              f"{reason or _error_text(exchange.error)!r} (an orphan)"))
+                    failures.append(
+                        c.failure(
+                            "tool-calls",
+                            event,
+                            f"tool call {key[1]!r} ({titles.get(key, '')!r}) "
+                            "to reach completed or failed before its prompt ended",
+                            f"still {state} when session/prompt answered "
+                            f"{reason or _error_text(exchange.error)!r} (an orphan)",
+                        )
+                    )
     if not seen_calls and not failures:
         return CheckResult("tool-calls", "skipped", note="the agent reported no tool call")
     return _result("tool-calls", failures, f"{seen_calls} tool call(s)")
@@ -408,13 +547,21 @@ async def probe_negotiation(agent: AgentUnderTest, timeout: float) -> ProbeResul
     else:
         argv, env, cwd = config.argv, agent_environment(config), config.cwd
     try:
-        process = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.DEVNULL, start_new_session=True, env=env, cwd=cwd)
+        process = await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
+        )
     except OSError as exc:
         return ProbeResult(problem=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
     assert process.stdin is not None and process.stdout is not None
-    connection = JsonRpcConnection(StreamWire(process.stdout, process.stdin), MethodTable(), name="probe",
-                                   cancel_style=ACP_CANCEL)
+    connection = JsonRpcConnection(
+        StreamWire(process.stdout, process.stdin), MethodTable(), name="probe", cancel_style=ACP_CANCEL
+    )
     params = initialize_params(protocol_version=PROBE_VERSION, client_name="lmbridge-test-probe")
     result = ProbeResult(problem=f"no answer within {timeout:g} s")
     try:

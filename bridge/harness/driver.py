@@ -27,8 +27,17 @@ from bridge.editor.client import ChatTurn, EditorClient, assistant_message, spaw
 from .scenario import Cancel, Timeouts, ToolSpec
 from .traces import AcpLog, TraceFollower, WireEvent
 
-__all__ = ["AgentUnderTest", "resolve_agent", "Driver", "open_driver", "RoundResult", "TurnResult", "PhaseTimeout",
-           "DriverError", "SHUTDOWN_TURN"]
+__all__ = [
+    "AgentUnderTest",
+    "resolve_agent",
+    "Driver",
+    "open_driver",
+    "RoundResult",
+    "TurnResult",
+    "PhaseTimeout",
+    "DriverError",
+    "SHUTDOWN_TURN",
+]
 
 SHUTDOWN_TURN = -1  # the "turn" of what was read after the scenario's turns (shutdown)
 POLL_INTERVAL = 0.02  # seconds between reads of the agent's trace while a request is in flight
@@ -55,9 +64,16 @@ class AgentUnderTest:
         return f"{self.id} ({shlex.join(self.config.argv)})"
 
 
-def resolve_agent(agent_id: str | None = None, command: str | Sequence[str] | None = None, *,
-                  config_path: str | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
-                  authenticate: str | None = None, command_id: str = "under-test") -> AgentUnderTest:
+def resolve_agent(
+    agent_id: str | None = None,
+    command: str | Sequence[str] | None = None,
+    *,
+    config_path: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    authenticate: str | None = None,
+    command_id: str = "under-test",
+) -> AgentUnderTest:
     """A configured agent (``agent_id``, looked up in the config file lmbridge would read, ``demo`` built in) or a
     command (``command``, a string split like a shell would, or a list)."""
     from bridge.config import DEMO_AGENT_ID, AgentConfig, load_config
@@ -66,9 +82,18 @@ def resolve_agent(agent_id: str | None = None, command: str | Sequence[str] | No
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv:
             raise DriverError("the agent command is empty")
-        return AgentUnderTest(command_id, AgentConfig(id=command_id, name=command_id, command=argv[0],
-                                                      args=tuple(argv[1:]), env=dict(env or {}), cwd=cwd,
-                                                      authenticate=authenticate))
+        return AgentUnderTest(
+            command_id,
+            AgentConfig(
+                id=command_id,
+                name=command_id,
+                command=argv[0],
+                args=tuple(argv[1:]),
+                env=dict(env or {}),
+                cwd=cwd,
+                authenticate=authenticate,
+            ),
+        )
     agent_id = agent_id or DEMO_AGENT_ID
     if agent_id == DEMO_AGENT_ID:
         return AgentUnderTest(DEMO_AGENT_ID)
@@ -95,11 +120,15 @@ def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: st
         for key in ("cwd", "authenticate", "permission_policy"):
             if getattr(config, key) is not None:
                 table[key] = getattr(config, key)
-        table.update(mcp_transport=config.mcp_transport, max_input_tokens=config.max_input_tokens,
-                     max_output_tokens=config.max_output_tokens, image_input=config.image_input,
-                     # A little later than the harness's own limit, so that the harness reports the timeout (naming
-                     # the phase).
-                     initialize_timeout=float(timeouts.initialize) + 5.0)
+        table.update(
+            mcp_transport=config.mcp_transport,
+            max_input_tokens=config.max_input_tokens,
+            max_output_tokens=config.max_output_tokens,
+            image_input=config.image_input,
+            # A little later than the harness's own limit, so that the harness reports the timeout (naming
+            # the phase).
+            initialize_timeout=float(timeouts.initialize) + 5.0,
+        )
         data["agents"] = {agent.id: table}
     # The state file is private: no session is resumed from another run.
     data["sessions"] = {"cancel_drain_timeout": float(timeouts.cancel), "state_file": str(state_file)}
@@ -115,10 +144,14 @@ class PhaseTimeout:
 
     @property
     def expected(self) -> str:
-        what = {"initialize": "an answer to initialize", "session_new": "an answer to session/new",
-                "first_update": "a first message from the agent after session/prompt",
-                "idle": "no silence of the agent", "cancel": "an answer to the cancelled session/prompt",
-                "turn": "the whole turn"}.get(self.phase, self.phase)
+        what = {
+            "initialize": "an answer to initialize",
+            "session_new": "an answer to session/new",
+            "first_update": "a first message from the agent after session/prompt",
+            "idle": "no silence of the agent",
+            "cancel": "an answer to the cancelled session/prompt",
+            "turn": "the whole turn",
+        }.get(self.phase, self.phase)
         return f"{what} within {self.limit:g} s ([timeouts] {self.phase})"
 
 
@@ -141,8 +174,13 @@ class RoundResult:
         return [p for p in self.parts if p.get("type") == "tool_call"]
 
     def to_json(self) -> dict[str, Any]:
-        return {"parts": self.parts, "stopReason": self.stop_reason, "error": self.error, "usage": self.usage,
-                "seconds": round(self.seconds, 3)}
+        return {
+            "parts": self.parts,
+            "stopReason": self.stop_reason,
+            "error": self.error,
+            "usage": self.usage,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass
@@ -194,7 +232,9 @@ class TurnResult:
     @property
     def permissions(self) -> list[dict[str, Any]]:
         """The inputs of the permission requests the editor was asked, across rounds."""
-        return [p.get("input") or {} for r in self.rounds for p in r.tool_calls if p.get("name") == self.permission_tool]
+        return [
+            p.get("input") or {} for r in self.rounds for p in r.tool_calls if p.get("name") == self.permission_tool
+        ]
 
     @property
     def updates(self) -> list[WireEvent]:
@@ -217,14 +257,20 @@ class TurnResult:
                     merged[-1] = {**merged[-1], "value": merged[-1]["value"] + part["value"]}
                 else:
                     merged.append(part)
-            rounds.append({"parts": merged, "stopReason": r.stop_reason,
-                           "error": {"code": r.error["code"]} if r.error else None})
+            rounds.append(
+                {"parts": merged, "stopReason": r.stop_reason, "error": {"code": r.error["code"]} if r.error else None}
+            )
         return rounds
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "number": self.number, "user": self.user, "text": self.text, "stopReason": self.stop_reason,
-            "error": self.error, "cancelled": self.cancelled, "seconds": round(self.seconds, 3),
+            "number": self.number,
+            "user": self.user,
+            "text": self.text,
+            "stopReason": self.stop_reason,
+            "error": self.error,
+            "cancelled": self.cancelled,
+            "seconds": round(self.seconds, 3),
             "toolCalls": [{"name": c.get("name"), "input": c.get("input")} for c in self.tool_calls],
             "permissions": [p.get("title") for p in self.permissions],
             "answers": [{"name": a.name, "text": a.text, "isError": a.is_error} for a in self.answers],
@@ -260,8 +306,17 @@ def user_message(text: str) -> dict[str, Any]:
 class Driver:
     """A live bridge with the agent under test; use ``open_driver``."""
 
-    def __init__(self, agent: AgentUnderTest, work_dir: Path, *, timeouts: Timeouts, client: EditorClient,
-                 process: trio.Process, permission_tool: dict[str, Any], stderr_path: Path) -> None:
+    def __init__(
+        self,
+        agent: AgentUnderTest,
+        work_dir: Path,
+        *,
+        timeouts: Timeouts,
+        client: EditorClient,
+        process: trio.Process,
+        permission_tool: dict[str, Any],
+        stderr_path: Path,
+    ) -> None:
         self.agent = agent
         self.work_dir = work_dir
         self.trace_dir = work_dir / "traces"
@@ -308,15 +363,26 @@ class Driver:
 
     # -- turns ----------------------------------------------------------------------------------------------
 
-    def tool_definitions(self, tools: Sequence[ToolSpec | dict[str, Any]], permission_tool: bool) -> list[dict[str, Any]]:
+    def tool_definitions(
+        self, tools: Sequence[ToolSpec | dict[str, Any]], permission_tool: bool
+    ) -> list[dict[str, Any]]:
         definitions = [t.definition() if isinstance(t, ToolSpec) else dict(t) for t in tools]
         if permission_tool:
             definitions.append(self.permission_tool)
         return definitions
 
-    async def turn(self, text: str, *, tools: Sequence[ToolSpec] = (), permission_tool: bool = True,
-                   answer_permission: Callable[[str], str] = lambda title: "allow", cancel: Cancel | None = None,
-                   new_conversation: bool = False, max_rounds: int = 10, number: int | None = None) -> TurnResult:
+    async def turn(
+        self,
+        text: str,
+        *,
+        tools: Sequence[ToolSpec] = (),
+        permission_tool: bool = True,
+        answer_permission: Callable[[str], str] = lambda title: "allow",
+        cancel: Cancel | None = None,
+        new_conversation: bool = False,
+        max_rounds: int = 10,
+        number: int | None = None,
+    ) -> TurnResult:
         """The user says ``text``; tool rounds follow until the agent's turn ends (or a permission is left
         unanswered). Never raises for what the agent does: it is all in the result."""
         self.turn_number = number if number is not None else self.turn_number + 1
@@ -347,8 +413,10 @@ class Driver:
             if not given:
                 break  # every request left unanswered: the next turn moves on
             if len(result.rounds) >= max_rounds:
-                result.problem = (f"the turn still wanted tool results after {max_rounds} rounds "
-                                  "(raise max_rounds if that is expected)")
+                result.problem = (
+                    f"the turn still wanted tool results after {max_rounds} rounds "
+                    "(raise max_rounds if that is expected)"
+                )
                 break
             self.history.append({"role": "user", "content": [_tool_result(a) for a in given]})
         self.poll()
@@ -356,8 +424,14 @@ class Driver:
         result.seconds = trio.current_time() - started
         return result
 
-    async def chat_round(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[ToolSpec | dict[str, Any]] = (),
-                         permission_tool: bool = True, cancel: Cancel | None = None) -> tuple[RoundResult, list[WireEvent]]:
+    async def chat_round(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: Sequence[ToolSpec | dict[str, Any]] = (),
+        permission_tool: bool = True,
+        cancel: Cancel | None = None,
+    ) -> tuple[RoundResult, list[WireEvent]]:
         """One ``lm/chat`` with ``messages`` appended to the history (the pytest driver's primitive); each counts
         as a turn of its own."""
         self.turn_number += 1
@@ -365,8 +439,9 @@ class Driver:
         first_event = len(self.log.events)
         self.history.extend(messages)
         state = _TurnState(text_so_far="", cancel=cancel, fired=False)
-        round_result, timeout, _ = await self._round(self.tool_definitions(tools, permission_tool), state,
-                                                     trio.current_time() + self.timeouts.turn, first=True)
+        round_result, timeout, _ = await self._round(
+            self.tool_definitions(tools, permission_tool), state, trio.current_time() + self.timeouts.turn, first=True
+        )
         self._remember(round_result)
         self.poll()
         if timeout is not None and round_result.error is None:
@@ -379,8 +454,9 @@ class Driver:
         if message["content"]:
             self.history.append(message)
 
-    def _answer(self, calls: list[dict[str, Any]], tools: dict[str, ToolSpec],
-                answer_permission: Callable[[str], str]) -> list[ToolAnswer]:
+    def _answer(
+        self, calls: list[dict[str, Any]], tools: dict[str, ToolSpec], answer_permission: Callable[[str], str]
+    ) -> list[ToolAnswer]:
         answers = []
         for call in calls:
             name, call_id, arguments = call.get("name", ""), call.get("callId", ""), call.get("input")
@@ -399,8 +475,9 @@ class Driver:
             answers.append(ToolAnswer(call_id, name, text, is_error))
         return answers
 
-    async def _round(self, tools: list[dict[str, Any]], state: _TurnState, deadline: float,
-                     first: bool) -> tuple[RoundResult, PhaseTimeout | None, bool]:
+    async def _round(
+        self, tools: list[dict[str, Any]], state: _TurnState, deadline: float, first: bool
+    ) -> tuple[RoundResult, PhaseTimeout | None, bool]:
         started = trio.current_time()
         timeout: list[PhaseTimeout] = []
         chat: ChatTurn | None = None
@@ -411,9 +488,10 @@ class Driver:
             cancel = state.cancel
             if cancel is None or state.fired or chat is None:
                 return
-            if ((cancel.on_text is not None and cancel.on_text in state.text_so_far)
-                    or (cancel.on_part is not None and (cancel.on_part in seen_types
-                                                        or (cancel.on_part == "any" and seen_types)))):
+            if (cancel.on_text is not None and cancel.on_text in state.text_so_far) or (
+                cancel.on_part is not None
+                and (cancel.on_part in seen_types or (cancel.on_part == "any" and seen_types))
+            ):
                 state.fired = True
                 chat.cancel()
 
@@ -434,13 +512,18 @@ class Driver:
             nursery.cancel_scope.cancel()
         if result is None:  # the watchdog gave up on lmbridge
             problem = timeout[0]
-            raise DriverError(f"{problem.phase} timeout, and lmbridge did not answer the cancelled lm/chat within "
-                              f"15 s; its stderr: {_tail(self.stderr_path)}")
+            raise DriverError(
+                f"{problem.phase} timeout, and lmbridge did not answer the cancelled lm/chat within "
+                f"15 s; its stderr: {_tail(self.stderr_path)}"
+            )
         error = None
         if result.error is not None:
             error = {"code": result.error.code, "message": result.error.message, "data": result.error.data}
-        return (RoundResult(list(result.parts), result.stop_reason, error, result.usage, trio.current_time() - started),
-                timeout[0] if timeout else None, state.fired and not fired_before)
+        return (
+            RoundResult(list(result.parts), result.stop_reason, error, result.usage, trio.current_time() - started),
+            timeout[0] if timeout else None,
+            state.fired and not fired_before,
+        )
 
     async def _cancel_after(self, chat: ChatTurn, state: _TurnState, seconds: float) -> None:
         await trio.sleep(seconds)  # the scenario asks for a cancel at this moment
@@ -448,8 +531,9 @@ class Driver:
             state.fired = True
             chat.cancel()
 
-    async def _watchdog(self, chat: ChatTurn, round_started: float, deadline: float, found: list[PhaseTimeout],
-                        scope: trio.CancelScope) -> None:
+    async def _watchdog(
+        self, chat: ChatTurn, round_started: float, deadline: float, found: list[PhaseTimeout], scope: trio.CancelScope
+    ) -> None:
         while True:
             self.poll()
             now = trio.current_time()
@@ -469,30 +553,51 @@ class Driver:
         for exchange in self.log.pending_client_requests:
             waited = now - self.when(exchange.sent)
             if exchange.method == "initialize" and waited > t.initialize:
-                return PhaseTimeout("initialize", f"the agent did not answer initialize within {t.initialize:g} s",
-                                    t.initialize)
+                return PhaseTimeout(
+                    "initialize", f"the agent did not answer initialize within {t.initialize:g} s", t.initialize
+                )
             if exchange.method in ("session/new", "session/load", "session/resume") and waited > t.session_new:
-                return PhaseTimeout("session_new", f"the agent did not answer {exchange.method} within "
-                                                   f"{t.session_new:g} s", t.session_new)
+                return PhaseTimeout(
+                    "session_new",
+                    f"the agent did not answer {exchange.method} within {t.session_new:g} s",
+                    t.session_new,
+                )
             if exchange.method != "session/prompt":
                 continue
             sent = self.when(exchange.sent)
-            cancel = next((c for c in self.log.cancels if self.when(c) >= sent
-                           and (c.params or {}).get("sessionId") == exchange.session_id), None)
+            cancel = next(
+                (
+                    c
+                    for c in self.log.cancels
+                    if self.when(c) >= sent and (c.params or {}).get("sessionId") == exchange.session_id
+                ),
+                None,
+            )
             if cancel is not None:
                 if now - self.when(cancel) > t.cancel:
-                    return PhaseTimeout("cancel", f"the agent did not answer the cancelled session/prompt within "
-                                                  f"{t.cancel:g} s of session/cancel", t.cancel)
+                    return PhaseTimeout(
+                        "cancel",
+                        f"the agent did not answer the cancelled session/prompt within "
+                        f"{t.cancel:g} s of session/cancel",
+                        t.cancel,
+                    )
                 continue
             if self._last_agent_activity < sent:
                 if waited > t.first_update:
-                    return PhaseTimeout("first_update", f"no update from the agent within {t.first_update:g} s of "
-                                                        "session/prompt", t.first_update)
+                    return PhaseTimeout(
+                        "first_update",
+                        f"no update from the agent within {t.first_update:g} s of session/prompt",
+                        t.first_update,
+                    )
                 continue
             quiet_since = max(self._last_agent_activity, round_started)
             if now - quiet_since > t.idle and not self._waiting_for_editor():
-                return PhaseTimeout("idle", f"the agent sent nothing for {t.idle:g} s while the editor waited "
-                                            "(session/prompt still unanswered)", t.idle)
+                return PhaseTimeout(
+                    "idle",
+                    f"the agent sent nothing for {t.idle:g} s while the editor waited "
+                    "(session/prompt still unanswered)",
+                    t.idle,
+                )
         return None
 
     def _waiting_for_editor(self) -> bool:
@@ -510,15 +615,18 @@ class Driver:
                 if not self._cancelled_pending():
                     return []
                 await trio.sleep(POLL_INTERVAL)
-        return [f"session/prompt (id {e.id}) still unanswered {self.timeouts.cancel:g} s after session/cancel"
-                for e in self._cancelled_pending()]
+        return [
+            f"session/prompt (id {e.id}) still unanswered {self.timeouts.cancel:g} s after session/cancel"
+            for e in self._cancelled_pending()
+        ]
 
     def _cancelled_pending(self) -> list[Any]:
         pending = []
         for exchange in self.log.pending_client_requests:
             if exchange.method == "session/prompt" and any(
-                    (c.params or {}).get("sessionId") == exchange.session_id and self.when(c) >= self.when(exchange.sent)
-                    for c in self.log.cancels):
+                (c.params or {}).get("sessionId") == exchange.session_id and self.when(c) >= self.when(exchange.sent)
+                for c in self.log.cancels
+            ):
                 pending.append(exchange)
         return pending
 
@@ -531,18 +639,29 @@ class _TurnState:
 
 
 def _tool_result(answer: ToolAnswer) -> dict[str, Any]:
-    part: dict[str, Any] = {"type": "tool_result", "callId": answer.call_id,
-                            "content": [{"type": "text", "value": answer.text or ""}]}
+    part: dict[str, Any] = {
+        "type": "tool_result",
+        "callId": answer.call_id,
+        "content": [{"type": "text", "value": answer.text or ""}],
+    }
     if answer.is_error:
         part["isError"] = True
     return part
 
 
 @asynccontextmanager
-async def open_driver(agent: AgentUnderTest, work_dir: str | os.PathLike[str], *, timeouts: Timeouts = Timeouts(),
-                      thinking: bool = False, acp_updates: bool = False, workspace: str | None = None,
-                      permission_policy: str = "ask", log_level: str = "info",
-                      env: dict[str, str] | None = None) -> AsyncIterator[Driver]:
+async def open_driver(
+    agent: AgentUnderTest,
+    work_dir: str | os.PathLike[str],
+    *,
+    timeouts: Timeouts = Timeouts(),
+    thinking: bool = False,
+    acp_updates: bool = False,
+    workspace: str | None = None,
+    permission_policy: str = "ask",
+    log_level: str = "info",
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[Driver]:
     """Start ``lmbridge stdio`` for ``agent`` with its files in ``work_dir``, initialize it like an editor, and
     yield the driver. On exit: ``shutdown``, the bridge's exit awaited, and a last read of the traces."""
     work = Path(work_dir)
@@ -568,15 +687,24 @@ async def open_driver(agent: AgentUnderTest, work_dir: str | os.PathLike[str], *
                     info = await client.initialize(
                         workspaceFolders=[str(project.resolve())],
                         clientInfo={"name": "lmbridge-test", "version": "1"},
-                        capabilities={"thinking": thinking, "acpUpdates": acp_updates})
+                        capabilities={"thinking": thinking, "acpUpdates": acp_updates},
+                    )
             except trio.TooSlowError:
-                failure = DriverError(f"lmbridge stdio did not answer initialize within 30 s; its stderr: "
-                                      f"{_tail(stderr_path)}")
+                failure = DriverError(
+                    f"lmbridge stdio did not answer initialize within 30 s; its stderr: {_tail(stderr_path)}"
+                )
             except Exception as exc:
                 failure = DriverError(f"lmbridge stdio failed to initialize: {exc}; its stderr: {_tail(stderr_path)}")
             if failure is None:
-                driver = Driver(agent, work, timeouts=timeouts, client=client, process=process,
-                                permission_tool=info["permissionTool"], stderr_path=stderr_path)
+                driver = Driver(
+                    agent,
+                    work,
+                    timeouts=timeouts,
+                    client=client,
+                    process=process,
+                    permission_tool=info["permissionTool"],
+                    stderr_path=stderr_path,
+                )
                 try:
                     yield driver
                 finally:

@@ -33,8 +33,14 @@ class Failure:
         return f"{self.file}: {self.where}: {self.what}: expected {self.expected}; got {self.got}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "where": self.where, "what": self.what, "expected": self.expected,
-                "got": self.got, "message": self.message()}
+        return {
+            "file": self.file,
+            "where": self.where,
+            "what": self.what,
+            "expected": self.expected,
+            "got": self.got,
+            "message": self.message(),
+        }
 
 
 def show(value: Any, limit: int = 300) -> str:
@@ -93,15 +99,22 @@ def check_turn(file: str, turn: Turn, result: TurnResult) -> list[Failure]:
     error = result.error
     if expect.error:
         if error is None:
-            fail("expect.error", "an error" + (f" {expect.error_code}" if expect.error_code is not None else "")
-                 + (f" containing {expect.error_contains!r}" if expect.error_contains else ""),
-                 f"no error (stopReason {result.stop_reason!r})")
+            fail(
+                "expect.error",
+                "an error"
+                + (f" {expect.error_code}" if expect.error_code is not None else "")
+                + (f" containing {expect.error_contains!r}" if expect.error_contains else ""),
+                f"no error (stopReason {result.stop_reason!r})",
+            )
         else:
             if expect.error_code is not None and error.get("code") != expect.error_code:
                 fail("expect.error", f"error code {expect.error_code}", f"{error.get('code')}: {error.get('message')}")
             if expect.error_contains and expect.error_contains not in str(error.get("message")):
-                fail("expect.error", f"an error message containing {expect.error_contains!r}",
-                     f"{error.get('code')}: {error.get('message')}")
+                fail(
+                    "expect.error",
+                    f"an error message containing {expect.error_contains!r}",
+                    f"{error.get('code')}: {error.get('message')}",
+                )
     elif error is not None:
         fail("no error", "the turn to end without an error", f"error {error.get('code')}: {error.get('message')}")
     text = result.text
@@ -118,19 +131,26 @@ def check_turn(file: str, turn: Turn, result: TurnResult) -> list[Failure]:
             fail("expect.text_matches", f"the text to match /{pattern}/", show(text))
     for piece in expect.thinking_contains:
         if piece not in result.thinking:
-            fail("expect.thinking_contains", f"the thinking to contain {show(piece)} (is [editor] thinking on?)",
-                 show(result.thinking))
+            fail(
+                "expect.thinking_contains",
+                f"the thinking to contain {show(piece)} (is [editor] thinking on?)",
+                show(result.thinking),
+            )
     if expect.stop_reason and result.stop_reason not in expect.stop_reason:
-        fail("expect.stop_reason", " or ".join(repr(s) for s in expect.stop_reason),
-             repr(result.stop_reason) if error is None else f"no stop reason (error {error.get('code')})")
+        fail(
+            "expect.stop_reason",
+            " or ".join(repr(s) for s in expect.stop_reason),
+            repr(result.stop_reason) if error is None else f"no stop reason (error {error.get('code')})",
+        )
     if expect.tool_calls is not None:
         # In any order: calls made in parallel reach the editor in no particular order.
         calls = result.tool_calls
         unmatched = list(calls)
         missing = []
         for want in expect.tool_calls:
-            found = next((c for c in unmatched if c.get("name") == want.name and _contains(c.get("input"), want.input)),
-                         None)
+            found = next(
+                (c for c in unmatched if c.get("name") == want.name and _contains(c.get("input"), want.input)), None
+            )
             if found is None:
                 missing.append(want)
             else:
@@ -152,8 +172,12 @@ def check_turn(file: str, turn: Turn, result: TurnResult) -> list[Failure]:
             while position < len(labels) and not label_matches(wanted_label, labels[position]):
                 position += 1
             if position == len(labels):
-                fail("expect.updates", f"the updates {list(expect.updates)} in this order (others may come between); "
-                                       f"{wanted_label!r} is missing or out of order", show(labels, 600))
+                fail(
+                    "expect.updates",
+                    f"the updates {list(expect.updates)} in this order (others may come between); "
+                    f"{wanted_label!r} is missing or out of order",
+                    show(labels, 600),
+                )
                 break
             position += 1
     if expect.updates_exactly is not None:
@@ -167,10 +191,16 @@ def check_turn(file: str, turn: Turn, result: TurnResult) -> list[Failure]:
     if expect.tool_call_statuses is not None:
         histories = tool_call_histories(result)
         if not histories:
-            fail("expect.tool_call_statuses", f"agent tool calls going {' → '.join(expect.tool_call_statuses)}",
-                 "no tool_call update in this turn")
+            fail(
+                "expect.tool_call_statuses",
+                f"agent tool calls going {' → '.join(expect.tool_call_statuses)}",
+                "no tool_call update in this turn",
+            )
         for call_id, history in histories.items():
             if history != list(expect.tool_call_statuses):
-                fail("expect.tool_call_statuses", f"tool call {call_id} to go {' → '.join(expect.tool_call_statuses)}",
-                     " → ".join(history))
+                fail(
+                    "expect.tool_call_statuses",
+                    f"tool call {call_id} to go {' → '.join(expect.tool_call_statuses)}",
+                    " → ".join(history),
+                )
     return failures

@@ -34,22 +34,40 @@ __all__ = ["AcpAgent", "AsyncAcpAgent", "AgentFactory", "Reply", "fake_tool", "a
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lmbridge", "ACP agents through lmbridge (the acp_agent fixture)")
-    group.addoption("--acp-agent", metavar="ID", default=None,
-                    help="the configured agent acp_agent() starts by default (default: the demo agent)")
-    group.addoption("--acp-agent-cmd", metavar="CMD", default=None,
-                    help="an ACP agent command line acp_agent() starts by default")
-    group.addoption("--lmbridge-config", metavar="FILE", default=None,
-                    help="the lmbridge agents file --acp-agent looks in")
+    group.addoption(
+        "--acp-agent",
+        metavar="ID",
+        default=None,
+        help="the configured agent acp_agent() starts by default (default: the demo agent)",
+    )
+    group.addoption(
+        "--acp-agent-cmd", metavar="CMD", default=None, help="an ACP agent command line acp_agent() starts by default"
+    )
+    group.addoption(
+        "--lmbridge-config", metavar="FILE", default=None, help="the lmbridge agents file --acp-agent looks in"
+    )
 
 
-def fake_tool(name: str, result: str | None = None, *, error: str | None = None, results: Sequence[str] = (),
-              description: str = "", input_schema: dict[str, Any] | None = None) -> Any:
+def fake_tool(
+    name: str,
+    result: str | None = None,
+    *,
+    error: str | None = None,
+    results: Sequence[str] = (),
+    description: str = "",
+    input_schema: dict[str, Any] | None = None,
+) -> Any:
     """An editor tool with canned answers for ``turn()`` (templated from the call's input: ``"sunny in {city}"``)."""
     from .scenario import ToolSpec
 
-    return ToolSpec(name=name, description=description or f"The {name} tool",
-                    input_schema=input_schema or {"type": "object"}, result=result, error=error,
-                    results=tuple(results))
+    return ToolSpec(
+        name=name,
+        description=description or f"The {name} tool",
+        input_schema=input_schema or {"type": "object"},
+        result=result,
+        error=error,
+        results=tuple(results),
+    )
 
 
 @dataclass
@@ -78,8 +96,11 @@ class Reply:
     @property
     def permissions(self) -> list[dict[str, Any]]:
         """The permission requests of this response (their inputs: title, kind, options, ...)."""
-        return [p.get("input") or {} for p in self.parts
-                if p.get("type") == "tool_call" and p.get("name") == self.permission_tool]
+        return [
+            p.get("input") or {}
+            for p in self.parts
+            if p.get("type") == "tool_call" and p.get("name") == self.permission_tool
+        ]
 
     @property
     def update_kinds(self) -> list[str]:
@@ -96,8 +117,14 @@ class AsyncAcpAgent:
 
     # -- talking ----------------------------------------------------------------------------------------------
 
-    async def chat(self, text: str, *, tools: Sequence[Any] | None = None, permission_tool: bool = True,
-                   cancel_on_text: str | None = None) -> Reply:
+    async def chat(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Any] | None = None,
+        permission_tool: bool = True,
+        cancel_on_text: str | None = None,
+    ) -> Reply:
         """The user says ``text``: one ``lm/chat``. Tool calls come back in the reply (answer them with
         ``tool_results``); ``cancel_on_text`` cancels the request once the streamed text contains it."""
         from .driver import user_message
@@ -106,8 +133,13 @@ class AsyncAcpAgent:
         cancel = Cancel(on_text=cancel_on_text) if cancel_on_text is not None else None
         return await self._round([user_message(text)], tools, permission_tool, cancel)
 
-    async def tool_results(self, results: dict[str, Any] | Sequence[Any] | Callable[[dict[str, Any]], Any], *,
-                           tools: Sequence[Any] | None = None, text: str | None = None) -> Reply:
+    async def tool_results(
+        self,
+        results: dict[str, Any] | Sequence[Any] | Callable[[dict[str, Any]], Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        text: str | None = None,
+    ) -> Reply:
         """Answer the tool calls (and permission requests) of the last reply, then one ``lm/chat``.
 
         ``results``: a dict by ``callId`` or by tool name, a list in the order of the calls, or a function of the
@@ -130,9 +162,12 @@ class AsyncAcpAgent:
                 answer = results[index] if index < len(results) else None
             if answer is None:
                 continue
-            value, is_error = (answer if isinstance(answer, tuple) else (answer, False))
-            part: dict[str, Any] = {"type": "tool_result", "callId": call["callId"],
-                                    "content": [{"type": "text", "value": str(value)}]}
+            value, is_error = answer if isinstance(answer, tuple) else (answer, False)
+            part: dict[str, Any] = {
+                "type": "tool_result",
+                "callId": call["callId"],
+                "content": [{"type": "text", "value": str(value)}],
+            }
             if is_error:
                 part["isError"] = True
             content.append(part)
@@ -141,16 +176,27 @@ class AsyncAcpAgent:
             messages.append(user_message(text))
         return await self._round(messages, tools, True, None)
 
-    async def turn(self, text: str, *, tools: Sequence[Any] | None = None, permissions: str = "allow",
-                   cancel_on_text: str | None = None, max_rounds: int = 10) -> Any:
+    async def turn(
+        self,
+        text: str,
+        *,
+        tools: Sequence[Any] | None = None,
+        permissions: str = "allow",
+        cancel_on_text: str | None = None,
+        max_rounds: int = 10,
+    ) -> Any:
         """A whole turn: ``text``, then every tool round, answered by ``fake_tool`` tools and ``permissions``
         (allow, always, reject, never, or an option id). Returns the harness's ``TurnResult``."""
         from .scenario import Cancel
 
         cancel = Cancel(on_text=cancel_on_text) if cancel_on_text is not None else None
-        result = await self.driver.turn(text, tools=list(self.tools if tools is None else tools),
-                                        answer_permission=lambda title: permissions, cancel=cancel,
-                                        max_rounds=max_rounds)
+        result = await self.driver.turn(
+            text,
+            tools=list(self.tools if tools is None else tools),
+            answer_permission=lambda title: permissions,
+            cancel=cancel,
+            max_rounds=max_rounds,
+        )
         self._last = None
         return result
 
@@ -159,15 +205,21 @@ class AsyncAcpAgent:
         self.driver.history = []
         self._last = None
 
-    async def _round(self, messages: list[dict[str, Any]], tools: Sequence[Any] | None, permission_tool: bool,
-                     cancel: Any) -> Reply:
+    async def _round(
+        self, messages: list[dict[str, Any]], tools: Sequence[Any] | None, permission_tool: bool, cancel: Any
+    ) -> Reply:
         if tools is not None:
             self.tools = list(tools)
-        result, events = await self.driver.chat_round(messages, tools=self.tools, permission_tool=permission_tool,
-                                                      cancel=cancel)
-        reply = Reply(result.parts, result.stop_reason, result.error,
-                      [e.params for e in events if e.dir == "in" and e.method == "session/update"],
-                      self.driver.permission_tool["name"])
+        result, events = await self.driver.chat_round(
+            messages, tools=self.tools, permission_tool=permission_tool, cancel=cancel
+        )
+        reply = Reply(
+            result.parts,
+            result.stop_reason,
+            result.error,
+            [e.params for e in events if e.dir == "in" and e.method == "session/update"],
+            self.driver.permission_tool["name"],
+        )
         self._last = reply
         return reply
 
@@ -211,8 +263,10 @@ class AsyncAcpAgent:
         __tracebackhide__ = True
         failures = [f for result in await self.check(*names) for f in result.failures]
         if failures:
-            raise AssertionError("the agent is not conformant:\n" + "\n".join(f"- {f.what} ({f.where}): expected "
-                                                                              f"{f.expected}; got {f.got}" for f in failures))
+            raise AssertionError(
+                "the agent is not conformant:\n"
+                + "\n".join(f"- {f.what} ({f.where}): expected {f.expected}; got {f.got}" for f in failures)
+            )
 
 
 class AcpAgent:
@@ -341,17 +395,30 @@ class AgentFactory:
         return resolve_agent(agent, command, config_path=config_file, env=env)
 
     @asynccontextmanager
-    async def open(self, agent: str | None = None, *, command: str | Sequence[str] | None = None,
-                   tools: Sequence[Any] = (), timeouts: Any = None, thinking: bool = False,
-                   permission_policy: str = "ask", env: dict[str, str] | None = None) -> AsyncIterator[AsyncAcpAgent]:
+    async def open(
+        self,
+        agent: str | None = None,
+        *,
+        command: str | Sequence[str] | None = None,
+        tools: Sequence[Any] = (),
+        timeouts: Any = None,
+        thinking: bool = False,
+        permission_policy: str = "ask",
+        env: dict[str, str] | None = None,
+    ) -> AsyncIterator[AsyncAcpAgent]:
         """An agent behind a live lmbridge, for Trio tests (``async with acp_agent.open("demo") as agent``)."""
         from .driver import open_driver
         from .scenario import Timeouts
 
         self._count += 1
         work = self._directory / f"acp-agent-{self._count}"
-        async with open_driver(self._agent(agent, command, env), work, timeouts=timeouts or Timeouts(),
-                               thinking=thinking, permission_policy=permission_policy) as driver:
+        async with open_driver(
+            self._agent(agent, command, env),
+            work,
+            timeouts=timeouts or Timeouts(),
+            thinking=thinking,
+            permission_policy=permission_policy,
+        ) as driver:
             yield AsyncAcpAgent(driver, tools)
 
     def __call__(self, agent: str | None = None, **options: Any) -> AcpAgent:
@@ -361,8 +428,14 @@ class AgentFactory:
         self._open.append(handle)
         return handle
 
-    def run_scenario(self, path: str | Path, agent: str | None = None, *, command: str | None = None,
-                     checks: Sequence[str] | None = None) -> Any:
+    def run_scenario(
+        self,
+        path: str | Path,
+        agent: str | None = None,
+        *,
+        command: str | None = None,
+        checks: Sequence[str] | None = None,
+    ) -> Any:
         """Run a scenario file (as ``lmbridge test`` does) and return its ``ScenarioResult``; ``.passed``, and
         ``.all_failures`` with what was expected and what came."""
         import trio
@@ -373,8 +446,12 @@ class AgentFactory:
         if agent is None and command is None:
             agent = self._config.getoption("acp_agent")
             command = self._config.getoption("acp_agent_cmd")
-        options = RunOptions(agent_id=agent, agent_cmd=command, config=self._config.getoption("lmbridge_config"),
-                             checks=parse_checks(checks) if checks is not None else None)
+        options = RunOptions(
+            agent_id=agent,
+            agent_cmd=command,
+            config=self._config.getoption("lmbridge_config"),
+            checks=parse_checks(checks) if checks is not None else None,
+        )
         scenario = load_scenario(path)
         return trio.run(lambda: run_scenario(scenario, options, {}))
 

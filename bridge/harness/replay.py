@@ -82,7 +82,9 @@ class Item:
         return self.kind != "notification" or self.method in _GATING_NOTIFICATIONS
 
 
-def build_script(header: dict[str, Any], lines: list[dict[str, Any]], agent: str | None = None) -> tuple[list[Item], dict[str, dict[str, Any]]]:
+def build_script(
+    header: dict[str, Any], lines: list[dict[str, Any]], agent: str | None = None
+) -> tuple[list[Item], dict[str, dict[str, Any]]]:
     """The replay script for one recorded agent, and its MCP connections (``mcp:<n>`` → session, server)."""
     agents = header.get("agents") or sorted({line["conn"] for line in lines if line["conn"].startswith("agent:")})
     if agent is not None:
@@ -123,8 +125,10 @@ def split_generations(script: list[Item]) -> list[list[Item]]:
     for index, generation in enumerate(generations):
         for item in generation:
             owner.setdefault(item.conn, index)
-    return [[item for item in generation if item.conn == "acp" or owner[item.conn] == index]
-            for index, generation in enumerate(generations)]
+    return [
+        [item for item in generation if item.conn == "acp" or owner[item.conn] == index]
+        for index, generation in enumerate(generations)
+    ]
 
 
 def generation_to_play(transcripts: list[str], count: int) -> tuple[int, Callable[[], None]]:
@@ -200,15 +204,23 @@ def _difference(recorded: Any, live: Any, path: str = "") -> str | None:
                 return found
         return None
     if recorded != live:
-        show = lambda v: (json.dumps(v, ensure_ascii=False)[:80])  # noqa: E731
+        show = lambda v: json.dumps(v, ensure_ascii=False)[:80]  # noqa: E731
         return f"{path or '(value)'}: {show(live)}, recorded {show(recorded)}"
     return None
 
 
 class Replayer:
-    def __init__(self, script: list[Item], mcp: dict[str, dict[str, Any]], *, strict: bool = False,
-                 timing: bool = False, stderr: Any = None, exits: bool = False,
-                 on_session: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        script: list[Item],
+        mcp: dict[str, dict[str, Any]],
+        *,
+        strict: bool = False,
+        timing: bool = False,
+        stderr: Any = None,
+        exits: bool = False,
+        on_session: Callable[[], None] | None = None,
+    ) -> None:
         self.script = script
         self._on_session = on_session  # called once, when the client first opens a session
         self.exits = exits  # the recorded agent exited after this script (lmbridge started it again)
@@ -310,8 +322,17 @@ class Replayer:
                 return
             if not queue:
                 self.log(f"{conn}: unexpected {method} request: the recording has no further one")
-                await self._write(conn, {"jsonrpc": "2.0", "id": message["id"], "error": {
-                    "code": -32603, "message": f"lmbridge replay: the recording has no further {method} request"}})
+                await self._write(
+                    conn,
+                    {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "error": {
+                            "code": -32603,
+                            "message": f"lmbridge replay: the recording has no further {method} request",
+                        },
+                    },
+                )
                 return
             item = queue.popleft()
             self._skip_optional_before(item)
@@ -323,9 +344,18 @@ class Replayer:
                 self.log(f"{conn}: {method} #{count} differs from the recording at {difference}")
                 if self.strict:
                     item.refused = True
-                    await self._write(conn, {"jsonrpc": "2.0", "id": message["id"], "error": {
-                        "code": -32602, "message": f"lmbridge replay --strict: {method} #{count} differs from the "
-                                                   f"recording at {difference}"}})
+                    await self._write(
+                        conn,
+                        {
+                            "jsonrpc": "2.0",
+                            "id": message["id"],
+                            "error": {
+                                "code": -32602,
+                                "message": f"lmbridge replay --strict: {method} #{count} differs from the "
+                                f"recording at {difference}",
+                            },
+                        },
+                    )
             item.matched.set()
         elif isinstance(method, str):
             queue = self._notifications.get((conn, method))
@@ -336,11 +366,16 @@ class Replayer:
             if item is None:
                 self.log(f"{conn}: an answer to no recorded request (id {message.get('id')!r})")
                 return
-            difference = _difference(_canonical({k: v for k, v in item.msg.items() if k != "jsonrpc"}),
-                                     _canonical({k: v for k, v in message.items() if k != "jsonrpc"}), "answer")
+            difference = _difference(
+                _canonical({k: v for k, v in item.msg.items() if k != "jsonrpc"}),
+                _canonical({k: v for k, v in message.items() if k != "jsonrpc"}),
+                "answer",
+            )
             if difference:
-                self.log(f"{conn}: the answer to request {message.get('id')!r} differs from the recording at "
-                         f"{difference} (replaying the recorded agent anyway)")
+                self.log(
+                    f"{conn}: the answer to request {message.get('id')!r} differs from the recording at "
+                    f"{difference} (replaying the recorded agent anyway)"
+                )
             item.matched.set()
 
     def _skip_optional_before(self, item: Item) -> None:
@@ -403,8 +438,14 @@ class Replayer:
             if item.method != "session/new" and (item.msg.get("params") or {}).get("sessionId") == session:
                 opened = item
             elif item.method == "session/new":
-                answer = next((a for a in self.script if a.emit and a.kind == "response" and a.conn == "acp"
-                               and a.msg.get("id") == item.msg.get("id")), None)
+                answer = next(
+                    (
+                        a
+                        for a in self.script
+                        if a.emit and a.kind == "response" and a.conn == "acp" and a.msg.get("id") == item.msg.get("id")
+                    ),
+                    None,
+                )
                 if answer is not None and (answer.msg.get("result") or {}).get("sessionId") == session:
                     opened = item
         servers = (opened.live_params or {}).get("mcpServers") if opened is not None else None
@@ -412,16 +453,19 @@ class Replayer:
             self.log(f"{conn}: cannot reconnect: the live session/new of {session!r} named no MCP server")
             self._give_up(conn)
             return False
-        server = next((s for s in servers if isinstance(s, dict) and s.get("name") == server_name and s.get("command")),
-                      next((s for s in servers if isinstance(s, dict) and s.get("command")), None))
+        server = next(
+            (s for s in servers if isinstance(s, dict) and s.get("name") == server_name and s.get("command")),
+            next((s for s in servers if isinstance(s, dict) and s.get("command")), None),
+        )
         if server is None:
             self.log(f"{conn}: cannot reconnect: no stdio MCP server in the live session/new (only stdio is replayed)")
             self._give_up(conn)
             return False
         env = {**os.environ, **{e["name"]: e["value"] for e in server.get("env") or () if isinstance(e, dict)}}
         try:
-            process = await trio.lowlevel.open_process([server["command"], *server.get("args", [])], env=env,
-                                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            process = await trio.lowlevel.open_process(
+                [server["command"], *server.get("args", [])], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
         except OSError as exc:
             self.log(f"{conn}: cannot start the MCP server {server['command']!r}: {exc}")
             self._give_up(conn)
@@ -469,20 +513,32 @@ def main(args: argparse.Namespace) -> int:
     generations = split_generations(script)
     index, count_start = generation_to_play(args.transcripts, len(generations))
     if index >= len(generations):
-        print(f"lmbridge replay: this is start {index + 1} of the agent; the recording has {len(generations)}: "
-              "answering every request with an error", file=sys.stderr)
+        print(
+            f"lmbridge replay: this is start {index + 1} of the agent; the recording has {len(generations)}: "
+            "answering every request with an error",
+            file=sys.stderr,
+        )
         script = []
     else:
         script = generations[index]
         if len(generations) > 1:
-            print(f"lmbridge replay: playing start {index + 1} of {len(generations)} of the recorded agent",
-                  file=sys.stderr, flush=True)
+            print(
+                f"lmbridge replay: playing start {index + 1} of {len(generations)} of the recorded agent",
+                file=sys.stderr,
+                flush=True,
+            )
     # stdout carries the protocol only: anything else written to fd 1 goes to stderr.
     protocol_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    replayer = Replayer(script, mcp, strict=args.strict, timing=args.timing,
-                        exits=0 <= index < len(generations) - 1, on_session=count_start)
+    replayer = Replayer(
+        script,
+        mcp,
+        strict=args.strict,
+        timing=args.timing,
+        exits=0 <= index < len(generations) - 1,
+        on_session=count_start,
+    )
 
     async def serve() -> None:
         receive = trio.lowlevel.FdStream(os.dup(0))

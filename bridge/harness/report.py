@@ -51,14 +51,24 @@ class ScenarioResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "file": self.scenario.file, "name": self.scenario.name, "passed": self.passed,
-            "agent": self.agent.describe() if self.agent else None, "seconds": round(self.seconds, 3),
-            "turns": [{**t.to_json(), "passed": not self.turn_failures.get(t.number),
-                       "failures": [f.to_json() for f in self.turn_failures.get(t.number, [])]} for t in self.turns],
+            "file": self.scenario.file,
+            "name": self.scenario.name,
+            "passed": self.passed,
+            "agent": self.agent.describe() if self.agent else None,
+            "seconds": round(self.seconds, 3),
+            "turns": [
+                {
+                    **t.to_json(),
+                    "passed": not self.turn_failures.get(t.number),
+                    "failures": [f.to_json() for f in self.turn_failures.get(t.number, [])],
+                }
+                for t in self.turns
+            ],
             "notRun": self.not_run,
             "checks": [c.to_json() for c in self.checks],
             "failures": [f.to_json() for f in self.all_failures],
-            "transcript": self.transcript, "artifacts": self.artifacts,
+            "transcript": self.transcript,
+            "artifacts": self.artifacts,
         }
 
 
@@ -78,17 +88,23 @@ class ConsoleReport:
             self._line(f"agent: {agent}")
             self._agent_shown = agent
         checks = [c for c in result.checks if c.status != "skipped"]
-        self._line(f"{'PASS' if result.passed else 'FAIL'}  {result.scenario.file} — {result.scenario.name} "
-                   f"({len(result.turns)} turn(s), {len(checks)} check(s), {result.seconds:.1f} s)")
+        self._line(
+            f"{'PASS' if result.passed else 'FAIL'}  {result.scenario.file} — {result.scenario.name} "
+            f"({len(result.turns)} turn(s), {len(checks)} check(s), {result.seconds:.1f} s)"
+        )
         if self.verbose:
             for turn in result.turns:
                 failures = result.turn_failures.get(turn.number, [])
                 label = next((t.label for t in result.scenario.turns if t.number == turn.number), f"turn {turn.number}")
                 ending = f"error {turn.error['code']}" if turn.error else turn.stop_reason
-                self._line(f"      {'ok' if not failures else 'FAILED':6} {label}: {len(turn.rounds)} round(s), "
-                           f"{ending}, {turn.seconds:.2f} s")
+                self._line(
+                    f"      {'ok' if not failures else 'FAILED':6} {label}: {len(turn.rounds)} round(s), "
+                    f"{ending}, {turn.seconds:.2f} s"
+                )
             for check in result.checks:
-                self._line(f"      {_MARK[check.status]:6} check {check.name}" + (f": {check.note}" if check.note else ""))
+                self._line(
+                    f"      {_MARK[check.status]:6} check {check.name}" + (f": {check.note}" if check.note else "")
+                )
         for number in result.not_run:
             self._line(f"      not run: turn {number}")
         for failure in result.all_failures:
@@ -112,8 +128,9 @@ def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> Non
     root = ET.Element("testsuites", name="lmbridge test", time=f"{seconds:.3f}")
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     for result in results:
-        suite = ET.SubElement(root, "testsuite", name=result.scenario.name, file=result.scenario.file,
-                              time=f"{result.seconds:.3f}")
+        suite = ET.SubElement(
+            root, "testsuite", name=result.scenario.name, file=result.scenario.file, time=f"{result.seconds:.3f}"
+        )
         counts = {"tests": 0, "failures": 0, "skipped": 0}
         classname = os.path.splitext(os.path.basename(result.scenario.file))[0]
 
@@ -132,7 +149,9 @@ def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> Non
             case("scenario", 0.0, result.failures)
         labels = {t.number: t.label for t in result.scenario.turns}
         for turn in result.turns:
-            case(labels.get(turn.number, f"turn {turn.number}"), turn.seconds, result.turn_failures.get(turn.number, []))
+            case(
+                labels.get(turn.number, f"turn {turn.number}"), turn.seconds, result.turn_failures.get(turn.number, [])
+            )
         for number in result.not_run:
             case(labels.get(number, f"turn {number}"), 0.0, [], skipped="not run")
         for check in result.checks:
@@ -141,9 +160,16 @@ def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> Non
             suite.set(key, str(value))
             totals[key] += value
         out = ET.SubElement(suite, "system-out")
-        out.text = "\n".join(filter(None, [f"agent: {result.agent.describe() if result.agent else '?'}",
-                                           f"transcript: {result.transcript}" if result.transcript else "",
-                                           f"artifacts: {result.artifacts}" if result.artifacts else ""]))
+        out.text = "\n".join(
+            filter(
+                None,
+                [
+                    f"agent: {result.agent.describe() if result.agent else '?'}",
+                    f"transcript: {result.transcript}" if result.transcript else "",
+                    f"artifacts: {result.artifacts}" if result.artifacts else "",
+                ],
+            )
+        )
     for key, value in totals.items():
         root.set(key, str(value))
     ET.indent(root)
@@ -151,8 +177,11 @@ def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> Non
 
 
 def write_json(results: list[ScenarioResult], path: str, seconds: float) -> None:
-    report = {"passed": all(r.passed for r in results), "seconds": round(seconds, 3),
-              "scenarios": [r.to_json() for r in results]}
+    report = {
+        "passed": all(r.passed for r in results),
+        "seconds": round(seconds, 3),
+        "scenarios": [r.to_json() for r in results],
+    }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2, ensure_ascii=False)
         handle.write("\n")

@@ -42,8 +42,9 @@ class RunOptions:
     workspace: str | None = None  # overrides the scenarios' [editor] workspace
 
 
-async def run_scenario(scenario: Scenario, options: RunOptions, probes: dict[str, ProbeResult] | None = None, *,
-                       slug: str | None = None) -> ScenarioResult:
+async def run_scenario(
+    scenario: Scenario, options: RunOptions, probes: dict[str, ProbeResult] | None = None, *, slug: str | None = None
+) -> ScenarioResult:
     """Run one scenario. ``slug`` names its transcript and artifacts directory (default: the file's stem)."""
     started = time.monotonic()
     slug = slug or _slug(scenario)
@@ -72,8 +73,14 @@ async def run_scenario(scenario: Scenario, options: RunOptions, probes: dict[str
     return result
 
 
-async def _run_in(work: Path, scenario: Scenario, options: RunOptions, result: ScenarioResult,
-                  probes: dict[str, ProbeResult] | None, slug: str) -> None:
+async def _run_in(
+    work: Path,
+    scenario: Scenario,
+    options: RunOptions,
+    result: ScenarioResult,
+    probes: dict[str, ProbeResult] | None,
+    slug: str,
+) -> None:
     file = scenario.file
     agent = result.agent
     assert agent is not None
@@ -81,34 +88,50 @@ async def _run_in(work: Path, scenario: Scenario, options: RunOptions, result: S
     workspace = options.workspace or scenario.workspace
     driver = None
     try:
-        async with open_driver(agent, work, timeouts=scenario.timeouts, thinking=scenario.thinking,
-                               acp_updates=scenario.acp_updates, workspace=workspace,
-                               permission_policy=scenario.permission_policy, log_level=options.log_level) as driver:
+        async with open_driver(
+            agent,
+            work,
+            timeouts=scenario.timeouts,
+            thinking=scenario.thinking,
+            acp_updates=scenario.acp_updates,
+            workspace=workspace,
+            permission_policy=scenario.permission_policy,
+            log_level=options.log_level,
+        ) as driver:
             for index, turn in enumerate(scenario.turns):
                 offered = [tools[n] for n in turn.tools] if turn.tools is not None else list(scenario.tools)
                 outcome = await driver.turn(
-                    turn.user, tools=offered, permission_tool=turn.permission_tool,
+                    turn.user,
+                    tools=offered,
+                    permission_tool=turn.permission_tool,
                     answer_permission=lambda title, turn=turn: scenario.permission_answer_for(turn, title),
-                    cancel=turn.cancel, new_conversation=turn.new_conversation, max_rounds=turn.max_rounds,
-                    number=turn.number)
+                    cancel=turn.cancel,
+                    new_conversation=turn.new_conversation,
+                    max_rounds=turn.max_rounds,
+                    number=turn.number,
+                )
                 result.turns.append(outcome)
                 failures = check_turn(file, turn, outcome)
                 if failures:
                     result.turn_failures[turn.number] = failures
                 if outcome.timeout is not None:
-                    result.not_run = [t.number for t in scenario.turns[index + 1:]]
+                    result.not_run = [t.number for t in scenario.turns[index + 1 :]]
                     break
             for problem in await driver.settle():
-                result.failures.append(Failure(file, "after the last turn", "settle", "every cancelled prompt answered",
-                                               problem))
+                result.failures.append(
+                    Failure(file, "after the last turn", "settle", "every cancelled prompt answered", problem)
+                )
     except DriverError as exc:
         result.failures.append(Failure(file, "scenario", "lmbridge", "a working lmbridge stdio", str(exc)))
         done = {t.number for t in result.turns}
         result.not_run = [t.number for t in scenario.turns if t.number not in done]
     if driver is None:
         return
-    checks = options.checks if options.checks is not None else (scenario.checks if scenario.checks is not None
-                                                                 else CHECK_NAMES)
+    checks = (
+        options.checks
+        if options.checks is not None
+        else (scenario.checks if scenario.checks is not None else CHECK_NAMES)
+    )
     probe = None
     if "initialize" in checks and probes is not None:
         key = agent.describe()
@@ -116,19 +139,24 @@ async def _run_in(work: Path, scenario: Scenario, options: RunOptions, result: S
             probes[key] = await probe_negotiation(agent, scenario.timeouts.initialize)
         probe = probes[key]
     labels = {t.number: t.label for t in scenario.turns}
-    result.checks = run_checks(tuple(checks), driver.log, file=file, turn_labels=labels, schema=options.schema,
-                               probe=probe)
+    result.checks = run_checks(
+        tuple(checks), driver.log, file=file, turn_labels=labels, schema=options.schema, probe=probe
+    )
     if options.record:
         from .transcript import build_transcript, write_transcript
 
         path = Path(options.record) / f"{slug}.ndjson"
         secrets = dict(agent.config.env) if agent.config is not None else {}
-        private = {str(work.resolve()): "<work>",
-                   str(Path(workspace).resolve() if workspace else (work / "workspace").resolve()): "<workspace>",
-                   # Where this lmbridge and its Python live differs between machines, not between runs of the agent.
-                   sys.executable: "<python>", str(Path(__file__).resolve().parents[2]): "<lmbridge>"}
-        transcript = build_transcript(driver.follower.events, scenario=scenario.name, agent_conn=agent.conn,
-                                      secrets=secrets, paths=private)
+        private = {
+            str(work.resolve()): "<work>",
+            str(Path(workspace).resolve() if workspace else (work / "workspace").resolve()): "<workspace>",
+            # Where this lmbridge and its Python live differs between machines, not between runs of the agent.
+            sys.executable: "<python>",
+            str(Path(__file__).resolve().parents[2]): "<lmbridge>",
+        }
+        transcript = build_transcript(
+            driver.follower.events, scenario=scenario.name, agent_conn=agent.conn, secrets=secrets, paths=private
+        )
         write_transcript(transcript, path)
         result.transcript = str(path)
 
@@ -163,8 +191,9 @@ def collect_scenarios(paths: list[str]) -> list[Path]:
     return found
 
 
-async def run_scenarios(scenarios: list[Scenario], options: RunOptions, *,
-                        on_result: Any = None) -> list[ScenarioResult]:
+async def run_scenarios(
+    scenarios: list[Scenario], options: RunOptions, *, on_result: Any = None
+) -> list[ScenarioResult]:
     probes: dict[str, ProbeResult] = {}
     results = []
     used: set[str] = set()
@@ -198,9 +227,17 @@ def main(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"lmbridge test: cannot read the ACP schema: {exc}", file=sys.stderr)
         return 2
-    options = RunOptions(agent_id=args.agent, agent_cmd=args.agent_cmd, config=args.config, checks=checks,
-                         schema=schema, record=args.record, artifacts=args.artifacts, log_level=args.log_level,
-                         workspace=os.path.abspath(args.workspace) if args.workspace else None)
+    options = RunOptions(
+        agent_id=args.agent,
+        agent_cmd=args.agent_cmd,
+        config=args.config,
+        checks=checks,
+        schema=schema,
+        record=args.record,
+        artifacts=args.artifacts,
+        log_level=args.log_level,
+        workspace=os.path.abspath(args.workspace) if args.workspace else None,
+    )
     if args.record:
         os.makedirs(args.record, exist_ok=True)
     console = ConsoleReport(out, verbose=args.verbose)

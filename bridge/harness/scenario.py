@@ -34,8 +34,16 @@ __all__ = [
 ]
 
 CHECK_NAMES = ("initialize", "session-new", "stop-reason", "cancel", "update-schema", "tool-calls")
-PERMISSION_WORDS = {"allow": "allow", "allow_once": "allow", "allow_always": "always", "always": "always",
-                    "reject": "reject", "reject_once": "reject", "deny": "reject", "never": "never"}
+PERMISSION_WORDS = {
+    "allow": "allow",
+    "allow_once": "allow",
+    "allow_always": "always",
+    "always": "always",
+    "reject": "reject",
+    "reject_once": "reject",
+    "deny": "reject",
+    "never": "never",
+}
 PART_TYPES = ("any", "text", "thinking", "tool_call", "data")
 
 
@@ -233,8 +241,9 @@ def parse_scenario(text: str, path: Path | None = None) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(path, None, f"invalid TOML: {exc}") from None
     r = _Reader(path)
-    r.keys(data, "", {"name", "description", "agent", "editor", "timeouts", "tools", "permissions", "conformance",
-                      "turns"})
+    r.keys(
+        data, "", {"name", "description", "agent", "editor", "timeouts", "tools", "permissions", "conformance", "turns"}
+    )
     name = r.get(data, "", "name", str) or (path.stem if path is not None else "scenario")
     agent = _agent(r, data.get("agent")) if "agent" in data else None
     editor = r.table(data, "", "editor")
@@ -254,8 +263,9 @@ def parse_scenario(text: str, path: Path | None = None) -> Scenario:
     r.keys(permissions, "permissions", {"answer", "by_title", "policy"})
     answer = _permission_answer(r, permissions, "permissions", "answer") or "allow"
     by_title_raw = r.table(permissions, "permissions", "by_title")
-    by_title = {title: _permission_answer(r, by_title_raw, "permissions.by_title", title) or "allow"
-                for title in by_title_raw}
+    by_title = {
+        title: _permission_answer(r, by_title_raw, "permissions.by_title", title) or "allow" for title in by_title_raw
+    }
     policy = r.get(permissions, "permissions", "policy", str) or "ask"
     if policy not in ("ask", "allow_reads", "allow_all", "deny"):
         raise ScenarioError(path, "permissions.policy", "must be one of ask, allow_reads, allow_all, deny")
@@ -271,11 +281,22 @@ def parse_scenario(text: str, path: Path | None = None) -> Scenario:
     if not raw_turns:
         raise ScenarioError(path, "turns", "a scenario needs at least one [[turns]] table")
     turns = tuple(_turn(r, raw, i, names) for i, raw in enumerate(raw_turns))
-    return Scenario(path=path, name=name, description=r.get(data, "", "description", str) or "", agent=agent,
-                    thinking=bool(r.get(editor, "editor", "thinking", bool)),
-                    acp_updates=bool(r.get(editor, "editor", "acp_updates", bool)), workspace=workspace,
-                    timeouts=timeouts, tools=tools, permission_answer=answer, permission_by_title=by_title,
-                    permission_policy=policy, checks=checks, turns=turns)
+    return Scenario(
+        path=path,
+        name=name,
+        description=r.get(data, "", "description", str) or "",
+        agent=agent,
+        thinking=bool(r.get(editor, "editor", "thinking", bool)),
+        acp_updates=bool(r.get(editor, "editor", "acp_updates", bool)),
+        workspace=workspace,
+        timeouts=timeouts,
+        tools=tools,
+        permission_answer=answer,
+        permission_by_title=by_title,
+        permission_policy=policy,
+        checks=checks,
+        turns=turns,
+    )
 
 
 def parse_checks(values: list[str] | tuple[str, ...], path: Path | None = None, key: str = "checks") -> tuple[str, ...]:
@@ -310,8 +331,14 @@ def _agent(r: _Reader, raw: Any) -> AgentRef:
     cwd = r.get(raw, "agent", "cwd", str)
     if cwd is not None and r.path is not None and not Path(cwd).expanduser().is_absolute():
         cwd = str((r.path.parent / cwd).resolve())  # relative to the scenario file
-    return AgentRef(id=agent_id, command=command, args=tuple(r.strings(raw, "agent", "args")), env=dict(env),
-                    cwd=cwd, authenticate=r.get(raw, "agent", "authenticate", str))
+    return AgentRef(
+        id=agent_id,
+        command=command,
+        args=tuple(r.strings(raw, "agent", "args")),
+        env=dict(env),
+        cwd=cwd,
+        authenticate=r.get(raw, "agent", "authenticate", str),
+    )
 
 
 def _tool(r: _Reader, raw: Any, key: str) -> ToolSpec:
@@ -333,20 +360,33 @@ def _tool(r: _Reader, raw: Any, key: str) -> ToolSpec:
         r.keys(case, case_key, {"when", "result", "error"})
         if ("result" in case) == ("error" in case):
             raise ScenarioError(r.path, case_key, "needs exactly one of result, error")
-        cases.append(Case(dict(r.table(case, case_key, "when")), r.get(case, case_key, "result", str),
-                          r.get(case, case_key, "error", str)))
-    return ToolSpec(name=name, description=r.get(raw, key, "description", str) or f"The {name} tool",
-                    input_schema=dict(schema), result=r.get(raw, key, "result", str),
-                    error=r.get(raw, key, "error", str), results=tuple(r.strings(raw, key, "results")),
-                    cases=tuple(cases))
+        cases.append(
+            Case(
+                dict(r.table(case, case_key, "when")),
+                r.get(case, case_key, "result", str),
+                r.get(case, case_key, "error", str),
+            )
+        )
+    return ToolSpec(
+        name=name,
+        description=r.get(raw, key, "description", str) or f"The {name} tool",
+        input_schema=dict(schema),
+        result=r.get(raw, key, "result", str),
+        error=r.get(raw, key, "error", str),
+        results=tuple(r.strings(raw, key, "results")),
+        cases=tuple(cases),
+    )
 
 
 def _turn(r: _Reader, raw: Any, index: int, tool_names: list[str]) -> Turn:
     key = f"turns[{index}]"
     if not isinstance(raw, dict):
         raise ScenarioError(r.path, key, "must be a table")
-    r.keys(raw, key, {"user", "expect", "tools", "permission_tool", "permissions", "cancel", "new_conversation",
-                      "max_rounds"})
+    r.keys(
+        raw,
+        key,
+        {"user", "expect", "tools", "permission_tool", "permissions", "cancel", "new_conversation", "max_rounds"},
+    )
     user = r.get(raw, key, "user", str)
     if user is None:
         raise ScenarioError(r.path, f"{key}.user", "is required: the user's message")
@@ -355,8 +395,12 @@ def _turn(r: _Reader, raw: Any, index: int, tool_names: list[str]) -> Turn:
         tools = tuple(r.strings(raw, key, "tools"))
         unknown = [t for t in tools if t not in tool_names]
         if unknown:
-            raise ScenarioError(r.path, f"{key}.tools", f"unknown tool(s) {', '.join(unknown)}; the scenario's "
-                                                        f"[[tools]] are: {', '.join(tool_names) or '(none)'}")
+            raise ScenarioError(
+                r.path,
+                f"{key}.tools",
+                f"unknown tool(s) {', '.join(unknown)}; the scenario's "
+                f"[[tools]] are: {', '.join(tool_names) or '(none)'}",
+            )
     cancel = None
     if "cancel" in raw:
         table = r.table(raw, key, "cancel")
@@ -369,27 +413,55 @@ def _turn(r: _Reader, raw: Any, index: int, tool_names: list[str]) -> Turn:
         if cancel == Cancel():
             raise ScenarioError(r.path, f"{key}.cancel", "give on_text, on_part or after_ms")
     max_rounds = r.get(raw, key, "max_rounds", int)
-    return Turn(number=index + 1, user=user, expect=_expect(r, r.table(raw, key, "expect"), f"{key}.expect"),
-                tools=tools, permission_tool=r.get(raw, key, "permission_tool", bool) is not False,
-                permissions=_permission_answer(r, raw, key, "permissions"), cancel=cancel,
-                new_conversation=bool(r.get(raw, key, "new_conversation", bool)),
-                max_rounds=max_rounds if max_rounds is not None else 10)
+    return Turn(
+        number=index + 1,
+        user=user,
+        expect=_expect(r, r.table(raw, key, "expect"), f"{key}.expect"),
+        tools=tools,
+        permission_tool=r.get(raw, key, "permission_tool", bool) is not False,
+        permissions=_permission_answer(r, raw, key, "permissions"),
+        cancel=cancel,
+        new_conversation=bool(r.get(raw, key, "new_conversation", bool)),
+        max_rounds=max_rounds if max_rounds is not None else 10,
+    )
 
 
 def _expect(r: _Reader, raw: dict[str, Any], key: str) -> Expect:
-    r.keys(raw, key, {"text", "text_contains", "text_not_contains", "text_matches", "thinking_contains",
-                      "stop_reason", "tool_calls", "permissions", "rounds", "error", "updates", "updates_exactly",
-                      "no_updates", "tool_call_statuses"})
+    r.keys(
+        raw,
+        key,
+        {
+            "text",
+            "text_contains",
+            "text_not_contains",
+            "text_matches",
+            "thinking_contains",
+            "stop_reason",
+            "tool_calls",
+            "permissions",
+            "rounds",
+            "error",
+            "updates",
+            "updates_exactly",
+            "no_updates",
+            "tool_call_statuses",
+        },
+    )
     stop = r.strings_or_one(raw, key, "stop_reason")
     for value in stop:
         if value not in TURN_STOP_REASONS:
-            raise ScenarioError(r.path, f"{key}.stop_reason", f"unknown stop reason {value!r} "
-                                                              f"(editor stop reasons: {', '.join(TURN_STOP_REASONS)})")
+            raise ScenarioError(
+                r.path,
+                f"{key}.stop_reason",
+                f"unknown stop reason {value!r} (editor stop reasons: {', '.join(TURN_STOP_REASONS)})",
+            )
     for pattern in r.strings_or_one(raw, key, "text_matches"):
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ScenarioError(r.path, f"{key}.text_matches", f"invalid regular expression {pattern!r}: {exc}") from None
+            raise ScenarioError(
+                r.path, f"{key}.text_matches", f"invalid regular expression {pattern!r}: {exc}"
+            ) from None
     calls = None
     if "tool_calls" in raw:
         items = raw["tool_calls"]
@@ -401,8 +473,12 @@ def _expect(r: _Reader, raw: dict[str, Any], key: str) -> Expect:
                 parsed.append(ExpectedCall(item))
             elif isinstance(item, dict) and isinstance(item.get("name"), str):
                 r.keys(item, f"{key}.tool_calls[{i}]", {"name", "input"})
-                parsed.append(ExpectedCall(item["name"], dict(r.table(item, f"{key}.tool_calls[{i}]", "input"))
-                                           if "input" in item else None))
+                parsed.append(
+                    ExpectedCall(
+                        item["name"],
+                        dict(r.table(item, f"{key}.tool_calls[{i}]", "input")) if "input" in item else None,
+                    )
+                )
             else:
                 raise ScenarioError(r.path, f"{key}.tool_calls[{i}]", "must be a tool name or a {name, input} table")
         calls = tuple(parsed)
@@ -456,7 +532,9 @@ class _Reader:
     def keys(self, table: dict[str, Any], key: str, known: set[str]) -> None:
         for name in table:
             if name not in known:
-                raise ScenarioError(self.path, self._key(key, name), f"unknown key (known here: {', '.join(sorted(known))})")
+                raise ScenarioError(
+                    self.path, self._key(key, name), f"unknown key (known here: {', '.join(sorted(known))})"
+                )
 
     def get(self, table: dict[str, Any], key: str, name: str, kind: type) -> Any:
         if name not in table:
@@ -469,8 +547,11 @@ class _Reader:
         else:
             ok = isinstance(value, kind)
         if not ok:
-            raise ScenarioError(self.path, self._key(key, name), f"must be {_KIND_NAMES.get(kind, kind.__name__)}, "
-                                                                 f"got {type(value).__name__} {value!r}")
+            raise ScenarioError(
+                self.path,
+                self._key(key, name),
+                f"must be {_KIND_NAMES.get(kind, kind.__name__)}, got {type(value).__name__} {value!r}",
+            )
         return value
 
     def positive(self, table: dict[str, Any], key: str, name: str) -> float:
@@ -499,5 +580,11 @@ class _Reader:
         return self.strings(table, key, name)
 
 
-_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table",
-               list: "a list"}
+_KIND_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    dict: "a table",
+    list: "a list",
+}

@@ -54,8 +54,13 @@ def _parse_line(line: bytes) -> WireEvent | None:
         return None
     if not isinstance(data, dict) or "conn" not in data:
         return None
-    return WireEvent(ts=float(data.get("ts", 0.0)), conn=str(data["conn"]), dir=str(data.get("dir", "")),
-                     msg=data.get("msg"), raw=data.get("raw"))
+    return WireEvent(
+        ts=float(data.get("ts", 0.0)),
+        conn=str(data["conn"]),
+        dir=str(data.get("dir", "")),
+        msg=data.get("msg"),
+        raw=data.get("raw"),
+    )
 
 
 class TraceFollower:

@@ -40,14 +40,34 @@ __all__ = ["build_transcript", "write_transcript", "load_transcript", "TRANSCRIP
 
 TRANSCRIPT_VERSION = 1
 _LMB_ID = re.compile(r"lmb_[0-9a-f]{32}")
-_SECRET_KEYS = {"authorization", "proxy-authorization", "x-api-key", "api_key", "apikey", "api-key", "token",
-                "access_token", "refresh_token", "password", "secret", "client_secret", "cookie", "set-cookie"}
+_SECRET_KEYS = {
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api_key",
+    "apikey",
+    "api-key",
+    "token",
+    "access_token",
+    "refresh_token",
+    "password",
+    "secret",
+    "client_secret",
+    "cookie",
+    "set-cookie",
+}
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL|COOKIE|SOCKET)", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
-def build_transcript(events: Iterable[WireEvent], *, scenario: str = "", agent_conn: str | None = None,
-                     secrets: dict[str, str] | None = None, paths: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def build_transcript(
+    events: Iterable[WireEvent],
+    *,
+    scenario: str = "",
+    agent_conn: str | None = None,
+    secrets: dict[str, str] | None = None,
+    paths: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """The header and message lines of a transcript of ``events`` (trace events of one run)."""
     ordered = sorted(events, key=lambda e: e.ts)
     conns: dict[str, str] = {}
@@ -75,7 +95,9 @@ def build_transcript(events: Iterable[WireEvent], *, scenario: str = "", agent_c
             if msg["method"] in ("session/load", "session/resume") and isinstance(params, dict):
                 replacer.session(params.get("sessionId"))
         elif "method" not in msg and event.dir == "in":
-            if methods.get((event.conn, json.dumps(msg.get("id")))) == "session/new" and isinstance(msg.get("result"), dict):
+            if methods.get((event.conn, json.dumps(msg.get("id")))) == "session/new" and isinstance(
+                msg.get("result"), dict
+            ):
                 replacer.session(msg["result"].get("sessionId"))
     t0 = ordered[0].ts if ordered else 0.0
     lines: list[dict[str, Any]] = []
@@ -86,8 +108,14 @@ def build_transcript(events: Iterable[WireEvent], *, scenario: str = "", agent_c
         else:
             line["raw"] = replacer.value(event.raw)
         lines.append(line)
-    header = {"lmbridgeTranscript": TRANSCRIPT_VERSION, "scenario": scenario, "agent": agent_conn,
-              "agents": agents, "mcp": _mcp_sessions(lines), "redacted": sorted(replacer.redacted)}
+    header = {
+        "lmbridgeTranscript": TRANSCRIPT_VERSION,
+        "scenario": scenario,
+        "agent": agent_conn,
+        "agents": agents,
+        "mcp": _mcp_sessions(lines),
+        "redacted": sorted(replacer.redacted),
+    }
     return [header, *lines]
 
 
@@ -104,8 +132,12 @@ def _mcp_sessions(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if line["dir"] == "out" and msg.get("method") in ("session/new", "session/load", "session/resume"):
             params = msg.get("params") or {}
             if params.get("mcpServers"):
-                entry = {"seq": line["seq"], "agent": line["conn"], "session": params.get("sessionId"),
-                         "server": _server_name(params)}
+                entry = {
+                    "seq": line["seq"],
+                    "agent": line["conn"],
+                    "session": params.get("sessionId"),
+                    "server": _server_name(params),
+                }
                 opened.append(entry)
                 if msg["method"] == "session/new":
                     pending[(line["conn"], json.dumps(msg.get("id")))] = entry
@@ -168,8 +200,13 @@ class _Normaliser:
                     out[k] = self._tool_calls.setdefault(v, f"tool-{len(self._tool_calls) + 1}")
                 else:
                     out[k] = self.value(v, k)
-            if isinstance(out.get("name"), str) and "value" in out and _SECRET_NAME.search(out["name"]) \
-                    and isinstance(out["value"], str) and out["value"] != REDACTED:
+            if (
+                isinstance(out.get("name"), str)
+                and "value" in out
+                and _SECRET_NAME.search(out["name"])
+                and isinstance(out["value"], str)
+                and out["value"] != REDACTED
+            ):
                 self.redacted.add(out["name"])
                 out["value"] = REDACTED
             return out
@@ -232,14 +269,23 @@ def load_transcript(paths: Iterable[str | os.PathLike[str]]) -> tuple[dict[str, 
                     raise ValueError(f"{path}:{number}: expected a JSON object")
                 if "lmbridgeTranscript" in data:
                     if data["lmbridgeTranscript"] != TRANSCRIPT_VERSION:
-                        raise ValueError(f"{path}: transcript version {data['lmbridgeTranscript']} (this lmbridge "
-                                         f"reads version {TRANSCRIPT_VERSION})")
+                        raise ValueError(
+                            f"{path}: transcript version {data['lmbridgeTranscript']} (this lmbridge "
+                            f"reads version {TRANSCRIPT_VERSION})"
+                        )
                     header = data
                 elif "seq" in data:
                     lines.append(data)
                 elif "ts" in data and "conn" in data:
-                    raw_events.append(WireEvent(float(data["ts"]), str(data["conn"]), str(data.get("dir", "")),
-                                                data.get("msg"), data.get("raw")))
+                    raw_events.append(
+                        WireEvent(
+                            float(data["ts"]),
+                            str(data["conn"]),
+                            str(data.get("dir", "")),
+                            data.get("msg"),
+                            data.get("raw"),
+                        )
+                    )
                 else:
                     raise ValueError(f"{path}:{number}: neither a transcript nor a trace line")
     if raw_events:

@@ -17,8 +17,15 @@ from typing import Any
 __all__ = ["validate", "JsonSchema", "load_json_schema", "MODELS"]
 
 # What the harness validates, by JSON schema definition name → the SDK model of the same name.
-MODELS = ("SessionNotification", "RequestPermissionRequest", "InitializeResponse", "NewSessionResponse",
-          "LoadSessionResponse", "ResumeSessionResponse", "PromptResponse")
+MODELS = (
+    "SessionNotification",
+    "RequestPermissionRequest",
+    "InitializeResponse",
+    "NewSessionResponse",
+    "LoadSessionResponse",
+    "ResumeSessionResponse",
+    "PromptResponse",
+)
 
 
 def validate(definition: str, value: Any, schema: JsonSchema | None = None) -> list[str]:
@@ -81,7 +88,9 @@ def _compare(sent: Any, read: Any, path: str, problems: list[str]) -> None:
         return
     if isinstance(sent, dict):
         if not isinstance(read, dict):
-            problems.append(f"{path or '(message)'}: {_short(sent)} is not valid here (the SDK would read it as {_short(read)})")
+            problems.append(
+                f"{path or '(message)'}: {_short(sent)} is not valid here (the SDK would read it as {_short(read)})"
+            )
             return
         for key, value in sent.items():
             if value is None or key not in read:  # unknown keys are allowed (extensibility)
@@ -90,13 +99,19 @@ def _compare(sent: Any, read: Any, path: str, problems: list[str]) -> None:
     elif isinstance(sent, list):
         if not isinstance(read, list) or len(read) != len(sent):
             count = len(read) if isinstance(read, list) else 0
-            problems.append(f"{path}: {len(sent) - count} of its {len(sent)} items are invalid (the SDK would drop them)")
+            problems.append(
+                f"{path}: {len(sent) - count} of its {len(sent)} items are invalid (the SDK would drop them)"
+            )
             return
         for index, (a, b) in enumerate(zip(sent, read)):
             _compare(a, b, f"{path}.{index}", problems)
     else:
-        numbers = (isinstance(sent, (int, float)) and isinstance(read, (int, float))
-                   and not isinstance(sent, bool) and not isinstance(read, bool))
+        numbers = (
+            isinstance(sent, (int, float))
+            and isinstance(read, (int, float))
+            and not isinstance(sent, bool)
+            and not isinstance(read, bool)
+        )
         if sent != read or (not numbers and type(sent) is not type(read)):
             problems.append(f"{path}: {_short(sent)} is not a valid value (the SDK would read it as {_short(read)})")
 

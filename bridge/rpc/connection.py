@@ -55,7 +55,6 @@ __all__ = [
 ]
 
 
-
 class ConnectionClosed(Exception):
     """The peer went away (EOF or a broken pipe) before the operation could finish."""
 
@@ -114,8 +113,15 @@ class MethodTable:
     def __init__(self) -> None:
         self._methods: dict[str, _Method] = {}
 
-    def request(self, name: str, handler: RequestHandler, *, handles_cancel: bool = False, inline: bool = False,
-                precondition: Callable[[], None] | None = None) -> None:
+    def request(
+        self,
+        name: str,
+        handler: RequestHandler,
+        *,
+        handles_cancel: bool = False,
+        inline: bool = False,
+        precondition: Callable[[], None] | None = None,
+    ) -> None:
         """``inline`` handlers run in the reader, before the next message is looked at: for quick requests that
         later ones depend on (``initialize``: a client may send its first chat right behind it).
         ``precondition`` is checked when the request is read, in arrival order (raise ``RpcError`` to refuse it)."""
@@ -145,8 +151,15 @@ class Wire(Protocol):
 class StreamWire:
     """Newline-delimited JSON over a pair of Trio byte streams (stdio, pipes, unix sockets)."""
 
-    def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, read_size: int = 65536,
-                 long_read_size: int | None = None, pending: bytes = b""):
+    def __init__(
+        self,
+        receive: trio.abc.ReceiveStream,
+        send: trio.abc.SendStream,
+        *,
+        read_size: int = 65536,
+        long_read_size: int | None = None,
+        pending: bytes = b"",
+    ):
         """``long_read_size``: reads while a long message is coming in part by part (default: ``read_size``).
         ``pending``: input already read from ``receive`` by someone else, to be processed first."""
         self._receive = receive
@@ -494,15 +507,24 @@ class JsonRpcConnection:
                 self._enqueue(JsonRpcProtocol.respond_error(event.id, exc))
                 return
         if self._max_concurrent is not None and len(self._incoming) >= self._max_concurrent:
-            self._enqueue(JsonRpcProtocol.respond_error(event.id, TooManyRequests(
-                f"too many requests in flight on this connection (the limit is {self._max_concurrent}); "
-                "wait for an answer before sending more", limit=self._max_concurrent)))
+            self._enqueue(
+                JsonRpcProtocol.respond_error(
+                    event.id,
+                    TooManyRequests(
+                        f"too many requests in flight on this connection (the limit is {self._max_concurrent}); "
+                        "wait for an answer before sending more",
+                        limit=self._max_concurrent,
+                    ),
+                )
+            )
             return
         if event.id in self._incoming:
             self._enqueue(
                 JsonRpcProtocol.respond_error(
                     event.id,
-                    RpcError(INVALID_REQUEST, f"Invalid Request: id {event.id!r} is already in use by a request in flight"),
+                    RpcError(
+                        INVALID_REQUEST, f"Invalid Request: id {event.id!r} is already in use by a request in flight"
+                    ),
                 )
             )
             return

@@ -217,8 +217,9 @@ class JsonRpcProtocol:
     our unanswered requests to their method names.
     """
 
-    def __init__(self, *, max_message_bytes: int = 32 * 1024 * 1024, first_id: int = 1,
-                 parse: Callable[[bytes], Any] = parse) -> None:
+    def __init__(
+        self, *, max_message_bytes: int = 32 * 1024 * 1024, first_id: int = 1, parse: Callable[[bytes], Any] = parse
+    ) -> None:
         """``parse``: bytes → JSON value, ``ValueError`` when not JSON (e.g. ``history_parse.HistoryReusingParser``)."""
         self.max_message_bytes = max_message_bytes
         self._parse = parse
@@ -259,8 +260,10 @@ class JsonRpcProtocol:
         if self.on_message is not None:
             self.on_message(raw, True)
         if not isinstance(message, dict):
-            what = "a batch (JSON array); batches are not supported" if isinstance(message, list) else (
-                f"a JSON {type(message).__name__}"
+            what = (
+                "a batch (JSON array); batches are not supported"
+                if isinstance(message, list)
+                else (f"a JSON {type(message).__name__}")
             )
             return InvalidMessage(
                 RpcError(INVALID_REQUEST, f"Invalid Request: expected one JSON object per message, got {what}"),

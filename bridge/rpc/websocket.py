@@ -36,8 +36,17 @@ class WebSocketWire:
             return None
         self.last_activity = trio.current_time()
         if isinstance(message, bytes):
-            return [InvalidMessage(RpcError(INVALID_REQUEST, "Invalid Request: binary frames are not supported; "
-                                            "send each JSON-RPC message as one text frame"), None, b"")]
+            return [
+                InvalidMessage(
+                    RpcError(
+                        INVALID_REQUEST,
+                        "Invalid Request: binary frames are not supported; "
+                        "send each JSON-RPC message as one text frame",
+                    ),
+                    None,
+                    b"",
+                )
+            ]
         return [protocol.receive_message(message)]
 
     async def write(self, messages: list[bytes]) -> None:
@@ -52,20 +61,22 @@ class WebSocketWire:
             await self._ws.aclose()
 
 
-
 @asynccontextmanager
-async def open_websocket(url: str, token: str, *, max_message_bytes: int = 64 * 1024 * 1024,
-                         ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+async def open_websocket(
+    url: str, token: str, *, max_message_bytes: int = 64 * 1024 * 1024, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[trio_websocket.WebSocketConnection]:
     """A client connection to ``lmbridge serve`` at ``url`` (``ws://HOST:PORT``, ``wss://...``, ``ws+unix://PATH``)."""
     headers = [(b"authorization", f"Bearer {token}".encode())]
     async with trio.open_nursery() as nursery:
         if url.startswith("ws+unix://"):
             stream = await trio.open_unix_socket(url.removeprefix("ws+unix://"))
-            ws = await trio_websocket.wrap_client_stream(nursery, stream, "localhost", "/", extra_headers=headers,
-                                                          max_message_size=max_message_bytes)
+            ws = await trio_websocket.wrap_client_stream(
+                nursery, stream, "localhost", "/", extra_headers=headers, max_message_size=max_message_bytes
+            )
         else:
-            ws = await trio_websocket.connect_websocket_url(nursery, url, ssl_context, extra_headers=headers,
-                                                            max_message_size=max_message_bytes)
+            ws = await trio_websocket.connect_websocket_url(
+                nursery, url, ssl_context, extra_headers=headers, max_message_size=max_message_bytes
+            )
         try:
             yield ws
         finally:

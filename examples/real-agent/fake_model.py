@@ -49,14 +49,19 @@ async def serve(args: argparse.Namespace) -> None:
         project.mkdir(parents=True, exist_ok=True)
         table = KITS[args.agent].agent_table(model_url=model.base_url, home=home, project=project, marker="example")
         config = write_config(directory / "agents.toml", {args.agent: table})
-        print(f"fake model for {args.agent} on {model.base_url} ({len(model.script)} turns); config: {config}; "
-              f"workspace: {project}", flush=True)
+        print(
+            f"fake model for {args.agent} on {model.base_url} ({len(model.script)} turns); config: {config}; "
+            f"workspace: {project}",
+            flush=True,
+        )
         while True:
             before = len(model.requests)
             await model._changed.wait()
             for request in model.requests[before:]:
-                print(f"  {request.api} {request.method} {request.path}" + (" (a model turn)" if request.turn else ""),
-                      flush=True)
+                print(
+                    f"  {request.api} {request.method} {request.path}" + (" (a model turn)" if request.turn else ""),
+                    flush=True,
+                )
             for error in model.errors:
                 print(f"  ! {error}", flush=True)
             model.errors.clear()
@@ -65,7 +70,9 @@ async def serve(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("script", help="the model's turns (JSON)")
-    parser.add_argument("--agent", choices=sorted(KITS), default="claude", help="the agent to configure (default claude)")
+    parser.add_argument(
+        "--agent", choices=sorted(KITS), default="claude", help="the agent to configure (default claude)"
+    )
     parser.add_argument("--dir", default="/tmp/lmbridge-example", help="where to write agents.toml, home/, project/")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
     try:

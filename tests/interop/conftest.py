@@ -161,8 +161,15 @@ def prestart() -> bool:
 
 
 @pytest.fixture
-async def live(installed: dict[str, Installed], kit: AgentKit, model: FakeModel, tmp_path: Path,
-               marker: str, mcp_transport: str, prestart: bool) -> AsyncIterator[LiveBridge]:
+async def live(
+    installed: dict[str, Installed],
+    kit: AgentKit,
+    model: FakeModel,
+    tmp_path: Path,
+    marker: str,
+    mcp_transport: str,
+    prestart: bool,
+) -> AsyncIterator[LiveBridge]:
     home, project, traces = tmp_path / "home", tmp_path / "project", tmp_path / "traces"
     home.mkdir()
     project.mkdir()
@@ -174,8 +181,9 @@ async def live(installed: dict[str, Installed], kit: AgentKit, model: FakeModel,
     config = write_config(tmp_path / "lmbridge.toml", {kit.id: table})
     stderr_path = tmp_path / "lmbridge.stderr"
     with open(stderr_path, "wb") as stderr:
-        async with spawn_stdio(["--config", str(config), "--log-level", "debug", "--trace-dir", str(traces)],
-                               stderr=stderr) as (client, process):
+        async with spawn_stdio(
+            ["--config", str(config), "--log-level", "debug", "--trace-dir", str(traces)], stderr=stderr
+        ) as (client, process):
             with trio.fail_after(30):
                 info = await client.initialize(workspaceFolders=[str(project)])
             bridge = LiveBridge(kit, model, client, process, project, stderr_path, traces, info["permissionTool"])
@@ -243,5 +251,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for row in sorted(rows, key=lambda r: (list(KITS).index(r.agent), r.scenario)):
         colour = {"PASS": "green", "XFAIL": "yellow", "XPASS": "yellow", "SKIP": "yellow"}.get(row.outcome, "red")
         write(f"interop  {row.agent:<7} {row.scenario:<{width}} {row.outcome:<6} {row.seconds:5.1f}s", **{colour: True})
-    write(f"interop  total: {len(rows)} scenarios, installs {_REPORT.install_seconds:.1f}s, "
-          f"wall {time.monotonic() - _REPORT.started:.1f}s")
+    write(
+        f"interop  total: {len(rows)} scenarios, installs {_REPORT.install_seconds:.1f}s, "
+        f"wall {time.monotonic() - _REPORT.started:.1f}s"
+    )

@@ -161,8 +161,11 @@ class ModelRequest:
                 for part in content.get("parts") or ():
                     response = part.get("functionResponse")
                     if isinstance(response, dict):
-                        results.append(ToolResult(response.get("id") or response.get("name", ""),
-                                                  _flatten(response.get("response"))))
+                        results.append(
+                            ToolResult(
+                                response.get("id") or response.get("name", ""), _flatten(response.get("response"))
+                            )
+                        )
         return results
 
     @property
@@ -246,8 +249,16 @@ class FakeModel:
                 request.disconnected.set()
             await stream.aclose()
 
-    async def _respond(self, stream: trio.SocketStream, reader: _Reader, served: list[ModelRequest], method: str,
-                       target: str, headers: dict[str, str], raw_body: bytes) -> bool:
+    async def _respond(
+        self,
+        stream: trio.SocketStream,
+        reader: _Reader,
+        served: list[ModelRequest],
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        raw_body: bytes,
+    ) -> bool:
         """Answer one request; False when the connection must close afterwards."""
         url = urlsplit(target)
         try:
@@ -273,9 +284,10 @@ class FakeModel:
             await _send_json(stream, 200, _WHOLE[api](request.turn, body, next(self._ids)), keep_alive)
             return keep_alive
         frames, ending = _FRAMES[api](request.turn, body, url.path, next(self._ids))
-        await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-                              b"transfer-encoding: chunked\r\n"
-                              + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n")
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+            b"transfer-encoding: chunked\r\n" + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n"
+        )
         for frame in frames:
             await _send_chunk(stream, frame)
         if request.turn.stall:
@@ -335,34 +347,87 @@ def _pieces(text: str, chunks: int) -> list[str]:
     if not text:
         return []
     size = max(1, math.ceil(len(text) / max(1, chunks)))
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _anthropic(turn: Turn, body: dict[str, Any], path: str, serial: int) -> tuple[list[bytes], list[bytes]]:
     model = body.get("model", "claude-fake")
-    frames = [_sse("message_start", {"type": "message_start", "message": {
-        "id": f"msg_fake_{serial}", "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0,
-                  "cache_read_input_tokens": 0}}})]
+    frames = [
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_fake_{serial}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 12,
+                        "output_tokens": 1,
+                        "cache_creation_input_tokens": 0,
+                        "cache_read_input_tokens": 0,
+                    },
+                },
+            },
+        )
+    ]
     for index, item in enumerate(turn.items):
         if isinstance(item, Text):
-            frames.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                       "content_block": {"type": "text", "text": ""}}))
-            frames += [_sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "text_delta", "text": piece}})
-                       for piece in _pieces(item.text, item.chunks)]
+            frames.append(
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+                )
+            )
+            frames += [
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+                )
+                for piece in _pieces(item.text, item.chunks)
+            ]
         else:
-            frames.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-                "type": "tool_use", "id": f"toolu_fake_{serial}_{index}", "name": item.name, "input": {}}}))
-            frames += [_sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "input_json_delta", "partial_json": piece}})
-                       for piece in _pieces(json.dumps(item.arguments), 2)]
+            frames.append(
+                _sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {
+                            "type": "tool_use",
+                            "id": f"toolu_fake_{serial}_{index}",
+                            "name": item.name,
+                            "input": {},
+                        },
+                    },
+                )
+            )
+            frames += [
+                _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": piece},
+                    },
+                )
+                for piece in _pieces(json.dumps(item.arguments), 2)
+            ]
         frames.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
     stop_reason = "tool_use" if turn.calls else "end_turn"
     ending = [
-        _sse("message_delta", {"type": "message_delta", "usage": {"output_tokens": 7},
-                               "delta": {"stop_reason": stop_reason, "stop_sequence": None}}),
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "usage": {"output_tokens": 7},
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            },
+        ),
         _sse("message_stop", {"type": "message_stop"}),
     ]
     return frames, ending
@@ -370,37 +435,113 @@ def _anthropic(turn: Turn, body: dict[str, Any], path: str, serial: int) -> tupl
 
 def _openai(turn: Turn, body: dict[str, Any], path: str, serial: int) -> tuple[list[bytes], list[bytes]]:
     response_id = f"resp_fake_{serial}"
-    frames = [_sse("response.created", {"type": "response.created", "response": {
-        "id": response_id, "object": "response", "status": "in_progress", "model": body.get("model", "fake-model"),
-        "output": []}})]
+    frames = [
+        _sse(
+            "response.created",
+            {
+                "type": "response.created",
+                "response": {
+                    "id": response_id,
+                    "object": "response",
+                    "status": "in_progress",
+                    "model": body.get("model", "fake-model"),
+                    "output": [],
+                },
+            },
+        )
+    ]
     for index, item in enumerate(turn.items):
         if isinstance(item, Text):
             item_id = f"msg_fake_{serial}_{index}"
-            frames.append(_sse("response.output_item.added", {
-                "type": "response.output_item.added", "output_index": index,
-                "item": {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress",
-                         "content": []}}))
-            frames += [_sse("response.output_text.delta", {"type": "response.output_text.delta", "item_id": item_id,
-                                                           "output_index": index, "content_index": 0, "delta": piece})
-                       for piece in _pieces(item.text, item.chunks)]
-            frames.append(_sse("response.output_item.done", {
-                "type": "response.output_item.done", "output_index": index,
-                "item": {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
-                         "content": [{"type": "output_text", "text": item.text, "annotations": []}]}}))
+            frames.append(
+                _sse(
+                    "response.output_item.added",
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": {
+                            "type": "message",
+                            "id": item_id,
+                            "role": "assistant",
+                            "status": "in_progress",
+                            "content": [],
+                        },
+                    },
+                )
+            )
+            frames += [
+                _sse(
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item_id,
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": piece,
+                    },
+                )
+                for piece in _pieces(item.text, item.chunks)
+            ]
+            frames.append(
+                _sse(
+                    "response.output_item.done",
+                    {
+                        "type": "response.output_item.done",
+                        "output_index": index,
+                        "item": {
+                            "type": "message",
+                            "id": item_id,
+                            "role": "assistant",
+                            "status": "completed",
+                            "content": [{"type": "output_text", "text": item.text, "annotations": []}],
+                        },
+                    },
+                )
+            )
         else:
-            function_call = {"type": "function_call", "id": f"fc_fake_{serial}_{index}",
-                             "call_id": f"call_fake_{serial}_{index}", "name": item.name,
-                             "arguments": json.dumps(item.arguments), "status": "completed"}
+            function_call = {
+                "type": "function_call",
+                "id": f"fc_fake_{serial}_{index}",
+                "call_id": f"call_fake_{serial}_{index}",
+                "name": item.name,
+                "arguments": json.dumps(item.arguments),
+                "status": "completed",
+            }
             if item.namespace:
                 function_call["namespace"] = item.namespace
-            frames.append(_sse("response.output_item.added", {"type": "response.output_item.added",
-                                                              "output_index": index, "item": function_call}))
-            frames.append(_sse("response.output_item.done", {"type": "response.output_item.done",
-                                                             "output_index": index, "item": function_call}))
-    ending = [_sse("response.completed", {"type": "response.completed", "response": {
-        "id": response_id, "object": "response", "status": "completed", "output": [],
-        "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 7,
-                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 19}}})]
+            frames.append(
+                _sse(
+                    "response.output_item.added",
+                    {"type": "response.output_item.added", "output_index": index, "item": function_call},
+                )
+            )
+            frames.append(
+                _sse(
+                    "response.output_item.done",
+                    {"type": "response.output_item.done", "output_index": index, "item": function_call},
+                )
+            )
+    ending = [
+        _sse(
+            "response.completed",
+            {
+                "type": "response.completed",
+                "response": {
+                    "id": response_id,
+                    "object": "response",
+                    "status": "completed",
+                    "output": [],
+                    "usage": {
+                        "input_tokens": 12,
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens": 7,
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                        "total_tokens": 19,
+                    },
+                },
+            },
+        )
+    ]
     return frames, ending
 
 
@@ -433,18 +574,30 @@ def _anthropic_whole(turn: Turn, body: dict[str, Any], serial: int) -> Any:
         if isinstance(item, Text):
             content.append({"type": "text", "text": item.text})
         else:
-            content.append({"type": "tool_use", "id": f"toolu_fake_{serial}_{index}", "name": item.name,
-                            "input": item.arguments})
-    return {"id": f"msg_fake_{serial}", "type": "message", "role": "assistant", "model": body.get("model", "fake"),
-            "content": content, "stop_reason": "tool_use" if turn.calls else "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 12, "output_tokens": 7}}
+            content.append(
+                {"type": "tool_use", "id": f"toolu_fake_{serial}_{index}", "name": item.name, "input": item.arguments}
+            )
+    return {
+        "id": f"msg_fake_{serial}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "fake"),
+        "content": content,
+        "stop_reason": "tool_use" if turn.calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 12, "output_tokens": 7},
+    }
 
 
 def _gemini_whole(turn: Turn, body: dict[str, Any], serial: int) -> Any:
-    parts = [{"text": item.text} if isinstance(item, Text) else
-             {"functionCall": {"name": item.name, "args": item.arguments}} for item in turn.items]
-    return {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-            "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 7, "totalTokenCount": 19}}
+    parts = [
+        {"text": item.text} if isinstance(item, Text) else {"functionCall": {"name": item.name, "args": item.arguments}}
+        for item in turn.items
+    ]
+    return {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 7, "totalTokenCount": 19},
+    }
 
 
 # Non-streaming answers (Anthropic without ``"stream": true``, Gemini ``:generateContent``): agents use them for side
@@ -484,7 +637,7 @@ class _Reader:
                     raise _BadRequest("connection closed mid-request")
                 return None
         line = bytes(self._buffer[:end])
-        del self._buffer[:end + len(marker)]
+        del self._buffer[: end + len(marker)]
         return line
 
     async def _exactly(self, size: int) -> bytes:
@@ -544,8 +697,9 @@ async def _send_chunk(stream: trio.SocketStream, data: bytes) -> None:
     await stream.send_all(b"%x\r\n%s\r\n" % (len(data), data))
 
 
-async def _send_json(stream: trio.SocketStream, status: int, value: Any, keep_alive: bool, *,
-                     head_only: bool = False) -> None:
+async def _send_json(
+    stream: trio.SocketStream, status: int, value: Any, keep_alive: bool, *, head_only: bool = False
+) -> None:
     data = json.dumps(value).encode()
     reason = {200: "OK", 404: "Not Found"}.get(status, "Error")
     head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"

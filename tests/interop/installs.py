@@ -48,8 +48,9 @@ class Pin:
 
 PINS: dict[str, Pin] = {
     "claude": Pin("claude", "@agentclientprotocol/claude-agent-acp", "0.49.0", "claude-agent-acp"),
-    "codex": Pin("codex", "@zed-industries/codex-acp", "0.16.0", "codex-acp",
-                 extra=("@zed-industries/codex-acp-linux-x64",)),
+    "codex": Pin(
+        "codex", "@zed-industries/codex-acp", "0.16.0", "codex-acp", extra=("@zed-industries/codex-acp-linux-x64",)
+    ),
     "gemini": Pin("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
 }
 
@@ -94,8 +95,10 @@ def ensure_installed(agents: Iterable[str]) -> dict[str, Installed]:
         for agent, (pin, process) in running.items():
             code = process.wait()
             if code != 0 or not _finish(pin):
-                failures.append(f"{pin.spec}: npm exited {code}; see {pin.folder / 'npm-install.log'}:\n"
-                                + _tail(pin.folder / "npm-install.log"))
+                failures.append(
+                    f"{pin.spec}: npm exited {code}; see {pin.folder / 'npm-install.log'}:\n"
+                    + _tail(pin.folder / "npm-install.log")
+                )
             done[agent] = Installed(pin, time.monotonic() - started, False)
         if failures:
             raise InstallError("\n".join(failures))
@@ -109,9 +112,21 @@ def _start_npm(pin: Pin) -> subprocess.Popen[bytes]:
     log = open(pin.folder / "npm-install.log", "wb")
     with log:
         return subprocess.Popen(
-            ["npm", "install", "--prefix", str(pin.folder), "--no-audit", "--no-fund", "--no-update-notifier",
-             "--loglevel=warn", pin.spec],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            [
+                "npm",
+                "install",
+                "--prefix",
+                str(pin.folder),
+                "--no-audit",
+                "--no-fund",
+                "--no-update-notifier",
+                "--loglevel=warn",
+                pin.spec,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _finish(pin: Pin) -> bool:

@@ -60,8 +60,13 @@ class AgentKit:
 
 class ClaudeKit(AgentKit):
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
-        env = self._env(home, marker, ANTHROPIC_BASE_URL=model_url, ANTHROPIC_API_KEY="dummy",
-                        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1")
+        env = self._env(
+            home,
+            marker,
+            ANTHROPIC_BASE_URL=model_url,
+            ANTHROPIC_API_KEY="dummy",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        )
         if os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"  # as root, Claude Code refuses to start without it
         return {"name": "Claude Code", "command": str(self.executable), "env": env}
@@ -80,11 +85,20 @@ class CodexKit(AgentKit):
     # An unknown model slug makes Codex prefix every turn with a "Model metadata ... not found" message and turn off
     # parallel tool calls; a catalog entry for the fake model avoids both.
     MODEL = {
-        "slug": "fake-model", "display_name": "Fake model", "base_instructions": "You are a coding agent.",
-        "context_window": 200000, "supports_parallel_tool_calls": True, "shell_type": "shell_command",
-        "supported_reasoning_levels": [], "supports_reasoning_summaries": False, "support_verbosity": False,
-        "truncation_policy": {"mode": "tokens", "limit": 10000}, "experimental_supported_tools": [],
-        "visibility": "list", "supported_in_api": True, "priority": 0,
+        "slug": "fake-model",
+        "display_name": "Fake model",
+        "base_instructions": "You are a coding agent.",
+        "context_window": 200000,
+        "supports_parallel_tool_calls": True,
+        "shell_type": "shell_command",
+        "supported_reasoning_levels": [],
+        "supports_reasoning_summaries": False,
+        "support_verbosity": False,
+        "truncation_policy": {"mode": "tokens", "limit": 10000},
+        "experimental_supported_tools": [],
+        "visibility": "list",
+        "supported_in_api": True,
+        "priority": 0,
     }
 
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
@@ -129,18 +143,33 @@ class GeminiKit(AgentKit):
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
         settings = home / ".gemini"
         settings.mkdir(parents=True, exist_ok=True)
-        (settings / "settings.json").write_text(json.dumps({
-            "privacy": {"usageStatisticsEnabled": False},  # else it calls play.googleapis.com
-            "telemetry": {"enabled": False},
-            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-        }))
+        (settings / "settings.json").write_text(
+            json.dumps(
+                {
+                    "privacy": {"usageStatisticsEnabled": False},  # else it calls play.googleapis.com
+                    "telemetry": {"enabled": False},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                }
+            )
+        )
         # MCP servers are silently disabled in folders that are not trusted.
         trusted = settings / "trustedFolders.json"
         trusted.write_text(json.dumps({str(project): "TRUST_FOLDER"}))
-        env = self._env(home, marker, GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=model_url,
-                        GEMINI_CLI_TRUSTED_FOLDERS_PATH=str(trusted))
-        return {"name": "Gemini CLI", "command": str(self.executable), "args": ["--acp", "-m", self.MODEL],
-                "env": env, "authenticate": "gemini-api-key", "cwd": str(project)}
+        env = self._env(
+            home,
+            marker,
+            GEMINI_API_KEY="dummy",
+            GOOGLE_GEMINI_BASE_URL=model_url,
+            GEMINI_CLI_TRUSTED_FOLDERS_PATH=str(trusted),
+        )
+        return {
+            "name": "Gemini CLI",
+            "command": str(self.executable),
+            "args": ["--acp", "-m", self.MODEL],
+            "env": env,
+            "authenticate": "gemini-api-key",
+            "cwd": str(project),
+        }
 
     def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
         return Call(self.offered_name(name), arguments)

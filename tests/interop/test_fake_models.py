@@ -37,8 +37,11 @@ class _Client:
             framing, payload = "transfer-encoding: chunked", b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
         else:
             framing, payload = f"content-length: {len(data)}", data
-        await self.stream.send_all(f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-                                   f"{framing}\r\n\r\n".encode() + payload)
+        await self.stream.send_all(
+            f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"{framing}\r\n\r\n".encode()
+            + payload
+        )
 
     async def head(self) -> tuple[int, dict[str, str]]:
         status_line, *lines = (await self._until(b"\r\n\r\n")).decode().split("\r\n")
@@ -77,14 +80,24 @@ async def test_anthropic_turn_streams_text_and_tool_use_then_stops_for_the_tool(
     script = [Turn((Text("Let me check.", 2), Call("mcp__editor__get_weather", {"city": "Paris"})))]
     async with open_fake_model(script) as model:
         client = await connect(model)
-        status, data = await client.response("/v1/messages?beta=true", {"model": "claude-x", "stream": True,
-                                                                          "tools": [tool], "messages": []})
+        status, data = await client.response(
+            "/v1/messages?beta=true", {"model": "claude-x", "stream": True, "tools": [tool], "messages": []}
+        )
     assert status == 200
     stream = events(data)
     assert [name for name, _ in stream] == [
-        "message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop", "message_delta",
-        "message_stop"]
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     assert "".join(d["delta"]["text"] for n, d in stream[2:4]) == "Let me check."
     assert stream[5][1]["content_block"]["name"] == "mcp__editor__get_weather"
     assert json.loads("".join(d["delta"]["partial_json"] for n, d in stream[6:8])) == {"city": "Paris"}
@@ -101,11 +114,21 @@ async def test_openai_turns_follow_the_script_on_one_keep_alive_connection() -> 
         client = await connect(model)
         _, first = await client.response("/v1/responses", {"model": "fake-model", "tools": tools, "input": []})
         history = [{"type": "function_call_output", "call_id": "call_fake_1_0", "output": "Sunny, 22 degrees"}]
-        _, second = await client.response("/v1/responses", {"model": "fake-model", "tools": tools, "input": history},
-                                          chunked=True)
+        _, second = await client.response(
+            "/v1/responses", {"model": "fake-model", "tools": tools, "input": history}, chunked=True
+        )
     done = [data["item"] for name, data in events(first) if name == "response.output_item.done"]
-    assert done == [{"type": "function_call", "id": "fc_fake_1_0", "call_id": "call_fake_1_0", "name": "get_weather",
-                     "arguments": '{"city": "Paris"}', "status": "completed", "namespace": "mcp__editor"}]
+    assert done == [
+        {
+            "type": "function_call",
+            "id": "fc_fake_1_0",
+            "call_id": "call_fake_1_0",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+            "status": "completed",
+            "namespace": "mcp__editor",
+        }
+    ]
     assert events(first)[-1][1]["response"]["usage"]["total_tokens"] == 19
     deltas = [data["delta"] for name, data in events(second) if name == "response.output_text.delta"]
     assert deltas == ["Sun", "ny."]
@@ -118,8 +141,9 @@ async def test_gemini_turn_sends_parallel_function_calls_and_a_final_chunk() -> 
     tools = [{"functionDeclarations": [{"name": "mcp_editor_a"}, {"name": "mcp_editor_b"}]}]
     async with open_fake_model(script) as model:
         client = await connect(model)
-        status, data = await client.response("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
-                                             {"contents": [], "tools": tools})
+        status, data = await client.response(
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", {"contents": [], "tools": tools}
+        )
     chunks = [payload["candidates"][0] for _, payload in events(data)]
     calls = [part["functionCall"]["name"] for c in chunks for part in c["content"]["parts"] if "functionCall" in part]
     assert calls == ["mcp_editor_a", "mcp_editor_b"]

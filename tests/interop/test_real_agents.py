@@ -34,9 +34,13 @@ WEATHER_TOOL = {
 
 def tool_results(answers: dict[str, str]) -> dict[str, Any]:
     """The editor's next user message: one text result per call id."""
-    return {"role": "user", "content": [{"type": "tool_result", "callId": call_id,
-                                         "content": [{"type": "text", "value": text}]}
-                                        for call_id, text in answers.items()]}
+    return {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "callId": call_id, "content": [{"type": "text", "value": text}]}
+            for call_id, text in answers.items()
+        ],
+    }
 
 
 async def test_text_turn(live: LiveBridge) -> None:
@@ -272,4 +276,3 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
