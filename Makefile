@@ -1,11 +1,11 @@
-# make demo | make test | make bench | make interop — each creates .venv on first use.
+# make demo | make test | make lint | make bench | make interop — each creates .venv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test pytest vscode-test vscode-package bench interop clean
+.PHONY: demo test lint pytest vscode-test vscode-package bench interop clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -17,7 +17,15 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/lmbridge demo
 
-test: pytest vscode-test
+test: lint pytest vscode-test
+
+# ruff (lint and format) and mypy (strict for the sans-IO cores, session/, mcp_synthetic/ and the JSON-RPC engine;
+# see pyproject.toml). `make test` runs it first.
+LINT_PATHS := bridge session mcp_synthetic tests bench examples
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
 
 # The real-agent interop suite (tests/interop) runs too: it installs pinned Claude Code, Codex and Gemini CLI
 # adapters from npm into .interop-cache/ once (about 600 MB) and skips loudly when npm is missing.
@@ -51,4 +59,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info

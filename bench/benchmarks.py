@@ -20,7 +20,7 @@ from .common import Row, Workspace, children_of, rss_kib, summarize
 from .mcp_server import ECHO_TOOL
 from .wire import MCP_SERVER, BridgeClient, assistant_message, clock, user
 
-__all__ = ["Plan", "FULL", "QUICK", "BENCHMARKS"]
+__all__ = ["BENCHMARKS", "FULL", "QUICK", "Plan"]
 
 
 @dataclass(frozen=True)
@@ -661,7 +661,7 @@ def _matching(plan: Plan) -> list[Row]:
             for m in _history(size - 1, _tag()) + [user("say ok")]
         ]
 
-        def envelope() -> str:
+        def envelope(encoded: list[str] = encoded) -> str:
             return (
                 '{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{"modelId":"bench","messages":['
                 + ",".join(encoded)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .wire import AGENT, ROOT, BridgeClient, DirectAgent
 
-__all__ = ["Workspace", "Row", "Summary", "summarize", "percentile", "rss_kib", "children_of", "RESULTS"]
+__all__ = ["RESULTS", "Row", "Summary", "Workspace", "children_of", "percentile", "rss_kib", "summarize"]
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -122,7 +122,7 @@ class Workspace:
         return path
 
     def log(self, name: str) -> Any:
-        handle = open(self.path / f"{name}-{len(self._logs)}.log", "wb")
+        handle = open(self.path / f"{name}-{len(self._logs)}.log", "wb")  # noqa: SIM115 (closed with the workspace)
         self._logs.append(handle)
         return handle
 

@@ -27,9 +27,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.benchmarks import _bridged_tool_timings, _history, _tag  # noqa: E402
-from bench.common import Workspace  # noqa: E402
-from bench.wire import ROOT, BridgeClient, assistant_message, user  # noqa: E402
+from bench.benchmarks import _bridged_tool_timings, _history, _tag
+from bench.common import Workspace
+from bench.wire import ROOT, BridgeClient, assistant_message, user
 
 
 def scenario_throughput(bridge: BridgeClient) -> None:

@@ -27,9 +27,9 @@ if __package__ in (None, ""):  # run as a script: python bench/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     __package__ = "bench"
 
-from bench.benchmarks import BENCHMARKS, FULL, QUICK  # noqa: E402
-from bench.common import RESULTS, Row, Workspace  # noqa: E402
-from bench.wire import ROOT  # noqa: E402
+from bench.benchmarks import BENCHMARKS, FULL, QUICK
+from bench.common import RESULTS, Row, Workspace
+from bench.wire import ROOT
 
 
 def machine() -> dict[str, Any]:
@@ -60,10 +60,13 @@ def machine() -> dict[str, Any]:
         pass
     try:
         info["commit"] = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.strip()
         info["worktree"] = "modified" if dirty else "clean"
     except OSError:
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     load_before = os.getloadavg()
     workspace = Workspace(keep=args.keep)
     rows: list[Row] = []

@@ -24,16 +24,16 @@ from typing import Any
 from bridge.editor.client import assistant_message
 
 __all__ = [
-    "Peer",
-    "BridgeClient",
-    "DirectAgent",
-    "user",
-    "assistant_message",
-    "ROOT",
     "AGENT",
     "MCP_SERVER",
+    "ROOT",
+    "BridgeClient",
+    "DirectAgent",
+    "Peer",
+    "assistant_message",
     "bridge_argv",
     "clock",
+    "user",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,6 +8,7 @@ always present.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -18,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ConfigError",
-    "AgentConfig",
-    "SessionSettings",
-    "PermissionSettings",
-    "Config",
     "DEMO_AGENT_ID",
     "PERMISSION_POLICIES",
+    "AgentConfig",
+    "Config",
+    "ConfigError",
+    "PermissionSettings",
+    "SessionSettings",
+    "agent_from_mapping",
     "find_config_file",
     "load_config",
-    "agent_from_mapping",
 ]
 
 DEMO_AGENT_ID = "demo"
@@ -172,7 +173,7 @@ def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> Age
     return _agent(agent_id, raw, _Locator(None, None), prefix=where)
 
 
-_AGENT_KEYS = {
+_AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "command": str,
     "args": list,
@@ -210,7 +211,7 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         raise locate.error("must be a table with at least 'command'", table)
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        name = _CAMEL.get(key, key)
+        name = _CAMEL.get(str(key), str(key))
         expected = _AGENT_KEYS.get(name)
         if expected is None:
             raise locate.error(f"unknown key (known keys: {', '.join(sorted(_AGENT_KEYS))})", f"{table}.{key}")
@@ -256,14 +257,14 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
     return AgentConfig(**values)
 
 
-def _settings(cls: type, raw: Any, locate: _Locator, table: str) -> Any:
+def _settings(cls: Any, raw: Any, locate: _Locator, table: str) -> Any:
     if not isinstance(raw, dict):
         raise locate.error("must be a table", table)
     defaults = cls()
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if not hasattr(defaults, key):
-            known = ", ".join(f for f in cls.__dataclass_fields__)
+            known = ", ".join(f.name for f in dataclasses.fields(cls))
             raise locate.error(f"unknown key (known keys: {known})", f"{table}.{key}")
         default = getattr(defaults, key)
         if isinstance(default, float):
@@ -299,7 +300,7 @@ def _type_name(kind: Any) -> str:
     }
     if isinstance(kind, tuple):
         return "a number"
-    return names.get(kind, kind.__name__)
+    return names.get(kind, str(getattr(kind, "__name__", kind)))
 
 
 def _line_from_toml_error(message: str) -> int | None:

@@ -1,14 +1,12 @@
 """The synthetic MCP server: a client's tools, offered to one ACP session's agent.
 
-| module | owns |
-|---|---|
-| ``server`` | the tool list of a session and the MCP server offering it (official SDK, low-level ``Server``) |
-| ``validation`` | checking arguments against the tools' JSON Schemas |
-| ``names`` | tool names agents accept, mapped reversibly to the client's |
-| ``wiring`` | plugging it into sessions: the per-session socket and token, the ``mcpServers`` entry |
-| ``shim`` | the stdio relay an agent starts (standard library only) |
-| ``http`` | the same server over streamable HTTP, for agents that speak it |
+- ``server``: the tool list of a session and the MCP server offering it (official SDK, low-level ``Server``)
+- ``validation``: checking arguments against the tools' JSON Schemas
+- ``names``: tool names agents accept, mapped reversibly to the client's
+- ``wiring``: plugging it into sessions: the per-session socket and token, the ``mcpServers`` entry
+- ``shim``: the stdio relay an agent starts (standard library only)
+- ``http``: the same server over streamable HTTP, for agents that speak it
 
-May import: ``bridge.errors`` and ``bridge.observe`` only. A call waits on the session actor through the
-``invoke`` callable it is given; it never imports the session layer.
+May import: ``bridge.errors``, ``bridge.observe`` and the line framing of ``bridge.rpc.protocol`` only. A call
+waits on the session actor through the ``invoke`` callable it is given; it never imports the session layer.
 """

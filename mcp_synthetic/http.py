@@ -9,6 +9,7 @@ without it) and the SDK's DNS-rebinding protection (the Host header must be this
 from __future__ import annotations
 
 import hmac
+from functools import partial
 from typing import Any
 
 import h11
@@ -16,7 +17,7 @@ import trio
 
 from .server import SessionTools, receive_some
 
-__all__ = ["serve_http", "MAX_BODY"]
+__all__ = ["MAX_BODY", "serve_http"]
 
 MAX_BODY = 16 * 1024 * 1024
 _HEADER_TIMEOUT = 10.0
@@ -63,12 +64,12 @@ async def serve_http(
     with trio.CancelScope() as scope:
         async with manager.run():
             task_status.started((f"http://127.0.0.1:{port}/mcp", scope))
-            await trio.serve_listeners(lambda stream: _connection(stream, app, port, log), listeners)
+            await trio.serve_listeners(partial(_connection, app=app, port=port, log=log), listeners)
 
 
 def _traced_receive(receive: Any, tools: SessionTools) -> Any:
     async def traced() -> dict[str, Any]:
-        message = await receive()
+        message: dict[str, Any] = await receive()
         if message.get("type") == "http.request" and message.get("body"):
             tools.trace("in", message["body"])
         return message
@@ -93,7 +94,7 @@ def _traced_send(send: Any, tools: SessionTools) -> Any:
     return traced
 
 
-async def _connection(stream: trio.SocketStream, app: Any, port: int, log: Any) -> None:
+async def _connection(stream: trio.SocketStream, *, app: Any, port: int, log: Any) -> None:
     """One HTTP/1.1 connection: requests one after another (keep-alive), each handed to the ASGI ``app``."""
     connection = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
     async with stream:
@@ -181,7 +182,7 @@ async def _exchange(
         # A streaming (SSE) answer ends when the client goes away. Bytes that do arrive meanwhile belong to the
         # client's next request: h11 keeps them for the next cycle.
         while data := await receive_some(stream, 4096):
-            connection.receive_data(data)
+            connection.receive_data(bytes(data))
         disconnected.set()
 
     async with trio.open_nursery() as nursery:
@@ -209,7 +210,7 @@ async def _next_event(connection: h11.Connection, stream: trio.SocketStream, tim
             data = await receive_some(stream)
         if scope.cancelled_caught:
             return None
-        connection.receive_data(data)
+        connection.receive_data(bytes(data))
         if not data:
             return None
 

@@ -22,10 +22,12 @@ from typing import Any
 
 import trio
 
+from bridge.rpc.protocol import LineFramer
+
 from .names import ToolNames
 from .validation import ToolSchema
 
-__all__ = ["SERVER_NAME", "EditorTool", "SessionTools", "load_sdk", "to_mcp_content", "receive_some"]
+__all__ = ["SERVER_NAME", "EditorTool", "SessionTools", "load_sdk", "receive_some", "to_mcp_content"]
 
 SERVER_NAME = "editor"
 PROGRESS_INTERVAL = 15.0  # seconds between heartbeats while the editor runs a tool (agents time tools out)
@@ -150,20 +152,18 @@ class SessionTools:
         from_server, from_server_receive = anyio.create_memory_object_stream[Any](64)
 
         async def read_lines() -> None:
-            buffer = b""
+            framer = LineFramer(MAX_LINE_BYTES)  # joins a long line once, however many reads it took
             async with to_server_send:
                 while True:
                     data = await receive_some(stream)
                     if not data:
                         return
-                    buffer += data
-                    if len(buffer) > MAX_LINE_BYTES and b"\n" not in buffer:
+                    lines = framer.feed(data)
+                    if framer.buffered > MAX_LINE_BYTES or any(isinstance(x, LineFramer.LineTooLong) for x in lines):
                         self._log.warning("MCP message over the size limit; closing the connection")
                         return
-                    *lines, buffer = buffer.split(b"\n")
                     for line in lines:
-                        if not line.strip():
-                            continue
+                        assert isinstance(line, bytes)
                         self.trace("in", line)
                         try:
                             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
@@ -270,7 +270,7 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
-async def receive_some(stream: trio.abc.Stream, max_bytes: int = 65536) -> bytes:
+async def receive_some(stream: trio.abc.Stream, max_bytes: int = 65536) -> bytes | bytearray:
     """The next bytes, or b"" when the peer closed or the connection broke."""
     try:
         return await stream.receive_some(max_bytes)
@@ -316,7 +316,7 @@ def to_mcp_content(parts: list[dict[str, Any]]) -> list[Any]:
                 raw = base64.b64decode(part["data"], validate=True)
             except (binascii.Error, ValueError):
                 raw = None
-            if raw is not None and (mime.startswith("text/") or mime.endswith("json") or mime.endswith("xml")):
+            if raw is not None and (mime.startswith("text/") or mime.endswith(("json", "xml"))):
                 try:
                     content.append(types.TextContent(text=raw.decode("utf-8")))
                     continue

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ToolSchema", "ArgumentCheck"]
+__all__ = ["ArgumentCheck", "ToolSchema"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,20 @@ import trio
 
 from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
 
-__all__ = ["EditorToolsSetup", "SHIM_PATH", "HANDSHAKE"]
+__all__ = ["HANDSHAKE", "SHIM_PATH", "EditorToolsSetup"]
 
 SHIM_PATH = str(Path(__file__).with_name("shim.py"))
 HANDSHAKE = b"LMBRIDGE-MCP-1 "
 HANDSHAKE_TIMEOUT = 5.0
+
+
+@dataclass(slots=True)
+class _Served:
+    """What serves one session's tools."""
+
+    tools: SessionTools
+    listener: trio.CancelScope | None = None  # stops the session's listener
+    socket_path: Path | None = None  # the unix socket to remove afterwards (stdio shim transport)
 
 
 class EditorToolsSetup:
@@ -40,6 +50,7 @@ class EditorToolsSetup:
         self._nursery: trio.Nursery | None = None
         self._sdk_loaded: trio.Event | None = None
         self._sdk_error: BaseException | None = None
+        self._served: dict[str, _Served] = {}  # by session key
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -89,7 +100,7 @@ class EditorToolsSetup:
         token = secrets.token_urlsafe(32)
         if self._tracer is not None:
             self._tracer.add_secret(token)
-        session.extra["tools"] = tools
+        served = self._served[session.key] = _Served(tools)
         assert self._nursery is not None
         agent = session.agent
         wanted = getattr(getattr(agent, "config", None), "mcp_transport", "stdio")
@@ -97,8 +108,7 @@ class EditorToolsSetup:
             if agent.info is not None and agent.info.mcp("http"):
                 from .http import serve_http
 
-                url, scope = await self._nursery.start(serve_http, tools, token, self._log)
-                session.extra["listener"] = (scope, None)
+                url, served.listener = await self._nursery.start(serve_http, tools, token, self._log)
                 return [
                     {
                         "type": "http",
@@ -112,8 +122,8 @@ class EditorToolsSetup:
                 agent=getattr(agent, "id", None),
             )
         path = self._socket_path()
-        scope = await self._nursery.start(self._listen, path, token, tools)
-        session.extra["listener"] = (scope, path)
+        served.listener = await self._nursery.start(self._listen, path, token, tools)
+        served.socket_path = path
         return [
             {
                 "name": SERVER_NAME,
@@ -127,7 +137,8 @@ class EditorToolsSetup:
         ]
 
     def turn_started(self, session: Any, request: Any) -> None:
-        tools: SessionTools | None = session.extra.get("tools")
+        served = self._served.get(session.key)
+        tools = served.tools if served is not None else None
         if tools is not None and tools.update(list(request.tools)) and self._nursery is not None:
             self._log.info(
                 "the editor's tools changed; telling the agent",
@@ -137,15 +148,16 @@ class EditorToolsSetup:
             self._nursery.start_soon(tools.notify_changed)
 
     async def session_closed(self, session: Any) -> None:
-        listener = session.extra.pop("listener", None)
-        if listener is not None:
-            scope, path = listener
-            scope.cancel()
-            if path is not None:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+        served = self._served.pop(session.key, None)
+        if served is None:
+            return
+        if served.listener is not None:
+            served.listener.cancel()
+        if served.socket_path is not None:
+            try:
+                os.unlink(served.socket_path)
+            except FileNotFoundError:
+                pass
 
     # -- sockets ----------------------------------------------------------------------------------------------
 
@@ -210,7 +222,7 @@ class _Prefixed(trio.abc.Stream):
         self._stream = stream
         self._prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             data, self._prefix = self._prefix, b""
             return data
@@ -221,9 +233,6 @@ class _Prefixed(trio.abc.Stream):
 
     async def wait_send_all_might_not_block(self) -> None:
         await self._stream.wait_send_all_might_not_block()
-
-    async def send_eof(self) -> None:
-        await self._stream.send_eof()  # type: ignore[attr-defined]
 
     async def aclose(self) -> None:
         await self._stream.aclose()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
@@ -25,6 +25,7 @@ from bridge.acp.vocabulary import STOP_REASONS
 from bridge.errors import AgentError, AgentReplyError, InternalError, RpcError
 
 from .machine import (
+    Action,
     AgentExited,
     AgentUpdates,
     AnswerPermission,
@@ -33,6 +34,7 @@ from .machine import (
     EditorTurn,
     Emit,
     EndTurn,
+    Event,
     InvocationWithdrawn,
     PermissionRequest,
     PromptFailed,
@@ -42,14 +44,15 @@ from .machine import (
     SendPrompt,
     SessionClosed,
     SessionMachine,
-    State,
     Tick,
     ToolInvocation,
 )
 from .permissions import cancelled_outcome
 from .render import load_schema, needs_schema, prompt_usage, schema_loaded
 
-__all__ = ["AgentLink", "TurnOutcome", "SessionActor", "PartSink"]
+__all__ = ["AgentLink", "PartSink", "SessionActor", "TurnOutcome"]
+
+T = TypeVar("T")
 _SESSION_ENDED = "The session ended; the tool call was withdrawn."
 _UPDATE_SLOTS = 256
 
@@ -86,7 +89,7 @@ class TurnOutcome:
 
 
 class _Turn:
-    __slots__ = ("sink", "done", "outcome", "broken")
+    __slots__ = ("broken", "done", "outcome", "sink")
 
     def __init__(self, sink: PartSink) -> None:
         self.sink = sink
@@ -95,15 +98,15 @@ class _Turn:
         self.broken = False  # the editor stopped listening: skip further parts
 
 
-class _Waiter:
+class _Waiter(Generic[T]):
     """A permission request or tool call waiting for the machine's answer; ``fallback`` is its answer when the
     session ends before the machine could give one."""
 
-    __slots__ = ("done", "value", "fallback")
+    __slots__ = ("done", "fallback", "value")
 
-    def __init__(self, fallback: Any) -> None:
+    def __init__(self, fallback: T) -> None:
         self.done = trio.Event()
-        self.value: Any = None
+        self.value: T = fallback  # the answer, once ``done`` is set
         self.fallback = fallback
 
     def give_up(self) -> None:
@@ -116,7 +119,7 @@ class SessionActor:
         self.session_id = session_id
         self.machine = machine
         self._log = log.bind(session=session_id)
-        self._inbox_send, self._inbox = trio.open_memory_channel[object](math.inf)
+        self._inbox_send, self._inbox = trio.open_memory_channel[Event | _CloseRequest](math.inf)
         self._update_slots = trio.Semaphore(_UPDATE_SLOTS)
         self._turns: dict[Hashable, _Turn] = {}
         self._closing_reason: str | None = None
@@ -142,17 +145,18 @@ class SessionActor:
 
     async def _loop(self) -> None:
         machine = self.machine
-        while machine.state is not State.CLOSED:
+        while not machine.closed:
             deadline = machine.deadline
+            event: Event | _CloseRequest
             if deadline is None:
-                event: object = await self._inbox.receive()
+                event = await self._inbox.receive()
             else:
                 event = Tick()
                 with trio.move_on_at(deadline):
                     event = await self._inbox.receive()
             # Take whatever else is queued without yielding, then carry out all the actions together: a flood of
             # updates becomes a few large parts and writes instead of one per update.
-            actions: list[object] = []
+            actions: list[Action] = []
             while True:
                 if _needs_schema(event):
                     await self._execute(actions)
@@ -161,7 +165,7 @@ class SessionActor:
                     # loop: other sessions carry on meanwhile; this one keeps its order.
                     await trio.to_thread.run_sync(load_schema, abandon_on_cancel=True)
                 actions += self._handle(event)
-                if machine.state is State.CLOSED or len(actions) > 1024:
+                if machine.closed or len(actions) > 1024:
                     break
                 try:
                     event = self._inbox.receive_nowait()
@@ -169,12 +173,11 @@ class SessionActor:
                     break
             await self._execute(actions)
 
-    def _handle(self, event: object) -> list[object]:
-        kind = type(event)
-        if kind is AgentUpdates:
+    def _handle(self, event: Event | _CloseRequest) -> list[Action]:
+        if isinstance(event, _CloseRequest):
+            return self.machine.close(event.reason, trio.current_time())
+        if isinstance(event, AgentUpdates):
             self._update_slots.release()
-        elif kind is _CloseRequest:
-            return self.machine.close(event.reason, trio.current_time())  # type: ignore[attr-defined]
         return self.machine.handle(event, trio.current_time())
 
     def _answer_leftovers(self) -> None:
@@ -183,52 +186,48 @@ class SessionActor:
                 event = self._inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-            if type(event) is EditorTurn:
-                self._finish_turn(EndTurn(event.turn, reroute=True))
-            elif type(event) is PermissionRequest:
-                event.request.give_up()
-            elif type(event) is ToolInvocation:
-                event.invocation.give_up()
+            match event:
+                case EditorTurn(turn=turn):
+                    self._finish_turn(EndTurn(turn, reroute=True))
+                case PermissionRequest(request=_Waiter() as waiter) | ToolInvocation(invocation=_Waiter() as waiter):
+                    waiter.give_up()
         for turn_id in list(self._turns):
             self._finish_turn(EndTurn(turn_id, reroute=True))
 
-    async def _execute(self, actions: list[object]) -> None:
+    async def _execute(self, actions: list[Action]) -> None:
         for action in _coalesce_text(actions):
-            kind = type(action)
-            if kind is Emit:
-                turn = self._turns.get(action.turn)
-                if turn is not None and not turn.broken:
-                    try:
-                        await turn.sink(action.part)
-                    except Exception as exc:  # the editor is gone: keep the agent's output for its return
-                        self._log.info("editor stopped listening; keeping the turn's output", error=str(exc))
-                        turn.broken = True
-                        self._inbox_send.send_nowait(EditorGone(action.turn))
-            elif kind is EndTurn:
-                self._finish_turn(action)
-            elif kind is SendPrompt:
-                # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
-                reply = self.agent.send_request(
-                    "session/prompt", {"sessionId": self.session_id, "prompt": action.blocks}
-                )
-                # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
-                answered = _Flag()
-                reply.on_answer(lambda result, error, answered=answered: self._prompt_answered(answered, result, error))
-                self._nursery.start_soon(self._prompt_lost, reply, answered)
-            elif kind is SendCancel:
-                self.agent.notify("session/cancel", {"sessionId": self.session_id})
-            elif kind is AnswerPermission:
-                if action.unreadable is not None:
-                    self._log.warning(
-                        "could not read the editor's answer to a permission request; rejecting",
-                        answer=action.unreadable,
-                    )
-                _answer(action.request, action.outcome)
-            elif kind is ResolveInvocation:
-                _answer(action.invocation, (action.result, action.reason))
-            elif kind is SessionClosed:
-                self._log.info("session closed", reason=action.reason)
-                self.closed = True
+            match action:
+                case Emit(turn=turn_id, part=part):
+                    turn = self._turns.get(turn_id)
+                    if turn is not None and not turn.broken:
+                        try:
+                            await turn.sink(part)
+                        except Exception as exc:  # the editor is gone: keep the agent's output for its return
+                            self._log.info("editor stopped listening; keeping the turn's output", error=str(exc))
+                            turn.broken = True
+                            self._inbox_send.send_nowait(EditorGone(turn_id))
+                case EndTurn():
+                    self._finish_turn(action)
+                case SendPrompt(blocks=blocks):
+                    # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
+                    reply = self.agent.send_request("session/prompt", {"sessionId": self.session_id, "prompt": blocks})
+                    # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
+                    answered = _Flag()
+                    reply.on_answer(lambda result, error, flag=answered: self._prompt_answered(flag, result, error))
+                    self._nursery.start_soon(self._prompt_lost, reply, answered)
+                case SendCancel():
+                    self.agent.notify("session/cancel", {"sessionId": self.session_id})
+                case AnswerPermission(request=waiter, outcome=outcome, unreadable=unreadable):
+                    if unreadable is not None:
+                        self._log.warning(
+                            "could not read the editor's answer to a permission request; rejecting", answer=unreadable
+                        )
+                    _answer(waiter, outcome)
+                case ResolveInvocation(invocation=waiter, result=result, reason=reason):
+                    _answer(waiter, (result, reason))
+                case SessionClosed(reason=reason):
+                    self._log.info("session closed", reason=reason)
+                    self.closed = True
         self.last_active = trio.current_time()
 
     def _finish_turn(self, action: EndTurn) -> None:
@@ -239,8 +238,9 @@ class SessionActor:
 
     def _prompt_answered(self, answered: _Flag, result: Any, error: BaseException | None) -> None:
         answered.value = True
+        event: Event
         if error is not None:
-            event: object = PromptFailed(self._agent_failure(error))
+            event = PromptFailed(self._agent_failure(error))
         else:
             stop_reason = result.get("stopReason") if isinstance(result, dict) else None
             if stop_reason in STOP_REASONS:
@@ -322,7 +322,7 @@ class SessionActor:
         await self.on_agent_updates([params])
 
     async def on_permission_request(self, params: dict[str, Any], context: Any) -> dict[str, Any]:
-        waiter = _Waiter(cancelled_outcome())
+        waiter: _Waiter[dict[str, Any]] = _Waiter(cancelled_outcome())
         if not self._send_nowait(PermissionRequest(waiter, params)):
             return waiter.fallback
         await self._wait(waiter, context.cancel_requested)
@@ -333,7 +333,7 @@ class SessionActor:
     ) -> tuple[dict[str, Any] | None, str]:
         """A tool call from the synthetic MCP server: blocks until the editor's result arrives or the call is
         withdrawn. Returns ``(tool_result part, "")`` or ``(None, reason)``."""
-        waiter = _Waiter((None, _SESSION_ENDED))
+        waiter: _Waiter[tuple[dict[str, Any] | None, str]] = _Waiter((None, _SESSION_ENDED))
         if not self._send_nowait(ToolInvocation(waiter, name, arguments)):
             return waiter.fallback
         await self._wait(waiter, cancel_requested)
@@ -344,7 +344,7 @@ class SessionActor:
 
     # -- helpers ---------------------------------------------------------------------------------------------
 
-    async def _wait(self, waiter: _Waiter, cancel_requested: trio.Event) -> None:
+    async def _wait(self, waiter: _Waiter[Any], cancel_requested: trio.Event) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._cancel_on, cancel_requested, InvocationWithdrawn(waiter))
@@ -354,12 +354,16 @@ class SessionActor:
             if not waiter.done.is_set() and not self._send_nowait(InvocationWithdrawn(waiter)):
                 waiter.give_up()
 
-    async def _cancel_on(self, event: trio.Event, message: object) -> None:
+    async def _cancel_on(self, event: trio.Event, message: EditorCancel | InvocationWithdrawn) -> None:
         await event.wait()
-        if not self._send_nowait(message) and type(message) is InvocationWithdrawn:
+        if (
+            not self._send_nowait(message)
+            and isinstance(message, InvocationWithdrawn)
+            and isinstance(message.invocation, _Waiter)
+        ):
             message.invocation.give_up()
 
-    def _send_nowait(self, event: object) -> bool:
+    def _send_nowait(self, event: Event | _CloseRequest) -> bool:
         try:
             self._inbox_send.send_nowait(event)
         except trio.ClosedResourceError:
@@ -367,23 +371,25 @@ class SessionActor:
         return True
 
 
-def _coalesce_text(actions: list[object]) -> list[object]:
+def _coalesce_text(actions: list[Action]) -> list[Action]:
     """Adjacent text parts for the same turn become one part: the editor gets the same text in fewer messages."""
-    out: list[object] = []
-    run: list[str] = []  # text of a run of text Emits, ending at out[-1]
+    out: list[Action] = []
+    run: list[str] = []  # text of a run of text Emits for ``run_turn``, ending at out[-1]
+    run_turn: Hashable = None
 
     def close_run() -> None:
         if len(run) > 1:
-            out[-1] = Emit(out[-1].turn, {"type": "text", "value": "".join(run)})  # type: ignore[attr-defined]
+            out[-1] = Emit(run_turn, {"type": "text", "value": "".join(run)})
         run.clear()
 
     for action in actions:
-        if type(action) is Emit and action.part["type"] == "text":
-            if run and out[-1].turn == action.turn:  # type: ignore[attr-defined]
+        if isinstance(action, Emit) and action.part["type"] == "text":
+            if run and run_turn == action.turn:
                 run.append(action.part["value"])
                 continue
             close_run()
             run.append(action.part["value"])
+            run_turn = action.turn
         else:
             close_run()
         out.append(action)
@@ -392,7 +398,7 @@ def _coalesce_text(actions: list[object]) -> list[object]:
 
 
 def _needs_schema(event: object) -> bool:
-    return type(event) is AgentUpdates and not schema_loaded() and any(map(needs_schema, event.updates))
+    return isinstance(event, AgentUpdates) and not schema_loaded() and any(map(needs_schema, event.updates))
 
 
 class _Flag:
@@ -407,7 +413,7 @@ class _CloseRequest:
     reason: str
 
 
-def _answer(waiter: Any, value: Any) -> None:
+def _answer(waiter: Hashable, value: Any) -> None:
     if isinstance(waiter, _Waiter) and not waiter.done.is_set():
         waiter.value = value
         waiter.done.set()

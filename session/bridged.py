@@ -15,27 +15,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from .messages import object_at, string_at
+
 __all__ = ["is_bridged_tool"]
 
 
 def is_bridged_tool(tool_call: dict[str, Any], server: str) -> bool:
     """Does this ACP tool call (a ``tool_call``/``tool_call_update`` or a permission request's ``toolCall``) concern
     a tool of the MCP server named ``server``?"""
-    title = tool_call.get("title") if isinstance(tool_call.get("title"), str) else ""
-    call_id = tool_call.get("toolCallId") if isinstance(tool_call.get("toolCallId"), str) else ""
-    raw_input = tool_call.get("rawInput") if isinstance(tool_call.get("rawInput"), dict) else {}
+    title = string_at(tool_call, "title")
+    call_id = string_at(tool_call, "toolCallId")
+    raw_input = object_at(tool_call, "rawInput")
     if server in (raw_input.get("server"), raw_input.get("server_name"), raw_input.get("serverName")):
         return True
     claude_prefix = f"mcp__{server}__"
-    meta = tool_call.get("_meta")
-    claude = meta.get("claudeCode") if isinstance(meta, dict) else None
-    tool_name = claude.get("toolName") if isinstance(claude, dict) else None
-    if isinstance(tool_name, str) and tool_name.startswith(claude_prefix):
+    if string_at(object_at(object_at(tool_call, "_meta"), "claudeCode"), "toolName").startswith(claude_prefix):
         return True
     return (
-        title.startswith(claude_prefix)
-        or call_id.startswith(claude_prefix)
-        or title.startswith(f"Tool: {server}/")
+        title.startswith((claude_prefix, f"Tool: {server}/"))
+        or call_id.startswith((claude_prefix, f"mcp_{server}_"))
         or title.endswith(f"({server} MCP Server)")
-        or call_id.startswith(f"mcp_{server}_")
     )

@@ -42,13 +42,13 @@ from typing import Any
 from .messages import MessageError, check_message, digest, normalize, normalize_parts
 
 __all__ = [
-    "MatchKind",
-    "HistoryMatch",
+    "EMPTY_CHAIN",
     "Conversation",
     "ConversationIndex",
-    "chain_step",
+    "HistoryMatch",
+    "MatchKind",
     "chain_of",
-    "EMPTY_CHAIN",
+    "chain_step",
 ]
 
 EMPTY_CHAIN = b"\0" * 16
@@ -187,7 +187,7 @@ class ConversationIndex:
         known = found.messages
         agreed = min(len(known), tail)
         if messages[:agreed] != known[:agreed]:
-            agreed = next(i for i, (a, b) in enumerate(zip(messages[:agreed], known[:agreed])) if a != b)
+            agreed = next(i for i, (a, b) in enumerate(zip(messages[:agreed], known[:agreed], strict=True)) if a != b)
         for index in range(agreed, tail):
             check_message(messages[index], f"messages[{index}]")
         new = messages[tail:]

@@ -34,37 +34,39 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from .messages import ACP_UPDATE_MIME_TYPE
 from .permissions import PermissionPolicy, cancelled_outcome
 from .render import ActivityRenderer, acp_update_part
 
 __all__ = [
-    "State",
     "TRANSITIONS",
-    "TurnOptions",
-    "EditorTurn",
-    "EditorCancel",
-    "EditorGone",
+    "Action",
+    "AgentExited",
     "AgentUpdate",
     "AgentUpdates",
-    "PermissionRequest",
-    "ToolInvocation",
-    "InvocationWithdrawn",
-    "PromptFinished",
-    "PromptFailed",
-    "AgentExited",
-    "Tick",
-    "SendPrompt",
-    "SendCancel",
+    "AnswerPermission",
+    "EditorCancel",
+    "EditorGone",
+    "EditorTurn",
     "Emit",
     "EndTurn",
-    "AnswerPermission",
+    "Event",
+    "IllegalTransition",
+    "InvocationWithdrawn",
+    "PermissionRequest",
+    "PromptFailed",
+    "PromptFinished",
     "ResolveInvocation",
+    "SendCancel",
+    "SendPrompt",
     "SessionClosed",
     "SessionMachine",
-    "IllegalTransition",
+    "State",
+    "Tick",
+    "ToolInvocation",
+    "TurnOptions",
 ]
 
 
@@ -180,6 +182,21 @@ class AgentExited:
 class Tick:
     """Time passed (the shell sends this when ``deadline`` is reached)."""
 
+
+Event = (
+    EditorTurn
+    | EditorCancel
+    | EditorGone
+    | AgentUpdate
+    | AgentUpdates
+    | PermissionRequest
+    | ToolInvocation
+    | InvocationWithdrawn
+    | PromptFinished
+    | PromptFailed
+    | AgentExited
+    | Tick
+)
 
 # -- actions -----------------------------------------------------------------------------------------------------
 
@@ -338,6 +355,10 @@ class SessionMachine:
         return None
 
     @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    @property
     def prompt_running(self) -> bool:
         return self._prompt_running
 
@@ -366,7 +387,7 @@ class SessionMachine:
 
     # -- the one entry point ---------------------------------------------------------------------------------
 
-    def handle(self, event: object, now: float) -> list[Action]:
+    def handle(self, event: Event, now: float) -> list[Action]:
         out: list[Action] = []
         handler = self._handlers[type(event)]
         handler(self, event, now, out)
@@ -762,7 +783,7 @@ class SessionMachine:
         pending = self._pending.pop(call_id)
         self._by_key.pop(pending.key, None)
 
-    _handlers: dict[type, Callable[..., None]] = {
+    _handlers: ClassVar[Mapping[type, Callable[..., None]]] = {
         EditorTurn: _on_turn,
         EditorCancel: _on_cancel,
         EditorGone: _on_gone,

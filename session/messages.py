@@ -19,16 +19,18 @@ from typing import Any
 from bridge.errors import MessageError
 
 __all__ = [
-    "ROLES",
-    "PART_TYPES",
-    "IGNORABLE_DATA_MIME_TYPES",
     "ACP_UPDATE_MIME_TYPE",
+    "IGNORABLE_DATA_MIME_TYPES",
+    "PART_TYPES",
+    "ROLES",
     "MessageError",
     "check_message",
     "check_part",
+    "digest",
     "normalize",
     "normalize_parts",
-    "digest",
+    "object_at",
+    "string_at",
     "text_of",
 ]
 
@@ -45,6 +47,18 @@ IGNORABLE_DATA_MIME_TYPES = frozenset(
         ACP_UPDATE_MIME_TYPE,
     }
 )
+
+
+def string_at(value: Any, key: str, default: str = "") -> str:
+    """``value[key]`` when ``value`` is an object and that is a string, else ``default`` (reading what peers sent)."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, str) else default
+
+
+def object_at(value: Any, key: str) -> dict[str, Any]:
+    """``value[key]`` when ``value`` is an object and that is an object, else an empty one."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def check_message(message: Any, where: str) -> list[dict[str, Any]]:

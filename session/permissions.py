@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .bridged import is_bridged_tool
+from .messages import object_at, string_at
 
 __all__ = [
     "DEFAULT_PERMISSION_TOOL",
     "READ_KINDS",
     "PermissionPolicy",
-    "permission_tool_schema",
     "cancelled_outcome",
+    "permission_tool_schema",
 ]
 
 DEFAULT_PERMISSION_TOOL = "acp_agent_action"
@@ -95,7 +96,7 @@ class PermissionPolicy:
     def automatic(self, params: dict[str, Any], *, tool_offered: bool) -> dict[str, Any] | None:
         """The outcome to answer without asking the editor, or None to ask."""
         options = _options(params)
-        tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        tool_call = object_at(params, "toolCall")
         if is_bridged_tool(tool_call, self.server_name):
             return _choose(options, "allow_once")
         if self.policy == "allow_all":
@@ -110,13 +111,9 @@ class PermissionPolicy:
 
     def tool_input(self, params: dict[str, Any]) -> dict[str, Any]:
         """The permission tool's input: what a person needs to decide."""
-        tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        tool_call = object_at(params, "toolCall")
         raw_input = tool_call.get("rawInput")
-        title = (
-            tool_call.get("title")
-            if isinstance(tool_call.get("title"), str) and tool_call.get("title")
-            else ("The agent asks for permission")
-        )
+        title = string_at(tool_call, "title") or "The agent asks for permission"
         value: dict[str, Any] = {"title": title, "kind": tool_call.get("kind") or "other"}
         command = _command(raw_input)
         if command:

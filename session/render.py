@@ -24,7 +24,7 @@ from typing import Any
 from .bridged import is_bridged_tool
 from .messages import ACP_UPDATE_MIME_TYPE
 
-__all__ = ["ActivityRenderer", "parse_update", "acp_update_part", "prompt_usage", "Usage"]
+__all__ = ["ActivityRenderer", "Usage", "acp_update_part", "parse_update", "prompt_usage"]
 
 _adapter: Any = None
 
@@ -35,7 +35,8 @@ def _update_adapter() -> Any:
         from acp.schema import SessionNotification
         from pydantic import TypeAdapter
 
-        _adapter = TypeAdapter(SessionNotification.model_fields["update"].annotation)
+        update_type: Any = SessionNotification.model_fields["update"].annotation  # the union of update variants
+        _adapter = TypeAdapter(update_type)
     return _adapter
 
 
@@ -82,7 +83,7 @@ class Usage:
 
 
 class _ToolView:
-    __slots__ = ("title", "started", "ended", "bridged")
+    __slots__ = ("bridged", "ended", "started", "title")
 
     def __init__(self, title: str, bridged: bool) -> None:
         self.title = title

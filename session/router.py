@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import trio
 
 from bridge.errors import AgentReplyError, InternalError
 
-from .actor import PartSink, SessionActor, TurnOutcome
+from .actor import AgentLink, PartSink, SessionActor, TurnOutcome
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
 from .permissions import PermissionPolicy
@@ -30,19 +30,18 @@ from .transcript import prompt_blocks, trailing_input, transcript
 
 __all__ = ["AgentHandle", "AgentProvider", "ChatRequest", "RouterSettings", "SessionRouter", "SessionSetup"]
 
+R = TypeVar("R")
 
-class AgentHandle(Protocol):
-    id: str
+
+class AgentHandle(AgentLink, Protocol):
+    """A running agent as the router sees it (``bridge.acp.process.AgentProcess`` provides it)."""
+
     info: Any
-    alive: bool
 
-    async def request(self, method: str, params: dict[str, Any]) -> Any: ...
-
-    def notify(self, method: str, params: dict[str, Any]) -> None: ...
+    @property
+    def alive(self) -> bool: ...
 
     def attach(self, session_id: str, endpoint: Any) -> list[dict[str, Any]]: ...
-
-    def detach(self, session_id: str) -> None: ...
 
 
 class AgentProvider(Protocol):
@@ -95,7 +94,6 @@ class LiveSession:
     last_used: float = 0.0
     close_reason: str | None = None
     retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
-    extra: dict[str, Any] = field(default_factory=dict)  # owned by the SessionSetup
 
 
 class _NoopSetup:
@@ -163,12 +161,16 @@ class SessionRouter:
                 done, opened = await _unless(cancel_requested, self._new_session_turn, index, match, request, turn_id)
                 if not done:
                     return TurnOutcome("cancelled")
-                session, turn = opened
+                assert opened is not None
+                new_session, turn = opened
+                session = new_session
             else:
-                session = self._sessions.get(match.conversation.key)
-                if session is None:  # its session is gone; its record will be too
+                assert match.conversation is not None  # every match but NO_MATCH names its conversation
+                known = self._sessions.get(match.conversation.key)
+                if known is None:  # its session is gone; its record will be too
                     index.forget(match.conversation)
                     continue
+                session = known
                 if not session.ready.is_set():
                     done, _ = await _unless(cancel_requested, session.ready.wait)
                     if not done:
@@ -375,7 +377,7 @@ class SessionRouter:
         excess = len(live) + 1 - limit
         if excess <= 0:
             return
-        idle = sorted((s for s in live if s.actor.machine.idle), key=lambda s: s.last_used)
+        idle = sorted((s for s in live if s.actor is not None and s.actor.machine.idle), key=lambda s: s.last_used)
         for session in idle[:excess]:
             self._log.info("closing the least recently used session", session=session.session_id, cap=limit)
             self._close(session, "session cap reached")
@@ -396,9 +398,9 @@ class SessionRouter:
                     self._close(session, "idle timeout")
 
 
-async def _unless(cancel_requested: trio.Event, work: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+async def _unless(cancel_requested: trio.Event, work: Callable[..., Awaitable[R]], *args: Any) -> tuple[bool, R | None]:
     """``await work(*args)``, abandoned as soon as ``cancel_requested`` is set: ``(finished, result)``."""
-    outcome: list[Any] = []
+    outcome: list[tuple[bool, R] | Exception] = []
     async with trio.open_nursery() as nursery:
 
         async def watch() -> None:
@@ -415,7 +417,8 @@ async def _unless(cancel_requested: trio.Event, work: Callable[..., Any], *args:
         return False, None
     if isinstance(outcome[0], Exception):
         raise outcome[0]
-    return outcome[0]
+    finished, result = outcome[0]
+    return finished, result
 
 
 def _without_tool_results(message: dict[str, Any]) -> dict[str, Any]:

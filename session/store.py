@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StoredSession", "SessionStore", "default_state_path"]
+__all__ = ["SessionStore", "StoredSession", "default_state_path"]
 
 _VERSION = 1
 

@@ -2,8 +2,8 @@
 ACP session with a conversation it has not seen.
 
 Owns both text formats. Blocks the bridge writes as context start with ``CONTEXT_PREFIX`` so that agents built for
-tests (the demo agent) can tell them from the user's words. The transcript lists user and assistant text, tool calls and tool
-results, one entry per part, with long tool payloads shortened.
+tests (the demo agent) can tell them from the user's words. The transcript lists user and assistant text, tool calls
+and tool results, one entry per part, with long tool payloads shortened.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .messages import string_at
+
 __all__ = [
     "CONTEXT_PREFIX",
-    "TRANSCRIPT_HEADER",
     "EDITOR_INSTRUCTIONS_HEADER",
-    "transcript",
+    "TRANSCRIPT_HEADER",
     "prompt_blocks",
     "trailing_input",
+    "transcript",
 ]
 
 CONTEXT_PREFIX = "[lmbridge]"  # starts every block that is context written by the bridge, not the user's words
@@ -49,25 +51,25 @@ def _result_text(part: dict[str, Any]) -> str:
     return "".join(pieces)
 
 
+def _flush_text(lines: list[str], label: str, text: list[str]) -> None:
+    body = "".join(text).strip()
+    if body:
+        lines.append(f"{label}: {body}")
+    text.clear()
+
+
 def transcript(messages: list[dict[str, Any]]) -> str:
     """The compact transcript of ``messages`` (checked editor messages), starting with the header line."""
     lines = [TRANSCRIPT_HEADER]
     for message in messages:
-        label = _ROLE_LABEL.get(message.get("role"), "User")
+        label = _ROLE_LABEL.get(string_at(message, "role"), "User")
         text: list[str] = []
-
-        def flush() -> None:
-            body = "".join(text).strip()
-            if body:
-                lines.append(f"{label}: {body}")
-            text.clear()
-
         for part in _content(message):
             kind = part.get("type")
             if kind == "text":
                 text.append(part["value"])
                 continue
-            flush()
+            _flush_text(lines, label, text)
             if kind == "tool_call":
                 lines.append(
                     f"{label} called tool {part['name']} (call {part['callId']}) with {_short(part.get('input'))}"
@@ -77,7 +79,7 @@ def transcript(messages: list[dict[str, Any]]) -> str:
                 lines.append(f"Tool call {part['callId']} {status}: {_short(_result_text(part))}")
             elif kind == "data" and str(part.get("mimeType", "")).startswith("image/"):
                 lines.append(f"{label}: [image {part['mimeType']}]")
-        flush()
+        _flush_text(lines, label, text)
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ def test_stop_reasons_are_the_acp_schemas() -> None:
 
     from bridge.acp.vocabulary import STOP_REASONS
 
-    assert STOP_REASONS == typing.get_args(PromptResponse.model_fields["stop_reason"].annotation)
+    assert typing.get_args(PromptResponse.model_fields["stop_reason"].annotation) == STOP_REASONS
 
 
 def test_protocol_version_is_the_sdks() -> None:

@@ -270,7 +270,7 @@ async def test_mistakes_in_scenario_files_exit_2_naming_the_file_and_the_key(tmp
     }
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)
-        code, out, err = await lmbridge("test", str(tmp_path / name))
+        code, _out, err = await lmbridge("test", str(tmp_path / name))
         assert code == 2 and f"{tmp_path / name}: {message}" in err, (name, err)
     code, _, err = await lmbridge("test", "--check", "speed", str(tmp_path / "unknown.toml"))
     assert code == 2 and "lmbridge test: --check: unknown check 'speed'" in err

@@ -224,19 +224,19 @@ def test_tool_results_identify_their_session_even_when_the_rest_is_rerendered(pl
 def test_interleaved_conversations_stay_apart(played_list) -> None:
     # Merge the indexes of several conversations into one, as a single bridge would hold them.
     index = ConversationIndex()
-    for n, (bridge, history, _response, conversation) in enumerate(played_list):
+    for n, (_bridge, _history, _response, conversation) in enumerate(played_list):
         copy_ = index.create(f"conv{n}")
         index.commit(copy_, conversation.messages, 0, conversation.agreed)
         copy_.provisional = conversation.provisional
         index.add_pending_calls(copy_, conversation.pending_calls)
-    for n, (bridge, history, _response, _conversation) in enumerate(played_list):
+    for n, (_bridge, history, _response, _conversation) in enumerate(played_list):
         match = index.match(history + [user_text("more")])
-        first_words = [h for h in history if h["role"] == "user"][0]
+        first_words = next(h for h in history if h["role"] == "user")
         # Identical opening messages are indistinguishable until they differ; otherwise each finds its own.
         same_start = [
             m
             for m, (_, other, _, _) in enumerate(played_list)
-            if [h for h in other if h["role"] == "user"][0] == first_words
+            if next(h for h in other if h["role"] == "user") == first_words
         ]
         if len(same_start) == 1:
             assert match.conversation.key == f"conv{n}" and match.kind is MatchKind.CONTINUATION

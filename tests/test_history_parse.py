@@ -42,7 +42,7 @@ def test_a_continued_history_reuses_the_parsed_messages() -> None:
     assert second == json.loads(chat(longer, 2))
     assert parser.reused_messages == 3 and parser.parsed_messages == 5
     # The repeated messages are the very objects of the first parse: history matching compares them by identity.
-    assert all(a is b for a, b in zip(second["params"]["messages"], first["params"]["messages"]))
+    assert all(a is b for a, b in zip(second["params"]["messages"], first["params"]["messages"], strict=False))
     # The same history once more (a retry): all reused, nothing parsed.
     third = parser(chat(longer, 3))
     assert third["params"]["messages"] == longer and parser.reused_messages == 8 and parser.parsed_messages == 5

@@ -117,7 +117,7 @@ async def test_an_error_result_rejects(live: Bridge) -> None:
 
 
 async def test_moving_on_cancels_the_request_and_the_prompt(live: Bridge) -> None:
-    history, reply = await ask(live, "/permission deploy\n/say deployed")
+    history, _reply = await ask(live, "/permission deploy\n/say deployed")
     history.append(user("/say never mind that"))
     final = await live.chat(history, model="asks", tools=[PERMISSION_TOOL])
     assert final.text == "never mind that\n" and "deployed" not in final.text

@@ -199,7 +199,7 @@ async def test_concurrent_first_requests_of_one_conversation_share_a_session(
 ) -> None:
     agent = FakeAgent()
     agent.session_new_gate = trio.Event()
-    router, editor = await start_router(nursery, agent)
+    _router, editor = await start_router(nursery, agent)
     results: list[Any] = []
 
     async def answer_every_prompt() -> None:
@@ -226,7 +226,7 @@ async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves
     nursery: trio.Nursery, autojump_clock
 ) -> None:
     agent = FakeAgent(honours_cancel=False)
-    router, editor = await start_router(nursery, agent, cancel_drain_timeout=10)
+    _router, editor = await start_router(nursery, agent, cancel_drain_timeout=10)
     cancel = trio.Event()
     first: list[Any] = []
 
@@ -252,7 +252,7 @@ async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves
 
 async def test_an_agent_error_ends_the_turn_and_the_session_survives(nursery: trio.Nursery, autojump_clock) -> None:
     agent = FakeAgent()
-    router, editor = await start_router(nursery, agent)
+    _router, editor = await start_router(nursery, agent)
 
     async def fail() -> None:
         await agent.prompt_started.wait()

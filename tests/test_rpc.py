@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from bridge.errors import RpcError
 from bridge.rpc.connection import (
     ACP_CANCEL,
     EDITOR_CANCEL,
@@ -17,7 +18,6 @@ from bridge.rpc.connection import (
     MethodTable,
     StreamWire,
 )
-from bridge.errors import RpcError
 
 
 def connection_pair(left: MethodTable, right: MethodTable, *, style=EDITOR_CANCEL, max_message_bytes=1 << 20):

@@ -221,19 +221,21 @@ async def test_malformed_binary_and_oversized_frames(tmp_path: Path, agents_toml
 
 
 async def test_limits_on_connections_and_requests_in_flight(tmp_path: Path, agents_toml: Path) -> None:
-    async with serving(tmp_path, agents_toml, "--max-connections", "1", "--max-requests", "1") as live:
-        async with live.client() as client:
-            with pytest.raises(trio_websocket.HandshakeError) as refused:
-                async with trio_websocket.open_websocket_url(
-                    live.url, extra_headers=[(b"authorization", f"Bearer {live.token}".encode())]
-                ):
-                    pass
-            assert refused.value.status_code == 503 and b"too many connections" in refused.value.body
-            slow = await client.start_chat("scripted", [user("/sleep 2000")])
-            with pytest.raises(Exception) as busy:
-                await client.request("lm/models", {})
-            assert getattr(busy.value, "code", None) == -32004 and "limit is 1" in busy.value.message
-            assert (await slow.result()).stop_reason == "end_turn"
+    async with (
+        serving(tmp_path, agents_toml, "--max-connections", "1", "--max-requests", "1") as live,
+        live.client() as client,
+    ):
+        with pytest.raises(trio_websocket.HandshakeError) as refused:
+            async with trio_websocket.open_websocket_url(
+                live.url, extra_headers=[(b"authorization", f"Bearer {live.token}".encode())]
+            ):
+                pass
+        assert refused.value.status_code == 503 and b"too many connections" in refused.value.body
+        slow = await client.start_chat("scripted", [user("/sleep 2000")])
+        with pytest.raises(Exception) as busy:
+            await client.request("lm/models", {})
+        assert getattr(busy.value, "code", None) == -32004 and "limit is 1" in busy.value.message
+        assert (await slow.result()).stop_reason == "end_turn"
 
 
 async def test_idle_connections_are_closed(tmp_path: Path, agents_toml: Path) -> None:
@@ -306,15 +308,14 @@ async def test_tls(tmp_path: Path, agents_toml: Path) -> None:
 async def test_sigterm_cancels_turns_and_leaves_no_agent_process(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
-    async with serving(tmp_path, agents_toml) as live:
-        async with live.client() as client:
-            turn = await client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
-            with trio.fail_after(30):
-                await turn.first_part.wait()
-            live.process.send_signal(signal.SIGTERM)
-            with trio.fail_after(15):
-                result = await turn.result()
-                assert await live.process.wait() == 0
+    async with serving(tmp_path, agents_toml) as live, live.client() as client:
+        turn = await client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
+        with trio.fail_after(30):
+            await turn.first_part.wait()
+        live.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(15):
+            result = await turn.result()
+            assert await live.process.wait() == 0
     assert result.stop_reason == "cancelled"
     assert processes_with_marker(marker) == []
 

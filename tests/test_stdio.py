@@ -321,10 +321,11 @@ async def test_logs_go_to_stderr_and_stdout_carries_protocol_only(tmp_path: Path
 async def test_cancel_while_the_agent_is_still_starting_is_prompt(tmp_path: Path, marker: str) -> None:
     config = tmp_path / "slow.toml"
     # An agent that takes 20 s before it even starts speaking ACP.
+    late_start = "import time, runpy; time.sleep(20); runpy.run_module('bridge.demo', run_name='__main__')"
     config.write_text(f"""
 [agents.slow]
 command = "{__import__("sys").executable}"
-args = ["-c", "import time, runpy, sys; time.sleep(20); sys.argv = ['demo']; runpy.run_module('bridge.demo', run_name='__main__')"]
+args = ["-c", "{late_start}"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 """)
     async with open_bridge(tmp_path, config) as live:

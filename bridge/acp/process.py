@@ -37,8 +37,8 @@ from bridge.rpc.connection import (
 from .handshake import AgentInfo, HandshakeError, handshake
 
 __all__ = [
-    "SessionEndpoint",
     "AgentProcess",
+    "SessionEndpoint",
     "StderrTail",
     "agent_environment",
     "stop_process_group",
@@ -345,7 +345,8 @@ class AgentProcess:
     async def _on_permission_request(self, params: Any, context: RequestContext) -> Any:
         if not isinstance(params, dict):
             raise InvalidParams("params", "must be an object")
-        endpoint = self._sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
+        session_id = params.get("sessionId")
+        endpoint = self._sessions.get(session_id) if isinstance(session_id, str) else None
         if endpoint is None:
             self._log.warning(
                 "permission request for an unknown session; answering cancelled", session=params.get("sessionId")

@@ -10,11 +10,14 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge import __version__
 
-__all__ = ["main", "build_parser"]
+if TYPE_CHECKING:  # the config module is imported only once the command line is parsed (start-up time)
+    from bridge.config import Config
+
+__all__ = ["build_parser", "main"]
 
 
 def _common(log_level: str = "info") -> argparse.ArgumentParser:
@@ -182,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
-def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
+def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
     from bridge.daemon.stdio import answer_initialize_early, reserve_stdout
 
     # The editor waits for the answer to initialize while it starts up: give it before importing the rest.
@@ -210,7 +213,7 @@ def _run_stdio(config: Any, tracer: Any, args: argparse.Namespace) -> int:
     )
 
 
-def _run_serve(config: object, tracer: object, args: argparse.Namespace) -> int:
+def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
     import trio
 
     from bridge.daemon.security import ServeError

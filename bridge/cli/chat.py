@@ -24,7 +24,7 @@ import trio
 
 from bridge.editor.client import ChatResult, EditorClient, connect_daemon, spawn_stdio
 
-__all__ = ["run_chat", "EXAMPLE_TOOLS", "run_example_tool"]
+__all__ = ["EXAMPLE_TOOLS", "run_chat", "run_example_tool"]
 
 EXAMPLE_TOOLS = [
     {
@@ -142,13 +142,7 @@ async def _turn(
         )
         with trio.open_signal_receiver(signal.SIGINT) as interrupts:
             async with trio.open_nursery() as nursery:
-
-                async def cancel_on_interrupt() -> None:
-                    async for _signal in interrupts:
-                        terminal.line("  [cancelling…]")
-                        turn.cancel()
-
-                nursery.start_soon(cancel_on_interrupt)
+                nursery.start_soon(_cancel_on_interrupt, interrupts, turn, terminal)
                 result = await turn.result()
                 nursery.cancel_scope.cancel()
         if result.error is not None:
@@ -159,6 +153,12 @@ async def _turn(
             terminal.line(f"  ⏎ {result.stop_reason}")
             return
         history.append(await _answer_tools(terminal, result, permission["name"], root))
+
+
+async def _cancel_on_interrupt(interrupts: Any, turn: Any, terminal: _Terminal) -> None:
+    async for _signal in interrupts:
+        terminal.line("  [cancelling…]")
+        turn.cancel()
 
 
 def _show(terminal: _Terminal, part: dict[str, Any], permission_tool: str) -> None:

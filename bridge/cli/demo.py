@@ -16,7 +16,7 @@ import trio
 
 from bridge.editor.client import ChatResult, EditorClient, spawn_stdio
 
-__all__ = ["run_demo", "DEMO_TOOLS"]
+__all__ = ["DEMO_TOOLS", "run_demo"]
 
 DEMO_TOOLS = [
     {
@@ -123,7 +123,7 @@ async def _demo(args: argparse.Namespace) -> int:
             return 1
         out.line("models → " + ", ".join(f"{m['id']} ({m['name']})" for m in models))
         history: list[dict[str, Any]] = []
-        steps = [
+        steps: list[tuple[str, dict[str, Any]]] = [
             (
                 "Hi! Show me what you can do.\n/think The user wants a tour.\n/plan Greet; Stream; Show activity\n"
                 "/say Streaming works: this sentence arrives in several chunks.\n/run git status",

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,6 @@ class ServeOptions:
     idle_timeout: float = 3600.0
     max_requests: int = 32
     default_cwd: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _UnixListener(trio.abc.Listener[trio.SocketStream]):
@@ -120,7 +119,12 @@ class WebSocketDaemon:
             listeners = [trio.SSLListener(listener, context, https_compatible=True) for listener in listeners]
         return listeners
 
-    async def run(self, listeners: list[Any], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self,
+        listeners: list[Any],
+        *,
+        task_status: trio.TaskStatus[trio_websocket.WebSocketServer] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         """Accept connections until cancelled; they are handled in the ``handlers`` nursery."""
         server = trio_websocket.WebSocketServer(
             self._handle,

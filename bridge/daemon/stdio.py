@@ -19,7 +19,7 @@ from typing import Any
 
 from bridge.config import Config
 
-__all__ = ["serve_stdio", "reserve_stdout", "answer_initialize_early"]
+__all__ = ["answer_initialize_early", "reserve_stdout", "serve_stdio"]
 
 
 def reserve_stdout() -> int:

@@ -81,11 +81,11 @@ class DemoAgent:
         message = event.message
         if event.direction.value == "incoming" and message.get("method") == "session/prompt":
             params = message.get("params") or {}
-            self._prompt_sessions[message.get("id")] = params.get("sessionId")
+            self._prompt_sessions[message.get("id")] = str(params.get("sessionId"))
         elif event.direction.value == "outgoing" and "method" not in message:
-            session_id = self._prompt_sessions.pop(message.get("id"), None)
-            if session_id is not None and session_id in self._turn_ended:
-                self._turn_ended[session_id].set()
+            ended = self._prompt_sessions.pop(message.get("id"), None)
+            if ended is not None and ended in self._turn_ended:
+                self._turn_ended[ended].set()
 
     async def initialize(
         self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **_: Any
@@ -166,7 +166,7 @@ class DemoAgent:
         path = self._state_path(session.id)
         if path is None:
             return
-        os.makedirs(self._state_dir, mode=0o700, exist_ok=True)  # type: ignore[arg-type]
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump({"prompts": session.prompts, "cwd": session.cwd}, handle)
@@ -217,7 +217,7 @@ class DemoAgent:
             self._save(session)
         if stop_reason not in STOP_REASONS:  # /badstop: not something PromptResponse can hold
             return {"stopReason": stop_reason}
-        return PromptResponse(stop_reason=stop_reason)
+        return PromptResponse.model_validate({"stopReason": stop_reason})
 
     async def _run(self, session: _Session, text: str, turn_ended: asyncio.Event) -> str:
         try:
@@ -232,7 +232,7 @@ class DemoAgent:
             handler = getattr(self, f"_do_{step.kind}")
             result = await handler(session, step, turn_ended)
             if result is not None:
-                return result
+                return str(result)
         return "end_turn"
 
     # -- directives ----------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ class DemoAgent:
 
     async def _do_tools(self, session: _Session, step: Step, _: Any, timeout: float | None = None) -> None:
         results = await self._cancellable(session, self._call_tools(session, step.calls, timeout))
-        for (name, _args), (ok, text) in zip(step.calls, results):
+        for (name, _args), (ok, text) in zip(step.calls, results, strict=True):
             await self._say(session, f"tool {name} {'returned' if ok else 'failed'}: {text}")
 
     async def _do_permission(self, session: _Session, step: Step, _: Any) -> None:
@@ -292,7 +292,7 @@ class DemoAgent:
 
     async def _do_permissions(self, session: _Session, step: Step, _: Any) -> None:
         outcomes = await asyncio.gather(*(self._ask(session, title, kind) for title, kind in step.calls))
-        for (title, _kind), chosen in zip(step.calls, outcomes):
+        for (title, _kind), chosen in zip(step.calls, outcomes, strict=True):
             prefix = "permission outcome" if len(step.calls) == 1 else f"permission outcome for {title}"
             await self._say(session, f"{prefix}: {chosen}")
         if "cancelled" in outcomes:
@@ -303,19 +303,22 @@ class DemoAgent:
 
         call_id = f"perm-{uuid.uuid4().hex[:8]}"
         raw_input = {"command": title} if kind == "execute" else {"path": title}
+        # Validated from plain values: the directive parser checked ``kind`` against the schema's tool kinds.
         response = await self._conn.request_permission(
             session_id=session.id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=call_id, title=title, kind=kind, status="pending", raw_input=raw_input
+            tool_call=ToolCallUpdate.model_validate(
+                {"toolCallId": call_id, "title": title, "kind": kind, "status": "pending", "rawInput": raw_input}
             ),
-            options=[PermissionOption(option_id=o, name=n, kind=k) for o, n, k in PERMISSION_OPTIONS],
+            options=[
+                PermissionOption.model_validate({"optionId": o, "name": n, "kind": k}) for o, n, k in PERMISSION_OPTIONS
+            ],
         )
-        return getattr(response.outcome, "option_id", None) or "cancelled"
+        return str(getattr(response.outcome, "option_id", None) or "cancelled")
 
     async def _do_sleep(self, session: _Session, step: Step, _: Any) -> None:
         try:
             await asyncio.wait_for(session.cancelled.wait(), step.number / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return
         raise _Cancelled
 
@@ -438,7 +441,8 @@ def main() -> None:
     import acp
 
     agent = DemoAgent(os.environ.get("LMBRIDGE_DEMO_STATE_DIR") or None)
-    asyncio.run(acp.run_agent(agent, use_unstable_protocol=True, observers=[agent.observe]))
+    # Deliberately not an ``acp.Agent`` (see ``DemoAgent``): the SDK calls only the methods it has.
+    asyncio.run(acp.run_agent(agent, use_unstable_protocol=True, observers=[agent.observe]))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

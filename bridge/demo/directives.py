@@ -244,7 +244,7 @@ def reference() -> str:
     width = max(map(len, usage))
     lines = []
     headed = False
-    for directive, text in zip(rows, usage):
+    for directive, text in zip(rows, usage, strict=True):
         if directive.misbehaviour and not headed:
             lines.append("misbehaviours (for testing ACP test tools; `lmbridge test` catches each one):")
             headed = True

@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Any
 
-__all__ = ["call_tools", "McpConnections"]
+__all__ = ["McpConnections", "call_tools"]
 
 
 class McpConnections:

@@ -1,11 +1,10 @@
 """The editor front: editor protocol v1 (docs/protocol.md), over any JSON-RPC connection.
 
-| module | owns |
-|---|---|
-| ``initialize`` | checking ``initialize`` and building its answer, free of Trio (``lmbridge stdio`` answers it early) |
-| ``connection`` | one editor's connection: ``lm/*`` methods, checks, streaming parts, errors |
-| ``history_parse`` | parsing re-sent histories without parsing the repeated part again |
-| ``client`` | the editor side of the protocol (the demo, ``lmbridge chat``, the harness and the tests use it) |
+- ``initialize``: checking ``initialize`` and building its answer, free of Trio (``lmbridge stdio`` answers it
+  early)
+- ``connection``: one editor's connection: ``lm/*`` methods, checks, streaming parts, errors
+- ``history_parse``: parsing re-sent histories without parsing the repeated part again
+- ``client``: the editor side of the protocol (the demo, ``lmbridge chat``, the harness and the tests use it)
 
 May import: ``bridge.core`` (types only), ``session``, ``bridge.rpc``, ``bridge.config``, ``bridge.errors``,
 ``bridge.observe``. Only the shells (``bridge.daemon``, ``bridge.cli``) import a front.

@@ -18,17 +18,17 @@ from typing import Any
 
 import trio
 
-from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
 from bridge.errors import RpcError
+from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
 
 __all__ = [
     "ChatResult",
     "ChatTurn",
-    "assistant_message",
     "EditorClient",
-    "spawn_stdio",
+    "assistant_message",
     "connect_daemon",
     "lmbridge_command",
+    "spawn_stdio",
 ]
 
 PartCallback = Callable[[dict[str, Any]], None]
@@ -114,10 +114,12 @@ class EditorClient:
     async def initialize(self, **params: Any) -> dict[str, Any]:
         params.setdefault("protocolVersion", 1)
         params.setdefault("clientInfo", {"name": "lmbridge-client", "version": "1"})
-        return await self.request("initialize", params)
+        result: dict[str, Any] = await self.request("initialize", params)
+        return result
 
     async def models(self) -> list[dict[str, Any]]:
-        return (await self.request("lm/models", {}))["models"]
+        models: list[dict[str, Any]] = (await self.request("lm/models", {}))["models"]
+        return models
 
     async def start_chat(
         self,
@@ -147,7 +149,8 @@ class EditorClient:
             self._turns.pop(turn.request.id, None)
 
     async def count_tokens(self, model_id: str, **what: Any) -> int:
-        return (await self.request("lm/countTokens", {"modelId": model_id, **what}))["count"]
+        count: int = (await self.request("lm/countTokens", {"modelId": model_id, **what}))["count"]
+        return count
 
     async def shutdown(self) -> None:
         await self.request("shutdown", None)

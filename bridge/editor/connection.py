@@ -184,7 +184,7 @@ class EditorConnection:
         else:
             self.cancel_turns()
             await self._no_turns.wait()
-        return None
+        return
 
 
 def _object(value: Any, field: str) -> dict[str, Any]:

@@ -31,6 +31,13 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's, as json.decoder skips it
 _JSON_SPACE = " \t\n\r"
 
 
+def _after_space(text: str, index: int) -> int:
+    """The index of the first character at or after ``index`` that is not JSON whitespace."""
+    found = _WHITESPACE.match(text, index)
+    assert found is not None  # the pattern matches the empty string
+    return found.end()
+
+
 class _Unusual(Exception):
     """The message is not laid out as the walk expects: parse it plainly."""
 
@@ -63,11 +70,11 @@ class HistoryReusingParser:
         if len(text) < self.min_chars:
             return parse(text)  # it cannot hold a remembered history, and it is not worth remembering
         try:
-            start = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+            start = _after_space(text, 0)
             if text[start : start + 1] != "{":
                 raise _Unusual
             value, end = self._object(text, start, self._top)
-            if _WHITESPACE.match(text, end).end() != len(text):  # type: ignore[union-attr]
+            if _after_space(text, end) != len(text):
                 raise _Unusual
             return value
         except (_Unusual, StopIteration, ValueError):
@@ -83,27 +90,27 @@ class HistoryReusingParser:
         self, text: str, index: int, special: dict[str, Callable[[str, int], tuple[Any, int]]]
     ) -> tuple[dict[str, Any], int]:
         result: dict[str, Any] = {}
-        index = _WHITESPACE.match(text, index + 1).end()  # type: ignore[union-attr]
+        index = _after_space(text, index + 1)
         if text[index : index + 1] == "}":
             return result, index + 1
         while True:
             if text[index : index + 1] != '"':
                 raise _Unusual
             key, index = scan_json(text, index)
-            index = _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
+            index = _after_space(text, index)
             if text[index : index + 1] != ":":
                 raise _Unusual
-            index = _WHITESPACE.match(text, index + 1).end()  # type: ignore[union-attr]
+            index = _after_space(text, index + 1)
             reader = special.get(key)
             value, index = reader(text, index) if reader is not None else scan_json(text, index)
             result[key] = value  # a repeated key: the last one wins, as in json.loads
-            index = _WHITESPACE.match(text, index).end()  # type: ignore[union-attr]
+            index = _after_space(text, index)
             separator = text[index : index + 1]
             if separator == "}":
                 return result, index + 1
             if separator != ",":
                 raise _Unusual
-            index = _WHITESPACE.match(text, index + 1).end()  # type: ignore[union-attr]
+            index = _after_space(text, index + 1)
 
     def _params_value(self, text: str, index: int) -> tuple[Any, int]:
         if text[index : index + 1] != "{":
@@ -128,16 +135,16 @@ class HistoryReusingParser:
             if not text.startswith(entry.text, index):
                 continue
             messages = list(entry.messages)
-            after = _WHITESPACE.match(text, index + len(entry.text)).end()  # type: ignore[union-attr]
+            after = _after_space(text, index + len(entry.text))
             separator = text[after : after + 1]
             added = 0
             # The old text ended with a complete element; only "," or "]" may follow it (anything else — a
             # number's next digit — means the element itself continues, and this entry does not apply).
             while separator == ",":
-                value, after = scan_json(text, _WHITESPACE.match(text, after + 1).end())  # type: ignore[union-attr]
+                value, after = scan_json(text, _after_space(text, after + 1))
                 messages.append(value)
                 added += 1
-                after = _WHITESPACE.match(text, after).end()  # type: ignore[union-attr]
+                after = _after_space(text, after)
                 separator = text[after : after + 1]
             if separator != "]":
                 continue

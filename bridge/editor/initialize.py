@@ -14,7 +14,7 @@ from bridge import __version__
 from bridge.config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
 from bridge.errors import InvalidParams
 
-__all__ = ["PROTOCOL_VERSION", "EditorHello", "parse_initialize", "initialize_result"]
+__all__ = ["PROTOCOL_VERSION", "EditorHello", "initialize_result", "parse_initialize"]
 
 PROTOCOL_VERSION = 1
 

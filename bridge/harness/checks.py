@@ -1,14 +1,19 @@
 """Conformance checks: what any ACP agent must do, judged from its wire (the ``agent:<id>`` trace of a scenario),
 selectable by name (``lmbridge test --check initialize,cancel`` or a scenario's ``[conformance]`` table).
 
-| check | catches |
-|---|---|
-| ``initialize`` | no or an erroneous ``initialize`` answer, an answer that is not an ``InitializeResponse``, a version other than the one asked for when it is supported; and, asked directly (a probe without lmbridge) for protocol version 99, an error or anything but the latest version it supports |
-| ``session-new`` | ``session/new`` (``load``, ``resume``) failing or answered without a usable, unique ``sessionId``; updates for sessions that do not exist |
-| ``stop-reason`` | prompts answered with an error, with a stop reason ACP does not have, ``cancelled`` without a cancel, or never answered |
-| ``cancel`` | after ``session/cancel``: the prompt not answered, answered with an error or another stop reason than ``cancelled``; permission requests left pending (the client must answer them ``cancelled``) |
-| ``update-schema`` | ``session/update`` and ``session/request_permission`` messages that the ACP schema (SDK models; the JSON schema when given) refuses, and lines that are not JSON |
-| ``tool-calls`` | ``tool_call_update`` for an unknown ``toolCallId``, statuses going backwards or changing after completion, tool calls still pending or in progress when their prompt ended (orphans) |
+- ``initialize``: no or an erroneous ``initialize`` answer, an answer that is not an ``InitializeResponse``, a
+  version other than the one asked for when it is supported; and, asked directly (a probe without lmbridge) for
+  protocol version 99, an error or anything but the latest version it supports
+- ``session-new``: ``session/new`` (``load``, ``resume``) failing or answered without a usable, unique
+  ``sessionId``; updates for sessions that do not exist
+- ``stop-reason``: prompts answered with an error, with a stop reason ACP does not have, ``cancelled`` without a
+  cancel, or never answered
+- ``cancel``: after ``session/cancel``: the prompt not answered, answered with an error or another stop reason than
+  ``cancelled``; permission requests left pending (the client must answer them ``cancelled``)
+- ``update-schema``: ``session/update`` and ``session/request_permission`` messages that the ACP schema (SDK models;
+  the JSON schema when given) refuses, and lines that are not JSON
+- ``tool-calls``: ``tool_call_update`` for an unknown ``toolCallId``, statuses going backwards or changing after
+  completion, tool calls still pending or in progress when their prompt ended (orphans)
 
 Owns the checks and the version-negotiation probe; each finding is a ``Failure`` naming the turn it happened in.
 """
@@ -37,7 +42,7 @@ from .scenario import CHECK_NAMES
 from .traces import AcpLog, Exchange, WireEvent, update_kind
 from .validation import JsonSchema, validate
 
-__all__ = ["CheckResult", "ProbeResult", "run_checks", "probe_negotiation", "PROBE_VERSION"]
+__all__ = ["PROBE_VERSION", "CheckResult", "ProbeResult", "probe_negotiation", "run_checks"]
 
 PROBE_VERSION = 99  # a protocol version no agent supports yet
 _STATUS_ORDER = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
@@ -448,9 +453,10 @@ def _check_update_schema(c: _Context) -> CheckResult:
 
 def _check_tool_calls(c: _Context) -> CheckResult:
     failures: list[Failure] = []
-    status: dict[tuple[str, str], str] = {}  # (session, toolCallId) → status
-    titles: dict[tuple[str, str], str] = {}
-    started_in: dict[str, list[tuple[str, str]]] = {}  # session → calls started since its prompt was sent
+    # Keys are what the agent sent: (sessionId, toolCallId), either of which may be missing from a bad message.
+    status: dict[tuple[Any, Any], str] = {}  # (session, toolCallId) → status
+    titles: dict[tuple[Any, Any], str] = {}
+    started_in: dict[Any, list[tuple[Any, Any]]] = {}  # session → calls started since its prompt was sent
     prompt_answers = {id(e.answer): e for e in c.log.requests("session/prompt") if e.answer is not None}
     seen_calls = 0
     for event in c.log.events:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_test_parser", "add_replay_parser", "run"]
+__all__ = ["add_replay_parser", "add_test_parser", "run"]
 
 _CHECKS = "initialize, session-new, stop-reason, cancel, update-schema, tool-calls"
 
 
-def add_test_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_test_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "test",
         help="run scenario files against an ACP agent through lmbridge (docs/harness.md)",
@@ -54,7 +54,7 @@ def add_test_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
     parser.add_argument("-v", "--verbose", action="store_true", help="print every turn and check")
 
 
-def add_replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_replay_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "replay",
         help="an ACP agent (stdio) that replays a recorded transcript's agent side",

@@ -2,11 +2,11 @@
 
 Owns: which agent is tested (a configured id, the built-in demo, or a command) and the private config file that
 runs it; spawning ``lmbridge stdio`` with ``--trace-dir`` into a private work directory (its session state file
-too, so that no run resumes another's sessions); the conversation history; a *turn* — the user's message and every tool round after
-it: fake editor tools answer their calls, permission requests get the scenario's answer (or none), cancel triggers
-fire; the per-phase timeouts (initialize, session/new, first update, idle, cancel, turn), enforced by a watchdog
-that follows the agent's trace while a request is in flight; and ``settle``: waiting for cancelled prompts to be
-answered before the checks read the wire.
+too, so that no run resumes another's sessions); the conversation history; a *turn* — the user's message and every
+tool round after it: fake editor tools answer their calls, permission requests get the scenario's answer (or none),
+cancel triggers fire; the per-phase timeouts (initialize, session/new, first update, idle, cancel, turn), enforced
+by a watchdog that follows the agent's trace while a request is in flight; and ``settle``: waiting for cancelled
+prompts to be answered before the checks read the wire.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from .scenario import Cancel, Timeouts, ToolSpec
 from .traces import AcpLog, TraceFollower, WireEvent
 
 __all__ = [
+    "SHUTDOWN_TURN",
     "AgentUnderTest",
-    "resolve_agent",
     "Driver",
-    "open_driver",
+    "DriverError",
+    "PhaseTimeout",
     "RoundResult",
     "TurnResult",
-    "PhaseTimeout",
-    "DriverError",
-    "SHUTDOWN_TURN",
+    "open_driver",
+    "resolve_agent",
 ]
 
 SHUTDOWN_TURN = -1  # the "turn" of what was read after the scenario's turns (shutdown)
@@ -680,7 +680,7 @@ async def open_driver(
     driver: Driver | None = None
     try:
         async with AsyncExitStack() as stack:
-            stderr = stack.enter_context(open(stderr_path, "wb"))
+            stderr = stack.enter_context(open(stderr_path, "wb"))  # noqa: SIM115 (the stack closes it)
             client, process = await stack.enter_async_context(spawn_stdio(args, stderr=stderr, env=bridge_env))
             try:
                 with trio.fail_after(30):
@@ -722,8 +722,7 @@ async def open_driver(
     if failure is not None:
         raise failure
     if driver is not None:
-        with trio.CancelScope(shield=True):
-            driver.poll()
+        driver.poll()
 
 
 def _single(exc: BaseException) -> BaseException:

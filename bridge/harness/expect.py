@@ -18,7 +18,7 @@ from .driver import TurnResult
 from .scenario import Expect, Turn
 from .traces import update_kind, update_label
 
-__all__ = ["Failure", "check_turn", "collapsed_labels", "tool_call_histories", "label_matches"]
+__all__ = ["Failure", "check_turn", "collapsed_labels", "label_matches", "tool_call_histories"]
 
 
 @dataclass
@@ -69,12 +69,16 @@ def tool_call_histories(result: TurnResult) -> dict[str, list[str]]:
         if not isinstance(update, dict):
             continue
         kind = update_kind(event.params)
-        call_id = update.get("toolCallId")
+        call_id = str(update.get("toolCallId"))
         if kind == "tool_call":
             histories[call_id] = [update.get("status") or "pending"]
-        elif kind == "tool_call_update" and call_id in histories and isinstance(update.get("status"), str):
-            if histories[call_id][-1] != update["status"]:
-                histories[call_id].append(update["status"])
+        elif (
+            kind == "tool_call_update"
+            and call_id in histories
+            and isinstance(update.get("status"), str)
+            and histories[call_id][-1] != update["status"]
+        ):
+            histories[call_id].append(update["status"])
     return histories
 
 
@@ -182,7 +186,9 @@ def check_turn(file: str, turn: Turn, result: TurnResult) -> list[Failure]:
             position += 1
     if expect.updates_exactly is not None:
         wanted_all = list(expect.updates_exactly)
-        if len(wanted_all) != len(labels) or not all(label_matches(w, g) for w, g in zip(wanted_all, labels)):
+        if len(wanted_all) != len(labels) or not all(
+            label_matches(w, g) for w, g in zip(wanted_all, labels, strict=True)
+        ):
             fail("expect.updates_exactly", f"exactly the updates {wanted_all}", show(labels, 600))
     for unwanted in expect.no_updates:
         hits = [label for label in labels if label_matches(unwanted, label)]

@@ -21,15 +21,20 @@ used, so loading the plugin costs nothing to projects that do not use it.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-__all__ = ["AcpAgent", "AsyncAcpAgent", "AgentFactory", "Reply", "fake_tool", "acp_agent"]
+if TYPE_CHECKING:  # the harness modules are imported only when a fixture is used (pytest start-up time)
+    from .driver import Driver
+
+__all__ = ["AcpAgent", "AgentFactory", "AsyncAcpAgent", "Reply", "acp_agent", "fake_tool"]
+
+T = TypeVar("T")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -110,7 +115,7 @@ class Reply:
 class AsyncAcpAgent:
     """An agent behind a live lmbridge (Trio). History is kept as an editor keeps it."""
 
-    def __init__(self, driver: Any, tools: Sequence[Any]) -> None:
+    def __init__(self, driver: Driver, tools: Sequence[Any]) -> None:
         self.driver = driver
         self.tools = list(tools)
         self._last: Reply | None = None
@@ -157,7 +162,7 @@ class AsyncAcpAgent:
             if callable(results):
                 answer = results(call)
             elif isinstance(results, dict):
-                answer = results.get(call.get("callId"), results.get(call.get("name")))
+                answer = results.get(str(call.get("callId")), results.get(str(call.get("name"))))
             else:
                 answer = results[index] if index < len(results) else None
             if answer is None:
@@ -352,15 +357,15 @@ class _LoopThread:
 
         trio.run(hold)
 
-    def call(self, make: Callable[[], Any]) -> Any:
+    def call(self, make: Callable[[], Awaitable[T]]) -> T:
         import trio
 
-        async def run() -> Any:
+        async def run() -> T:
             return await make()
 
         return trio.from_thread.run(run, trio_token=self._token)
 
-    def call_sync(self, fn: Callable[[], Any]) -> Any:
+    def call_sync(self, fn: Callable[[], T]) -> T:
         import trio
 
         return trio.from_thread.run_sync(fn, trio_token=self._token)
@@ -450,7 +455,7 @@ class AgentFactory:
             agent_id=agent,
             agent_cmd=command,
             config=self._config.getoption("lmbridge_config"),
-            checks=parse_checks(checks) if checks is not None else None,
+            checks=parse_checks(list(checks)) if checks is not None else None,
         )
         scenario = load_scenario(path)
         return trio.run(lambda: run_scenario(scenario, options, {}))

@@ -47,7 +47,7 @@ import trio
 
 from .transcript import load_transcript
 
-__all__ = ["Item", "build_script", "split_generations", "generation_to_play", "Replayer", "main"]
+__all__ = ["Item", "Replayer", "build_script", "generation_to_play", "main", "split_generations"]
 
 _GATING_NOTIFICATIONS = {"session/cancel"}
 _IGNORED_KEYS = {"cwd", "mcpServers", "_meta", "clientInfo", "additionalDirectories"}
@@ -96,7 +96,7 @@ def build_script(
             raise ValueError("the transcript has no agent connection")
         if len(agents) > 1 and header.get("agent") not in agents:
             raise ValueError(f"the transcript has several agents ({', '.join(agents)}): choose one with --agent")
-        conn = header.get("agent") if header.get("agent") in agents else agents[0]
+        conn = str(header.get("agent")) if header.get("agent") in agents else agents[0]
     mcp = {name: info for name, info in (header.get("mcp") or {}).items() if info.get("agent", conn) == conn}
     script: list[Item] = []
     for line in lines:
@@ -186,6 +186,10 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:80]
+
+
 def _difference(recorded: Any, live: Any, path: str = "") -> str | None:
     if isinstance(recorded, dict) and isinstance(live, dict):
         for key in sorted(set(recorded) | set(live)):
@@ -198,14 +202,13 @@ def _difference(recorded: Any, live: Any, path: str = "") -> str | None:
     if isinstance(recorded, list) and isinstance(live, list):
         if len(recorded) != len(live):
             return f"{path}: {len(live)} items, recorded {len(recorded)}"
-        for index, (a, b) in enumerate(zip(recorded, live)):
+        for index, (a, b) in enumerate(zip(recorded, live, strict=True)):
             found = _difference(a, b, f"{path}.{index}")
             if found:
                 return found
         return None
     if recorded != live:
-        show = lambda v: json.dumps(v, ensure_ascii=False)[:80]  # noqa: E731
-        return f"{path or '(value)'}: {show(live)}, recorded {show(recorded)}"
+        return f"{path or '(value)'}: {_show(live)}, recorded {_show(recorded)}"
     return None
 
 
@@ -362,12 +365,12 @@ class Replayer:
             if queue:
                 queue.popleft().matched.set()
         elif "id" in message:
-            item = self._responses.pop((conn, json.dumps(message.get("id"))), None)
-            if item is None:
+            answered = self._responses.pop((conn, json.dumps(message.get("id"))), None)
+            if answered is None:
                 self.log(f"{conn}: an answer to no recorded request (id {message.get('id')!r})")
                 return
             difference = _difference(
-                _canonical({k: v for k, v in item.msg.items() if k != "jsonrpc"}),
+                _canonical({k: v for k, v in answered.msg.items() if k != "jsonrpc"}),
                 _canonical({k: v for k, v in message.items() if k != "jsonrpc"}),
                 "answer",
             )
@@ -376,7 +379,7 @@ class Replayer:
                     f"{conn}: the answer to request {message.get('id')!r} differs from the recording at "
                     f"{difference} (replaying the recorded agent anyway)"
                 )
-            item.matched.set()
+            answered.matched.set()
 
     def _skip_optional_before(self, item: Item) -> None:
         """A recorded ``authenticate`` that the live client did not send before this request will not come (the

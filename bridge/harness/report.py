@@ -124,6 +124,26 @@ class ConsoleReport:
             self._line("(run with --artifacts DIR to keep the wire traces and lmbridge's log of each scenario)")
 
 
+class _CaseWriter:
+    """Adds ``<testcase>`` elements to one ``<testsuite>``, counting them by outcome."""
+
+    def __init__(self, suite: ET.Element, classname: str, counts: dict[str, int]) -> None:
+        self._suite = suite
+        self._classname = classname
+        self._counts = counts
+
+    def __call__(self, name: str, time_: float, failures: list[Any], skipped: str | None = None) -> None:
+        element = ET.SubElement(self._suite, "testcase", classname=self._classname, name=name, time=f"{time_:.3f}")
+        self._counts["tests"] += 1
+        if failures:
+            self._counts["failures"] += 1
+            failure = ET.SubElement(element, "failure", message=failures[0].message()[:500])
+            failure.text = "\n".join(f.message() for f in failures)
+        elif skipped is not None:
+            self._counts["skipped"] += 1
+            ET.SubElement(element, "skipped", message=skipped)
+
+
 def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> None:
     root = ET.Element("testsuites", name="lmbridge test", time=f"{seconds:.3f}")
     totals = {"tests": 0, "failures": 0, "skipped": 0}
@@ -132,18 +152,7 @@ def write_junit(results: list[ScenarioResult], path: str, seconds: float) -> Non
             root, "testsuite", name=result.scenario.name, file=result.scenario.file, time=f"{result.seconds:.3f}"
         )
         counts = {"tests": 0, "failures": 0, "skipped": 0}
-        classname = os.path.splitext(os.path.basename(result.scenario.file))[0]
-
-        def case(name: str, time_: float, failures: list[Any], skipped: str | None = None) -> None:
-            element = ET.SubElement(suite, "testcase", classname=classname, name=name, time=f"{time_:.3f}")
-            counts["tests"] += 1
-            if failures:
-                counts["failures"] += 1
-                failure = ET.SubElement(element, "failure", message=failures[0].message()[:500])
-                failure.text = "\n".join(f.message() for f in failures)
-            elif skipped is not None:
-                counts["skipped"] += 1
-                ET.SubElement(element, "skipped", message=skipped)
+        case = _CaseWriter(suite, os.path.splitext(os.path.basename(result.scenario.file))[0], counts)
 
         if result.failures:
             case("scenario", 0.0, result.failures)

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from .report import ConsoleReport, ScenarioResult, write_json, write_junit
 from .scenario import CHECK_NAMES, Scenario, ScenarioError, load_scenario, parse_checks
 from .validation import JsonSchema, load_json_schema
 
-__all__ = ["ScenarioResult", "RunOptions", "run_scenario", "run_scenarios", "main", "collect_scenarios"]
+__all__ = ["RunOptions", "ScenarioResult", "collect_scenarios", "main", "run_scenario", "run_scenarios"]
 
 
 @dataclass
@@ -104,7 +105,7 @@ async def _run_in(
                     turn.user,
                     tools=offered,
                     permission_tool=turn.permission_tool,
-                    answer_permission=lambda title, turn=turn: scenario.permission_answer_for(turn, title),
+                    answer_permission=partial(scenario.permission_answer_for, turn),
                     cancel=turn.cancel,
                     new_conversation=turn.new_conversation,
                     max_rounds=turn.max_rounds,

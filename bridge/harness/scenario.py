@@ -19,17 +19,17 @@ from bridge.acp.vocabulary import TURN_STOP_REASONS
 
 __all__ = [
     "CHECK_NAMES",
-    "ScenarioError",
-    "Scenario",
-    "Turn",
-    "Expect",
+    "AgentRef",
     "Cancel",
+    "Expect",
+    "Scenario",
+    "ScenarioError",
     "Timeouts",
     "ToolSpec",
-    "AgentRef",
+    "Turn",
     "load_scenario",
-    "parse_scenario",
     "parse_checks",
+    "parse_scenario",
     "render_template",
 ]
 
@@ -514,7 +514,7 @@ def _expect(r: _Reader, raw: dict[str, Any], key: str) -> Expect:
 
 
 def _permission_answer(r: _Reader, table: dict[str, Any], key: str, name: str) -> str | None:
-    value = r.get(table, key, name, str)
+    value: str | None = r.get(table, key, name, str)
     if value is None:
         return None
     return PERMISSION_WORDS.get(value.strip().lower(), value.strip())
@@ -555,7 +555,7 @@ class _Reader:
         return value
 
     def positive(self, table: dict[str, Any], key: str, name: str) -> float:
-        value = self.get(table, key, name, float)
+        value: float | None = self.get(table, key, name, float)
         if value is None or value <= 0:
             raise ScenarioError(self.path, self._key(key, name), "must be a positive number of seconds")
         return value

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WireEvent", "TraceFollower", "Exchange", "AcpLog", "read_trace_dir", "update_kind", "update_label"]
+__all__ = ["AcpLog", "Exchange", "TraceFollower", "WireEvent", "read_trace_dir", "update_kind", "update_label"]
 
 
 @dataclass(slots=True)
@@ -152,8 +152,8 @@ class AcpLog:
     invalid: list[WireEvent] = field(default_factory=list)  # lines the agent wrote that were not JSON
     last_agent_message: WireEvent | None = None
     restarts: int = 0  # how often lmbridge started the agent again on this connection name
-    _open_client: dict[Any, Exchange] = field(default_factory=dict)
-    _open_agent: dict[Any, Exchange] = field(default_factory=dict)
+    _open_client: dict[str, Exchange] = field(default_factory=dict)  # by _id_key
+    _open_agent: dict[str, Exchange] = field(default_factory=dict)
 
     def feed(self, event: WireEvent) -> None:
         if event.conn != self.conn:
@@ -188,9 +188,9 @@ class AcpLog:
                 self.cancels.append(event)
         elif event.is_response:
             table = self._open_client if event.dir == "in" else self._open_agent
-            exchange = table.pop(_id_key(msg.get("id")), None)
-            if exchange is not None:
-                exchange.answer = event
+            answered = table.pop(_id_key(msg.get("id")), None)
+            if answered is not None:
+                answered.answer = event
 
     def requests(self, method: str) -> list[Exchange]:
         return [e for e in self.client_requests if e.method == method]

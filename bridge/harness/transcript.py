@@ -36,7 +36,7 @@ from typing import Any
 
 from .traces import WireEvent
 
-__all__ = ["build_transcript", "write_transcript", "load_transcript", "TRANSCRIPT_VERSION"]
+__all__ = ["TRANSCRIPT_VERSION", "build_transcript", "load_transcript", "write_transcript"]
 
 TRANSCRIPT_VERSION = 1
 _LMB_ID = re.compile(r"lmb_[0-9a-f]{32}")
@@ -94,11 +94,13 @@ def build_transcript(
             params = msg.get("params")
             if msg["method"] in ("session/load", "session/resume") and isinstance(params, dict):
                 replacer.session(params.get("sessionId"))
-        elif "method" not in msg and event.dir == "in":
-            if methods.get((event.conn, json.dumps(msg.get("id")))) == "session/new" and isinstance(
-                msg.get("result"), dict
-            ):
-                replacer.session(msg["result"].get("sessionId"))
+        elif (
+            "method" not in msg
+            and event.dir == "in"
+            and methods.get((event.conn, json.dumps(msg.get("id")))) == "session/new"
+            and isinstance(msg.get("result"), dict)
+        ):
+            replacer.session(msg["result"].get("sessionId"))
     t0 = ordered[0].ts if ordered else 0.0
     lines: list[dict[str, Any]] = []
     for seq, event in enumerate(ordered, start=1):
@@ -142,9 +144,9 @@ def _mcp_sessions(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 if msg["method"] == "session/new":
                     pending[(line["conn"], json.dumps(msg.get("id")))] = entry
         elif line["dir"] == "in" and "method" not in msg:
-            entry = pending.pop((line["conn"], json.dumps(msg.get("id"))), None)
-            if entry is not None and isinstance(msg.get("result"), dict):
-                entry["session"] = msg["result"].get("sessionId")
+            answered = pending.pop((str(line["conn"]), json.dumps(msg.get("id"))), None)
+            if answered is not None and isinstance(msg.get("result"), dict):
+                answered["session"] = msg["result"].get("sessionId")
     mapping: dict[str, dict[str, Any]] = {}
     taken: set[int] = set()
     first_seen: dict[str, int] = {}
@@ -164,7 +166,7 @@ def _mcp_sessions(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _server_name(params: dict[str, Any]) -> str:
     servers = params.get("mcpServers") or []
-    return next((s.get("name") for s in servers if isinstance(s, dict) and s.get("name")), "editor")
+    return next((str(s["name"]) for s in servers if isinstance(s, dict) and s.get("name")), "editor")
 
 
 def _is_secret(name: str, value: Any) -> bool:
@@ -189,7 +191,7 @@ class _Normaliser:
 
     def value(self, value: Any, key: str | None = None) -> Any:
         if isinstance(value, dict):
-            out = {}
+            out: dict[str, Any] = {}
             for k, v in value.items():
                 if k in ("env", "headers") and isinstance(v, list):  # MCP server definitions
                     out[k] = [self._redact_pair(item, force=True) for item in v]

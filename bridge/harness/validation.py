@@ -14,7 +14,7 @@ import os
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["validate", "JsonSchema", "load_json_schema", "MODELS"]
+__all__ = ["MODELS", "JsonSchema", "load_json_schema", "validate"]
 
 # What the harness validates, by JSON schema definition name → the SDK model of the same name.
 MODELS = (
@@ -44,7 +44,7 @@ def _validate_model(definition: str, value: Any) -> list[str]:
     try:
         parsed = model.model_validate(value)
     except ValidationError as exc:
-        return [_pydantic_line(error, value) for error in exc.errors()[:5]]
+        return [_pydantic_line(dict(error), value) for error in exc.errors()[:5]]
     dumped = parsed.model_dump(mode="json", by_alias=True, exclude_unset=True)
     problems: list[str] = []
     _compare(value, dumped, "", problems)
@@ -61,9 +61,9 @@ def _pydantic_line(error: dict[str, Any], value: Any) -> str:
         if isinstance(current, dict) and current is not skipped and _is_tag(current, part):
             skipped = current  # pydantic's name for the union member, at most once per object
             continue
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and isinstance(part, int) and part < len(current):
+        if (isinstance(current, dict) and part in current) or (
+            isinstance(current, list) and isinstance(part, int) and part < len(current)
+        ):
             current = current[part]
         else:
             current = None
@@ -103,7 +103,7 @@ def _compare(sent: Any, read: Any, path: str, problems: list[str]) -> None:
                 f"{path}: {len(sent) - count} of its {len(sent)} items are invalid (the SDK would drop them)"
             )
             return
-        for index, (a, b) in enumerate(zip(sent, read)):
+        for index, (a, b) in enumerate(zip(sent, read, strict=True)):
             _compare(a, b, f"{path}.{index}", problems)
     else:
         numbers = (

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["configure", "get_logger", "LEVELS"]
+__all__ = ["LEVELS", "configure", "get_logger"]
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -23,7 +23,7 @@ _SECRET_KEY = re.compile(r"(token|secret|password|passwd|authorization|api[_-]?k
 def _mask_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
     for key, value in event.items():
         if key == "env" and isinstance(value, dict):
-            event[key] = {name: "***" for name in value}
+            event[key] = dict.fromkeys(value, "***")
         elif _SECRET_KEY.search(key) and value is not None:
             event[key] = "***"
     return event

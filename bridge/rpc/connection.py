@@ -43,15 +43,15 @@ from .protocol import (
 )
 
 __all__ = [
+    "ACP_CANCEL",
+    "EDITOR_CANCEL",
+    "CancelStyle",
     "ConnectionClosed",
+    "JsonRpcConnection",
+    "MethodTable",
     "OutgoingRequest",
     "RequestContext",
-    "MethodTable",
-    "JsonRpcConnection",
     "StreamWire",
-    "CancelStyle",
-    "EDITOR_CANCEL",
-    "ACP_CANCEL",
 ]
 
 
@@ -76,7 +76,7 @@ class RequestContext:
     handlers registered with ``handles_cancel=True`` watch it and answer themselves (e.g. a chat turn ends with
     ``stopReason: "cancelled"``), others are simply cancelled and answered with -32800."""
 
-    __slots__ = ("id", "method", "connection", "cancel_requested", "_scope", "_handles_cancel")
+    __slots__ = ("_handles_cancel", "_scope", "cancel_requested", "connection", "id", "method")
 
     def __init__(self, request_id: RequestId, method: str, connection: JsonRpcConnection, handles_cancel: bool) -> None:
         self.id = request_id
@@ -170,8 +170,8 @@ class StreamWire:
 
     async def read(self, protocol: JsonRpcProtocol) -> list[protocol.Event] | None:
         if self._pending:
-            data, self._pending = self._pending, b""
-            return protocol.receive_data(data)
+            pending, self._pending = self._pending, b""
+            return protocol.receive_data(pending)
         try:
             data = await self._receive.receive_some(self._long_read_size if protocol.buffered else self._read_size)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -198,7 +198,7 @@ class OutgoingRequest:
     told of the answer synchronously, by the reader, before it looks at the next message — so the answer keeps
     its place in the order of what the peer sent."""
 
-    __slots__ = ("_connection", "id", "method", "_waiter")
+    __slots__ = ("_connection", "_waiter", "id", "method")
 
     def __init__(self, connection: JsonRpcConnection, request_id: RequestId, method: str, waiter: _PendingRequest):
         self._connection = connection
@@ -233,7 +233,7 @@ class OutgoingRequest:
 
 
 class _PendingRequest:
-    __slots__ = ("done", "result", "error", "callback")
+    __slots__ = ("callback", "done", "error", "result")
 
     def __init__(self) -> None:
         self.done = trio.Event()
@@ -435,14 +435,19 @@ class JsonRpcConnection:
                 index, count = 0, len(events)
                 while index < count:
                     event = events[index]
-                    method = self._methods.get(event.method) if type(event) is Notification else None
-                    if method is not None and method.batch:
+                    method = self._methods.get(event.method) if isinstance(event, Notification) else None
+                    if method is not None and method.batch and isinstance(event, Notification):
                         # Consecutive notifications of a batching method go to its handler together; anything in
                         # between (a response, a request) keeps its place in the order.
+                        batch = [event.params]
                         end = index + 1
-                        while end < count and type(events[end]) is Notification and events[end].method == event.method:
+                        while end < count:
+                            following = events[end]
+                            if not isinstance(following, Notification) or following.method != event.method:
+                                break
+                            batch.append(following.params)
                             end += 1
-                        await self._notify_handler(method, event.method, [e.params for e in events[index:end]])
+                        await self._notify_handler(method, event.method, batch)
                         index = end
                         continue
                     await self._dispatch(event)
@@ -452,28 +457,30 @@ class JsonRpcConnection:
             self._fail_waiters(ConnectionClosed(f"{self.name}: peer closed the connection"))
 
     async def _dispatch(self, event: protocol.Event) -> None:
-        kind = type(event)
-        if kind is Notification:
-            await self._on_notification(event)
-        elif kind is Request:
-            await self._on_request(event)
-        elif kind is Response or kind is ErrorResponse:
-            waiter = self._waiters.pop(event.id, None)
-            if waiter is not None:
-                if kind is Response:
-                    waiter.settle(event.result, None)
-                else:
-                    waiter.settle(None, event.error)
-        elif kind is InvalidMessage:
-            self._log.warning("invalid message from peer", error=event.error.message)
-            self._enqueue(JsonRpcProtocol.respond_error(event.reply_id, event.error))
-        elif kind is StrayResponse:
-            self._log.debug("response to no pending request", id=event.id)
+        match event:
+            case Notification():
+                await self._on_notification(event)
+            case Request():
+                await self._on_request(event)
+            case Response(id=request_id, result=result):
+                waiter = self._waiters.pop(request_id, None)
+                if waiter is not None:
+                    waiter.settle(result, None)
+            case ErrorResponse(id=request_id, error=error):
+                waiter = self._waiters.pop(request_id, None)
+                if waiter is not None:
+                    waiter.settle(None, error)
+            case InvalidMessage(error=error, reply_id=reply_id):
+                self._log.warning("invalid message from peer", error=error.message)
+                self._enqueue(JsonRpcProtocol.respond_error(reply_id, error))
+            case StrayResponse(id=stray_id):
+                self._log.debug("response to no pending request", id=stray_id)
 
     async def _on_notification(self, event: Notification) -> None:
         if event.method == self._cancel_style.method:
             params = event.params if isinstance(event.params, dict) else {}
-            context = self._incoming.get(params.get(self._cancel_style.id_field))  # type: ignore[arg-type]
+            request_id = params.get(self._cancel_style.id_field)
+            context = self._incoming.get(request_id) if isinstance(request_id, (int, str)) else None
             if context is not None:
                 context._cancel()
             return

@@ -16,27 +16,27 @@ import json
 import json.scanner
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeGuard
 
 from bridge.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError
 
 __all__ = [
+    "ErrorResponse",
+    "Event",
+    "InvalidMessage",
+    "JsonRpcProtocol",
+    "LineFramer",
+    "Notification",
+    "Request",
     "RequestId",
+    "Response",
+    "StrayResponse",
+    "encode",
     "parse",
     "scan_json",
-    "Request",
-    "Notification",
-    "Response",
-    "ErrorResponse",
-    "InvalidMessage",
-    "StrayResponse",
-    "Event",
-    "LineFramer",
-    "JsonRpcProtocol",
-    "encode",
 ]
 
-RequestId = Union[int, str]
+RequestId = int | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class StrayResponse:
     raw: bytes = field(repr=False)
 
 
-Event = Union[Request, Notification, Response, ErrorResponse, InvalidMessage, StrayResponse]
+Event = Request | Notification | Response | ErrorResponse | InvalidMessage | StrayResponse
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
@@ -92,7 +92,9 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, n
 # per line, decoding the line and calling the scanner directly takes half the time.
 # scan_json(text, index) → (the JSON value starting exactly at index, the index after it); StopIteration when
 # no value starts there.
-scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# (typeshed types the scanner's argument as the scanner itself; the documented argument is a decoder.)
+_DECODER: Any = json.JSONDecoder()
+scan_json: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(_DECODER)
 
 
 def parse(raw: bytes | str) -> Any:
@@ -140,7 +142,9 @@ class LineFramer:
         self._pieces_bytes = 0
         self._discarding = 0  # bytes dropped so far of an over-long line; 0 when not discarding
 
-    def feed(self, data: bytes) -> list[bytes | LineFramer.LineTooLong]:
+    def feed(self, data: bytes | bytearray) -> list[bytes | LineFramer.LineTooLong]:
+        if not isinstance(data, bytes):
+            data = bytes(data)
         out: list[bytes | LineFramer.LineTooLong] = []
         start = 0
         while True:
@@ -204,7 +208,7 @@ class LineFramer:
         return self._pieces_bytes or self._discarding
 
 
-def _valid_id(value: Any) -> bool:
+def _valid_id(value: Any) -> TypeGuard[RequestId]:
     # bool is a subclass of int, and floats round-trip badly: neither is an acceptable id.
     return (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str)
 
@@ -236,7 +240,7 @@ class JsonRpcProtocol:
 
     # -- input ---------------------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> list[Event]:
+    def receive_data(self, data: bytes | bytearray) -> list[Event]:
         events: list[Event] = []
         for line in self._framer.feed(data):
             if isinstance(line, LineFramer.LineTooLong):

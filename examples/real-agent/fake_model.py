@@ -23,8 +23,8 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.interop.fake_models import FakeModel, call, say  # noqa: E402
-from tests.interop.kits import KITS, write_config  # noqa: E402
+from tests.interop.fake_models import FakeModel, call, say
+from tests.interop.kits import KITS, write_config
 
 
 def load(path: str, agent: str) -> list:

@@ -28,17 +28,17 @@ from urllib.parse import parse_qs, urlsplit
 import trio
 
 __all__ = [
-    "Text",
     "Call",
-    "Turn",
-    "say",
-    "call",
-    "parallel",
-    "stall",
-    "ModelRequest",
-    "ToolResult",
     "FakeModel",
+    "ModelRequest",
+    "Text",
+    "ToolResult",
+    "Turn",
+    "call",
     "open_fake_model",
+    "parallel",
+    "say",
+    "stall",
 ]
 
 # -- the script ----------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PINS", "CACHE", "Pin", "Installed", "InstallError", "npm_missing", "ensure_installed"]
+__all__ = ["CACHE", "PINS", "InstallError", "Installed", "Pin", "ensure_installed", "npm_missing"]
 
 CACHE = Path(os.environ.get("LMBRIDGE_INTEROP_CACHE") or Path(__file__).resolve().parents[2] / ".interop-cache")
 _STAMP = ".lmbridge-installed"
@@ -109,7 +109,7 @@ def _start_npm(pin: Pin) -> subprocess.Popen[bytes]:
     if pin.folder.exists():
         shutil.rmtree(pin.folder)  # a half-finished or differently pinned install: start clean
     pin.folder.mkdir(parents=True)
-    log = open(pin.folder / "npm-install.log", "wb")
+    log = open(pin.folder / "npm-install.log", "wb")  # noqa: SIM115 (closed below, once npm has it)
     with log:
         return subprocess.Popen(
             [

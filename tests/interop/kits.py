@@ -20,7 +20,7 @@ import tomli_w
 from .fake_models import Call
 from .installs import PINS
 
-__all__ = ["KITS", "AgentKit", "MCP_SERVER", "write_config"]
+__all__ = ["KITS", "MCP_SERVER", "AgentKit", "write_config"]
 
 MCP_SERVER = "editor"  # the name lmbridge gives its synthetic MCP server in session/new
 

@@ -141,7 +141,7 @@ async def test_gemini_turn_sends_parallel_function_calls_and_a_final_chunk() -> 
     tools = [{"functionDeclarations": [{"name": "mcp_editor_a"}, {"name": "mcp_editor_b"}]}]
     async with open_fake_model(script) as model:
         client = await connect(model)
-        status, data = await client.response(
+        _status, data = await client.response(
             "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", {"contents": [], "tools": tools}
         )
     chunks = [payload["candidates"][0] for _, payload in events(data)]
