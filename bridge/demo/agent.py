@@ -442,7 +442,13 @@ def main() -> None:
 
     agent = DemoAgent(os.environ.get("LMBRIDGE_DEMO_STATE_DIR") or None)
     # Deliberately not an ``acp.Agent`` (see ``DemoAgent``): the SDK calls only the methods it has.
-    asyncio.run(acp.run_agent(agent, use_unstable_protocol=True, observers=[agent.observe]))  # type: ignore[arg-type]
+    asyncio.run(
+        acp.run_agent(
+            agent,  # type: ignore[arg-type]  # duck-typed: the SDK's signature asks for the whole protocol class
+            use_unstable_protocol=True,
+            observers=[agent.observe],
+        )
+    )
 
 
 if __name__ == "__main__":
