@@ -1,9 +1,9 @@
 """Real agents through ``lmbridge stdio``, offline: Claude Code, Codex and Gemini CLI (pinned npm releases), each
 configured in lmbridge's config file and pointed at a scripted fake model on 127.0.0.1.
 
-Each test runs once per agent (the ``agent`` fixture). The editor side is ``bridge.editor.client``, as in the wire tests;
-the model side is ``fake_models``: the test scripts what the model answers, then asserts both what the editor got
-and what the agent sent the model.
+Each test runs once per agent (the ``agent`` fixture). The editor side is ``bridge.editor.client``, as in the wire
+tests; the model side is ``fake_models``: the test scripts what the model answers, then asserts both what the editor
+got and what the agent sent the model.
 """
 
 from __future__ import annotations
