@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bridge.errors import INVALID_REQUEST, PARSE_ERROR
@@ -63,6 +63,8 @@ def test_garbage_never_raises_and_every_line_gets_an_event(data: bytes) -> None:
 
 
 @given(st.lists(st.text(max_size=50), max_size=5))
+@example(["\x1f0"])  # not JSON: "\x1f" is whitespace to str.isspace(), not to JSON
+@example(["0\x1f"])
 def test_text_lines_that_are_not_json_objects_get_parse_or_invalid_request_errors(lines: list[str]) -> None:
     protocol = JsonRpcProtocol()
     for line in lines:

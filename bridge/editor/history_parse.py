@@ -18,24 +18,15 @@ edits messages).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.rpc.protocol import parse, scan_json
+from bridge.rpc.protocol import parse, scan_json, skip_json_space
 
 __all__ = ["HistoryReusingParser"]
 
-_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's, as json.decoder skips it
 _JSON_SPACE = " \t\n\r"
-
-
-def _after_space(text: str, index: int) -> int:
-    """The index of the first character at or after ``index`` that is not JSON whitespace."""
-    found = _WHITESPACE.match(text, index)
-    assert found is not None  # the pattern matches the empty string
-    return found.end()
 
 
 class _Unusual(Exception):
@@ -70,11 +61,11 @@ class HistoryReusingParser:
         if len(text) < self.min_chars:
             return parse(text)  # it cannot hold a remembered history, and it is not worth remembering
         try:
-            start = _after_space(text, 0)
+            start = skip_json_space(text, 0)
             if text[start : start + 1] != "{":
                 raise _Unusual
             value, end = self._object(text, start, self._top)
-            if _after_space(text, end) != len(text):
+            if skip_json_space(text, end) != len(text):
                 raise _Unusual
             return value
         except (_Unusual, StopIteration, ValueError):
@@ -90,27 +81,27 @@ class HistoryReusingParser:
         self, text: str, index: int, special: dict[str, Callable[[str, int], tuple[Any, int]]]
     ) -> tuple[dict[str, Any], int]:
         result: dict[str, Any] = {}
-        index = _after_space(text, index + 1)
+        index = skip_json_space(text, index + 1)
         if text[index : index + 1] == "}":
             return result, index + 1
         while True:
             if text[index : index + 1] != '"':
                 raise _Unusual
             key, index = scan_json(text, index)
-            index = _after_space(text, index)
+            index = skip_json_space(text, index)
             if text[index : index + 1] != ":":
                 raise _Unusual
-            index = _after_space(text, index + 1)
+            index = skip_json_space(text, index + 1)
             reader = special.get(key)
             value, index = reader(text, index) if reader is not None else scan_json(text, index)
             result[key] = value  # a repeated key: the last one wins, as in json.loads
-            index = _after_space(text, index)
+            index = skip_json_space(text, index)
             separator = text[index : index + 1]
             if separator == "}":
                 return result, index + 1
             if separator != ",":
                 raise _Unusual
-            index = _after_space(text, index + 1)
+            index = skip_json_space(text, index + 1)
 
     def _params_value(self, text: str, index: int) -> tuple[Any, int]:
         if text[index : index + 1] != "{":
@@ -135,16 +126,16 @@ class HistoryReusingParser:
             if not text.startswith(entry.text, index):
                 continue
             messages = list(entry.messages)
-            after = _after_space(text, index + len(entry.text))
+            after = skip_json_space(text, index + len(entry.text))
             separator = text[after : after + 1]
             added = 0
             # The old text ended with a complete element; only "," or "]" may follow it (anything else — a
             # number's next digit — means the element itself continues, and this entry does not apply).
             while separator == ",":
-                value, after = scan_json(text, _after_space(text, after + 1))
+                value, after = scan_json(text, skip_json_space(text, after + 1))
                 messages.append(value)
                 added += 1
-                after = _after_space(text, after)
+                after = skip_json_space(text, after)
                 separator = text[after : after + 1]
             if separator != "]":
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import json.scanner
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -34,6 +35,7 @@ __all__ = [
     "encode",
     "parse",
     "scan_json",
+    "skip_json_space",
 ]
 
 RequestId = int | str
@@ -97,17 +99,25 @@ _DECODER: Any = json.JSONDecoder()
 scan_json: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(_DECODER)
 
 
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace only: str.isspace() would also skip "\x1f" and more
+
+
+def skip_json_space(text: str, index: int) -> int:
+    """The index of the first character at or after ``index`` that is not JSON whitespace."""
+    found = _JSON_SPACE.match(text, index)
+    assert found is not None  # the pattern matches the empty string
+    return found.end()
+
+
 def parse(raw: bytes | str) -> Any:
     """One JSON value, as ``json.loads`` reads it (``ValueError`` when it is not JSON; bytes must be UTF-8)."""
     text = raw if isinstance(raw, str) else bytes(raw).decode()
-    start = 0
-    if text[:1].isspace():
-        start = len(text) - len(text.lstrip())
+    start = skip_json_space(text, 0) if text[:1] in (" ", "\t", "\n", "\r") else 0
     try:
         value, end = scan_json(text, start)
     except StopIteration as stop:
         raise json.JSONDecodeError("Expecting value", text, stop.value) from None
-    if end != len(text) and not text[end:].isspace():
+    if end != len(text) and skip_json_space(text, end) != len(text):
         raise json.JSONDecodeError("Extra data", text, end)
     return value
 
