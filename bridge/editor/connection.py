@@ -8,7 +8,6 @@ docs/protocol.md; keep the two in step.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -18,11 +17,12 @@ from bridge import __version__
 from bridge.core.service import BridgeService
 from bridge.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
 from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
+from session.tokens import estimate_message_tokens, estimate_tokens
 
 from .history_parse import HistoryReusingParser
 from .initialize import PROTOCOL_VERSION, EditorHello, initialize_result, parse_initialize
 
-__all__ = ["PROTOCOL_VERSION", "EditorConnection", "estimate_tokens"]
+__all__ = ["PROTOCOL_VERSION", "EditorConnection"]
 
 
 class EditorConnection:
@@ -168,10 +168,7 @@ class EditorConnection:
                 raise InvalidParams("text", "must be a string")
             return {"count": estimate_tokens(params["text"])}
         if "message" in params:
-            from session.messages import check_message
-
-            parts = check_message(params["message"], "message")
-            return {"count": _MESSAGE_OVERHEAD + sum(_part_tokens(part) for part in parts)}
+            return {"count": estimate_message_tokens(params["message"])}
         raise InvalidParams("text", "give either text or message")
 
     async def _status(self, params: Any, context: RequestContext) -> dict[str, Any]:
@@ -220,36 +217,3 @@ def _as_rpc_error(error: Exception) -> RpcError:
     if isinstance(error, RpcError):
         return error
     return InternalError(f"Internal error: {type(error).__name__}: {error}")
-
-
-# -- token estimate ----------------------------------------------------------------------------------------------
-#
-# lmbridge cannot know the tokenizer of the model behind an agent, so lm/countTokens is an estimate, tuned to be a
-# little high rather than low (editors use it to decide what fits): one token per 4 ASCII characters (BPE
-# tokenizers average 3.5-4.5 on English and code), one per non-ASCII character (CJK and most symbols take one
-# or more), 85 per image, and 4 per message for role and framing.
-
-_MESSAGE_OVERHEAD = 4
-_IMAGE_TOKENS = 85
-
-
-def estimate_tokens(text: str) -> int:
-    if not text:
-        return 0
-    ascii_chars = len(text.encode("ascii", "ignore"))
-    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
-
-
-def _part_tokens(part: dict[str, Any]) -> int:
-    import json
-
-    kind = part["type"]
-    if kind in ("text", "thinking"):
-        return estimate_tokens(part["value"])
-    if kind == "tool_call":
-        return estimate_tokens(part["name"]) + estimate_tokens(json.dumps(part.get("input"), ensure_ascii=False))
-    if kind == "tool_result":
-        return sum(_part_tokens(inner) for inner in part["content"])
-    if kind == "data":
-        return _IMAGE_TOKENS if part["mimeType"].startswith("image/") else estimate_tokens(part["data"]) // 2
-    return 0
