@@ -139,19 +139,27 @@ class ConversationIndex:
         anchor_index = _anchor_index(messages)
         check_message(messages[anchor_index], f"messages[{anchor_index}]")
         anchor = digest(normalize(messages[anchor_index]))
-        best: Conversation | None = None
-        for conversation in self._by_anchor.get(anchor, {}).values():
-            size = conversation.agreed
-            if size > len(messages) or (best is not None and size <= best.agreed):
-                continue
-            if self._repeats(conversation, messages, 0, size):
-                best = conversation
-        if best is None:
-            for index in range(tail):
-                check_message(messages[index], f"messages[{index}]")
-            start = _latest_input(messages, tail)
-            return HistoryMatch(MatchKind.NO_MATCH, None, 0, start, messages[start:], {})
+        candidates = [
+            conversation
+            for conversation in self._by_anchor.get(anchor, {}).values()
+            if conversation.agreed <= len(messages) and self._repeats(conversation, messages, 0, conversation.agreed)
+        ]
+        if not candidates:
+            return self.unmatched(messages)
+        # The longest agreed history wins; but a conversation this request continues beats one it would edit: two
+        # conversations that began alike and then diverged are told apart by which one each request continues.
+        candidates.sort(key=lambda conversation: conversation.agreed, reverse=True)
+        fallback: HistoryMatch | None = None
+        for conversation in candidates:
+            decided = self._decide(conversation, messages)
+            if decided.kind is MatchKind.CONTINUATION:
+                return decided
+            fallback = fallback or decided
+        assert fallback is not None
+        return fallback
 
+    def _decide(self, best: Conversation, messages: list[Any]) -> HistoryMatch:
+        """``messages`` repeat what ``best`` committed: a continuation of it, or a change of its last turn."""
         committed = best.agreed
         answered = len(best.messages)
         if answered <= len(messages) and self._repeats(best, messages, committed, answered):
@@ -173,6 +181,15 @@ class ConversationIndex:
         for index in range(start, len(messages)):
             check_message(messages[index], f"messages[{index}]")
         return HistoryMatch(MatchKind.MOVED_ON, best, start, start, messages[start:], {})
+
+    def unmatched(self, messages: list[Any]) -> HistoryMatch:
+        """``messages`` as the start of a new conversation (checked whole): what ``match`` answers when nothing
+        matches, and what a caller uses when the matching conversation may not be shared."""
+        tail = _tail_start(messages)
+        for index in range(len(messages)):
+            check_message(messages[index], f"messages[{index}]")
+        start = _latest_input(messages, tail)
+        return HistoryMatch(MatchKind.NO_MATCH, None, 0, start, messages[start:], {})
 
     def _match_by_call(self, messages: list[Any], tail: int) -> HistoryMatch | None:
         found: Conversation | None = None

@@ -69,6 +69,13 @@ class ChatRequest:
     cwd: str
     options: TurnOptions = TurnOptions()
     tools: tuple[dict[str, Any], ...] = ()  # the editor's tools for this request (minus the permission tool)
+    # Where the history is matched: conversations of different scopes never share a session. A front sets it from
+    # what names a conversation or a client (an HTTP conversation header, for example); "" is the shared scope.
+    scope: str = ""
+    # May a request whose history matches a session that is serving another request right now take that session
+    # over? Yes for the editor front: the same history again is the editor retrying. No for HTTP clients: there
+    # it is another conversation that happens to start alike, and it gets a session of its own.
+    share_running: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,8 @@ class LiveSession:
     key: str
     agent_id: str
     conversation: Conversation
+    scope: str = ""
+    serving: int = 0  # requests being answered by this session now
     ready: trio.Event = field(default_factory=trio.Event)
     session_id: str | None = None
     agent: AgentHandle | None = None
@@ -118,7 +127,7 @@ class SessionRouter:
         self._settings = settings
         self._log = log
         self._setup = setup or _NoopSetup()
-        self._indexes: dict[str, ConversationIndex] = {}
+        self._indexes: dict[tuple[str, str], ConversationIndex] = {}  # by (agent, scope)
         self._sessions: dict[str, LiveSession] = {}
         self._turn_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
@@ -154,8 +163,12 @@ class SessionRouter:
         turn_id = next(self._turn_ids)
         self._setup.prepare(request)
         for _attempt in range(4):
-            index = self._indexes.setdefault(request.agent_id, ConversationIndex())
+            index = self._indexes.setdefault((request.agent_id, request.scope), ConversationIndex())
             match = index.match(request.messages)
+            if match.conversation is not None and not request.share_running:
+                running = self._sessions.get(match.conversation.key)
+                if running is not None and running.serving:
+                    match = index.unmatched(request.messages)
             if match.kind is MatchKind.NO_MATCH:
                 # Starting an agent can take a while: a cancel (or shutdown) must not wait for it.
                 done, opened = await _unless(cancel_requested, self._new_session_turn, index, match, request, turn_id)
@@ -180,7 +193,11 @@ class SessionRouter:
             assert session.actor is not None
             session.last_used = trio.current_time()
             self._setup.turn_started(session, request)
-            outcome = await session.actor.run_turn(turn, sink, cancel_requested)
+            session.serving += 1
+            try:
+                outcome = await session.actor.run_turn(turn, sink, cancel_requested)
+            finally:
+                session.serving -= 1
             if outcome.reroute:
                 self._log.info("session closed under a turn; routing it again", session=session.session_id)
                 self._forget(session)
@@ -200,7 +217,7 @@ class SessionRouter:
         key = f"{request.agent_id}:{uuid.uuid4().hex}"
         conversation = index.create(key)
         index.commit(conversation, request.messages, 0, match.start)
-        session = LiveSession(key, request.agent_id, conversation)
+        session = LiveSession(key, request.agent_id, conversation, request.scope)
         self._sessions[key] = session  # visible at once: a concurrent request for it waits for ``ready``
         try:
             resumed_length = await self._open(session, request, self._stored(request))
@@ -366,9 +383,11 @@ class SessionRouter:
     def _forget(self, session: LiveSession) -> None:
         if self._sessions.get(session.key) is session:
             del self._sessions[session.key]
-        index = self._indexes.get(session.agent_id)
+        index = self._indexes.get((session.agent_id, session.scope))
         if index is not None and index.get(session.key) is session.conversation:
             index.forget(session.conversation)
+            if not len(index):
+                del self._indexes[(session.agent_id, session.scope)]
 
     def _make_room(self) -> None:
         """Keep under the LRU cap: close the least recently used sessions that owe nothing to anyone."""

@@ -250,6 +250,29 @@ def test_an_exact_repeat_of_the_history_has_nothing_new() -> None:
     assert match.new_messages == [] and match.conversation is not None
 
 
+def test_conversations_that_began_alike_are_told_apart_by_which_one_a_request_continues() -> None:
+    index = ConversationIndex()
+    opening = [user_text("hello")]
+    answer = {"type": "text", "value": "hi"}
+    first, second = index.create("a"), index.create("b")
+    for conversation in (first, second):
+        index.commit(conversation, opening, 0, 0)
+        index.set_provisional(conversation, [answer])
+    history = [*opening, {"role": "assistant", "content": [answer]}]
+    # "a" moves on with its own words...
+    match = index.match([*history, user_text("only a")])
+    assert match.kind is MatchKind.CONTINUATION
+    index.commit(match.conversation, [*history, user_text("only a")], match.agreed, match.start)
+    taken = match.conversation
+    # ...and the other conversation's next request continues the other session, not an edit of the first.
+    match = index.match([*history, user_text("only b")])
+    assert match.kind is MatchKind.CONTINUATION and match.conversation is not taken
+    # An edit of "only a" still finds the first, when no other conversation continues instead.
+    index.commit(match.conversation, [*history, user_text("only b")], match.agreed, match.start)
+    match = index.match([*history, user_text("only a, edited")])
+    assert match.kind is MatchKind.MOVED_ON
+
+
 def test_a_failed_turn_leaves_an_unanswered_user_message_as_context() -> None:
     match = ConversationIndex().match([user_text("/crash"), user_text("try again")])
     assert match.kind is MatchKind.NO_MATCH and match.start == 1
