@@ -105,6 +105,7 @@ class TurnOptions:
     thinking: bool = False  # the editor renders thinking parts
     acp_updates: bool = False  # the editor wants raw ACP updates as data parts
     permission_tool: bool = True  # the editor offers the permission tool in this request
+    activity_as_thinking: bool = False  # the agent's tool and plan lines go out as thinking parts, not text
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +406,7 @@ class SessionMachine:
             out.append(EndTurn(event.turn, reroute=True))
             return
         self._options = event.options
+        self._renderer.activity_as_thinking = event.options.activity_as_thinking
         if self.state is State.STREAMING:
             # A newer request for this conversation supersedes the one still running.
             self._cancel_prompt(now, out, WITHDRAWN_CANCELLED)

@@ -8,11 +8,18 @@ skip the tool call" → reject_once; anything unreadable → reject_once.
 
 Requests that concern the editor's own bridged tools are allowed once without asking: the editor confirms those
 itself when it runs them (``session.bridged`` recognises them).
+
+For clients that cannot show a permission tool (an HTTP client that did not offer it), ``PermissionQuestions``
+turns the permission tool's call into a plain-text question that ends the response, and reads the user's next
+message (``allow``, ``always``, ``reject``, ``never`` or an option's number) back into the tool's result, so the
+session sees exactly what it would have seen from an editor.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +30,11 @@ __all__ = [
     "DEFAULT_PERMISSION_TOOL",
     "READ_KINDS",
     "PermissionPolicy",
+    "PermissionQuestions",
     "cancelled_outcome",
     "permission_tool_schema",
+    "question_text",
+    "reply_option",
 ]
 
 DEFAULT_PERMISSION_TOOL = "acp_agent_action"
@@ -162,6 +172,7 @@ _FALLBACK = {
     "allow_always": ("allow_always", "allow_once"),
     "allow_once": ("allow_once", "allow_always"),
     "reject_once": ("reject_once", "reject_always"),
+    "reject_always": ("reject_always", "reject_once"),
 }
 
 
@@ -202,3 +213,145 @@ def _paths(tool_call: dict[str, Any], raw_input: Any) -> list[str]:
             if isinstance(value, list):
                 paths += [v for v in value if isinstance(v, str) and v not in paths]
     return paths
+
+
+# -- permission requests asked in words ---------------------------------------------------------------------------
+
+# The word that answers each option kind, shown beside the option.
+_KIND_WORDS = {"allow_once": "allow", "allow_always": "always", "reject_once": "reject", "reject_always": "never"}
+_WORD_KINDS = {
+    **{word: kind for kind, word in _KIND_WORDS.items()},
+    "yes": "allow_once",
+    "y": "allow_once",
+    "ok": "allow_once",
+    "approve": "allow_once",
+    "no": "reject_once",
+    "n": "reject_once",
+    "deny": "reject_once",
+}
+_QUESTION_REF = re.compile(r"\[permission ([0-9a-f]{8})\]\s*$")
+_MAX_REPLY_WORDS = 4  # a longer reply is the user saying something else: the question stays unanswered
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    call_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    text: str
+
+
+class PermissionQuestions:
+    """Permission requests asked as text, and the answers read back. The question ends with a reference
+    (``[permission 1a2b3c4d]``) that finds the request again when the client sends the conversation back; the
+    ``limit`` newest questions are remembered."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._asked: OrderedDict[str, _Asked] = OrderedDict()
+        self._limit = limit
+
+    def ask(self, call: dict[str, Any]) -> str:
+        """The question for a ``tool_call`` part of the permission tool."""
+        ref = secrets.token_hex(4)
+        while ref in self._asked:
+            ref = secrets.token_hex(4)
+        tool_input = object_at(call, "input")
+        text = question_text(tool_input, ref)
+        self._asked[ref] = _Asked(call["callId"], call["name"], tool_input, text)
+        while len(self._asked) > self._limit:
+            self._asked.popitem(last=False)
+        return text
+
+    def restore(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The conversation as the session knows it: each assistant message that ends with a question asked here
+        gets its permission tool call back, and a user reply that answers it becomes the call's result. Messages
+        are the editor protocol's (``role``, ``content`` as a list of parts); unchanged ones are passed through."""
+        out: list[dict[str, Any]] = []
+        answered: _Asked | None = None
+        for message in messages:
+            if answered is not None:
+                reply = _reply_text(message)
+                option = reply_option(reply, answered.tool_input.get("options")) if reply is not None else None
+                if option is not None:
+                    result = {"type": "tool_result", "callId": answered.call_id, "content": [_text(option)]}
+                    out.append({**message, "content": [result]})
+                    answered = None
+                    continue
+            answered = None
+            asked = self._asked_in(message)
+            if asked is None:
+                out.append(message)
+                continue
+            parts = [p for p in message["content"] if p.get("type") != "text"]
+            text = "".join(p["value"] for p in message["content"] if p.get("type") == "text")
+            before = text[: text.rfind(asked.text)]
+            call = {"type": "tool_call", "callId": asked.call_id, "name": asked.tool_name, "input": asked.tool_input}
+            out.append({**message, "content": ([_text(before)] if before.strip() else []) + parts + [call]})
+            answered = asked
+        return out
+
+    def _asked_in(self, message: dict[str, Any]) -> _Asked | None:
+        if message.get("role") != "assistant" or not isinstance(message.get("content"), list):
+            return None
+        texts = [p for p in message["content"] if isinstance(p, dict) and p.get("type") == "text"]
+        if not texts:
+            return None
+        found = _QUESTION_REF.search(texts[-1].get("value", ""))
+        asked = self._asked.get(found.group(1)) if found else None
+        if asked is None or asked.text not in "".join(p.get("value", "") for p in texts):
+            return None
+        return asked
+
+
+def question_text(tool_input: dict[str, Any], ref: str) -> str:
+    """A permission request in words: what the agent wants to do, the choices and how to answer."""
+    lines = [f"The agent asks for permission: {tool_input.get('title') or 'an action'}"]
+    if tool_input.get("command"):
+        lines.append(f"  command: {tool_input['command']}")
+    paths = tool_input.get("paths")
+    if isinstance(paths, list) and paths:
+        lines.append(f"  files: {', '.join(str(p) for p in paths[:10])}" + (" …" if len(paths) > 10 else ""))
+    options = tool_input.get("options")
+    options = [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
+    lines.append("Answer with a number or a word:")
+    for number, option in enumerate(options, 1):
+        word = _KIND_WORDS.get(str(option.get("kind")))
+        lines.append(f"  {number}. {option.get('name') or option.get('optionId')}" + (f" ({word})" if word else ""))
+    lines.append(f"[permission {ref}]")
+    return "\n".join(lines)
+
+
+def reply_option(reply: str, options: Any) -> str | None:
+    """The ``optionId`` a short reply chooses — an option's number, id or name, or a word (allow, always, reject,
+    never, yes, no) — or None when the reply is not an answer."""
+    if not isinstance(options, list):
+        return None
+    offered = [o for o in options if isinstance(o, dict) and isinstance(o.get("optionId"), str)]
+    text = reply.strip().lower().strip(".!")
+    if not text or len(text.split()) > _MAX_REPLY_WORDS:
+        return None
+    if text.isdigit():
+        number = int(text)
+        return offered[number - 1]["optionId"] if 1 <= number <= len(offered) else None
+    for option in offered:
+        if text in (option["optionId"].lower(), str(option.get("name", "")).lower()):
+            return str(option["optionId"])
+    kind = _WORD_KINDS.get(re.split(r"[\s,.;:!]+", text)[0])
+    if kind is None:
+        return None
+    outcome = _choose(offered, kind)["outcome"]
+    return outcome.get("optionId") if isinstance(outcome.get("optionId"), str) else None
+
+
+def _reply_text(message: dict[str, Any]) -> str | None:
+    """The text of a user message made of text only, else None."""
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, list) or not content:
+        return None
+    if any(not isinstance(p, dict) or p.get("type") != "text" for p in content):
+        return None
+    return "".join(str(p.get("value", "")) for p in content)
+
+
+def _text(value: str) -> dict[str, Any]:
+    return {"type": "text", "value": value}

@@ -116,6 +116,7 @@ class ActivityRenderer:
         self._plan: tuple[tuple[str, str], ...] | None = None
         self._at_line_start = True
         self.usage: Usage | None = None
+        self.activity_as_thinking = False  # tool and plan lines as thinking parts (for APIs that show reasoning)
 
     def render(self, update: dict[str, Any]) -> list[dict[str, Any]]:
         kind = update.get("sessionUpdate")
@@ -154,6 +155,8 @@ class ActivityRenderer:
         return [{"type": "text", "value": text}]
 
     def _line(self, line: str) -> list[dict[str, Any]]:
+        if self.activity_as_thinking:
+            return [{"type": "thinking", "value": f"{line}\n"}]
         prefix = "" if self._at_line_start else "\n"
         self._at_line_start = True
         return [{"type": "text", "value": f"{prefix}{line}\n"}]
@@ -204,6 +207,8 @@ class ActivityRenderer:
             return []
         self._plan = plan
         lines = ["Plan:"] + [f"- [{_PLAN_MARK.get(status, ' ')}] {content}" for content, status in plan]
+        if self.activity_as_thinking:
+            return [{"type": "thinking", "value": "\n".join(lines) + "\n"}]
         prefix = "" if self._at_line_start else "\n"
         self._at_line_start = True
         return [{"type": "text", "value": prefix + "\n".join(lines) + "\n"}]

@@ -11,6 +11,8 @@ import pytest
 import trio
 from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
 
+from session.permissions import PermissionQuestions, reply_option
+
 PERMISSION_TOOL = {
     "name": "acp_agent_action",
     "description": "Approve an agent action",
@@ -188,3 +190,70 @@ async def test_requests_about_the_editors_own_tools_are_allowed_without_asking(l
     for title in ("mcp__editor__get_time", "get_time (editor MCP Server)"):
         _history, reply = await ask(live, f"/permission {title}", tools=[PERMISSION_TOOL, CLOCK])
         assert reply.tool_calls == [] and reply.text == "permission outcome: allow-once\n"
+
+
+# -- permission requests asked in words (HTTP clients without the permission tool) ----------------------------------
+
+_OPTIONS = [
+    {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
+    {"optionId": "allow-always", "name": "Allow always", "kind": "allow_always"},
+    {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
+]
+
+
+@pytest.mark.parametrize(
+    ("reply", "chosen"),
+    [
+        ("1", "allow-once"),
+        ("2", "allow-always"),
+        (" 3. ", "reject-once"),
+        ("4", None),
+        ("0", None),
+        ("allow", "allow-once"),
+        ("Always!", "allow-always"),
+        ("yes please", "allow-once"),
+        ("no", "reject-once"),
+        ("never", "reject-once"),  # no reject_always option: the nearest kind
+        ("allow-always", "allow-always"),
+        ("Allow always", "allow-always"),
+        ("please refactor the parser instead of that", None),  # the user said something else
+        ("", None),
+    ],
+)
+def test_short_replies_choose_an_option(reply: str, chosen: str | None) -> None:
+    assert reply_option(reply, _OPTIONS) == chosen
+
+
+def test_a_question_is_restored_to_the_call_and_its_answer_to_the_result() -> None:
+    questions = PermissionQuestions()
+    call = {
+        "type": "tool_call",
+        "callId": "lmb_1",
+        "name": "acp_agent_action",
+        "input": {"title": "Run tests", "kind": "execute", "command": "make test", "options": _OPTIONS},
+    }
+    text = questions.ask(call)
+    assert text.startswith("The agent asks for permission: Run tests\n  command: make test\n")
+    assert "  2. Allow always (always)\n" in text
+    history = [
+        {"role": "user", "content": [{"type": "text", "value": "go"}]},
+        {"role": "assistant", "content": [{"type": "text", "value": "Let me check.\n\n" + text}]},
+        {"role": "user", "content": [{"type": "text", "value": "2"}]},
+    ]
+    restored = questions.restore(history)
+    assert restored[0] is history[0]
+    assert restored[1]["content"] == [{"type": "text", "value": "Let me check.\n\n"}, call]
+    assert restored[2]["content"] == [
+        {"type": "tool_result", "callId": "lmb_1", "content": [{"type": "text", "value": "allow-always"}]}
+    ]
+    # Something other than an answer stays the user's words: the session sees the user moving on.
+    other = [*history[:2], {"role": "user", "content": [{"type": "text", "value": "do something else entirely now"}]}]
+    assert questions.restore(other)[2] is other[2]
+    # A question this bridge did not ask (or no longer remembers) is only text.
+    forged = text.replace(text[-9:-1], "00000000")
+    assert (
+        questions.restore([{"role": "assistant", "content": [{"type": "text", "value": forged}]}])[0]["content"][0][
+            "value"
+        ]
+        == forged
+    )
