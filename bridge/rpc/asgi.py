@@ -1,0 +1,79 @@
+"""Serving an ASGI application on sockets lmbridge opened, with Hypercorn's Trio worker: the one HTTP server of the
+project (the HTTP API front and the synthetic MCP server's streamable-HTTP transport both run on it).
+
+Owns turning listening sockets into a running Hypercorn server inside the caller's nursery, with its logs kept off
+stdout and its limits set: header size, keep-alive, a graceful timeout on stop. The application decides everything
+else (bodies, auth, routes).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+__all__ = ["listening_socket", "serve_asgi"]
+
+_HEADER_BYTES = 64 * 1024
+
+
+async def serve_asgi(
+    app: Any,
+    sockets: Sequence[socket.socket],
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    keep_alive: float = 75.0,
+    graceful_timeout: float = 3.0,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``sockets`` (bound and listening) until cancelled. With ``ssl_context``, TLS on all of them."""
+    from hypercorn.config import Config, Sockets
+    from hypercorn.trio.run import worker_serve
+    from hypercorn.utils import wrap_app
+
+    config = Config()
+    config.accesslog = None
+    # Hypercorn's error log is the standard library's; lmbridge's stderr logging shows what propagates to it.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.h11_max_incomplete_size = _HEADER_BYTES
+    config.keep_alive_timeout = keep_alive
+    config.graceful_timeout = graceful_timeout
+    config.include_server_header = False
+    if ssl_context is not None:
+        config.create_ssl_context = lambda: ssl_context  # type: ignore[method-assign]  # our context, not its files
+        bound = Sockets(secure_sockets=list(sockets), insecure_sockets=[], quic_sockets=[])
+    else:
+        bound = Sockets(secure_sockets=[], insecure_sockets=list(sockets), quic_sockets=[])
+    await worker_serve(
+        wrap_app(app, config.wsgi_max_body_size, "asgi"),
+        config,
+        sockets=bound,
+        task_status=_started_without_binds(task_status),
+    )
+
+
+def _started_without_binds(task_status: trio.TaskStatus[None]) -> Any:
+    class _Status:
+        def started(self, value: Any = None) -> None:
+            task_status.started()
+
+    return _Status()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0 picks a free port) and listening; ``OSError`` when it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
