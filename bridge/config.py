@@ -25,6 +25,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "PermissionSettings",
+    "ServeSettings",
     "SessionSettings",
     "agent_from_mapping",
     "find_config_file",
@@ -94,10 +95,26 @@ class PermissionSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """``[serve]``: what ``lmbridge serve`` does without command-line options (for a daemon started by systemd)."""
+
+    http: str | None = None  # HOST:PORT of the OpenAI/Anthropic-compatible HTTP API, as --http
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed to connect (WebSocket and HTTP), as --allow-origin
+    max_turns: int = 32  # turns the HTTP API runs at once; a request over it gets 429
+    activity: str = (
+        "native"  # the agent's activity over HTTP: "native" (reasoning/thinking where the API has it), "text"
+    )
+
+
+HTTP_ACTIVITY = ("native", "text")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     agents: Mapping[str, AgentConfig]
     sessions: SessionSettings = SessionSettings()
     permissions: PermissionSettings = PermissionSettings()
+    serve: ServeSettings = ServeSettings()
     path: Path | None = None
 
     def with_agents(self, extra: Mapping[str, AgentConfig]) -> Config:
@@ -150,7 +167,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         line = _line_from_toml_error(str(exc)) or (len(text.splitlines()) if "end of document" in str(exc) else None)
         raise ConfigError(f"invalid TOML: {exc}", path=path, line=line) from exc
     locate = _Locator(text, path)
-    _check_keys(data, {"agents", "sessions", "permissions"}, locate, table="")
+    _check_keys(data, {"agents", "sessions", "permissions", "serve"}, locate, table="")
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT_ID: demo_agent()}
     raw_agents = data.get("agents", {})
@@ -165,7 +182,10 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     permissions = _settings(PermissionSettings, data.get("permissions", {}), locate, "permissions")
     if permissions.policy not in PERMISSION_POLICIES:
         raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", "permissions.policy")
-    return Config(agents=agents, sessions=sessions, permissions=permissions, path=path)
+    serve = _settings(ServeSettings, data.get("serve", {}), locate, "serve")
+    if serve.activity not in HTTP_ACTIVITY:
+        raise locate.error(f"must be one of {', '.join(HTTP_ACTIVITY)}", "serve.activity")
+    return Config(agents=agents, sessions=sessions, permissions=permissions, serve=serve, path=path)
 
 
 def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> AgentConfig:
@@ -274,6 +294,10 @@ def _settings(cls: Any, raw: Any, locate: _Locator, table: str) -> Any:
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
             expected = "a positive integer"
+        elif isinstance(default, tuple):
+            ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
+            expected = "a list of strings"
+            value = tuple(value) if ok else value
         else:
             ok = isinstance(value, str)
             expected = "a string"

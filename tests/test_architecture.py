@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("acp client", ("bridge.acp",)),
     ("sessions and tools", ("session", "mcp_synthetic")),
     ("core", ("bridge.core",)),
-    ("fronts", ("bridge.editor",)),
+    ("fronts", ("bridge.editor", "bridge.http")),
     ("shells", ("bridge.daemon",)),
     ("harness", ("bridge.harness",)),
     ("command line", ("bridge.cli", "bridge.__main__")),
@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # The demo agent runs in a process of its own: the bridge never imports it, it imports only what it shares.
 DEMO = "bridge.demo"
 DEMO_MAY_IMPORT = ("bridge", "bridge.acp.vocabulary", "session.transcript")
-FRONTS = ("bridge.editor",)
+FRONTS = ("bridge.editor", "bridge.http")
 
 
 def _modules() -> dict[str, Path]:

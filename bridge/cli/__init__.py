@@ -68,16 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         parents=[_common()],
-        help="run the daemon on a WebSocket for any number of editors (editor protocol v1)",
+        help="run the daemon for any number of editors (WebSocket, editor protocol v1) and HTTP clients "
+        "(OpenAI/Anthropic-compatible API)",
     )
     where = serve.add_mutually_exclusive_group()
     where.add_argument(
         "--listen",
-        default="127.0.0.1:0",
+        default=None,
         metavar="HOST:PORT",
-        help="address to listen on (default 127.0.0.1:0, port 0 picks a free one)",
+        help="WebSocket address to listen on (default 127.0.0.1:0, port 0 picks a free one; "
+        "with --http alone, no WebSocket)",
     )
     where.add_argument("--unix", metavar="PATH", help="listen on a unix socket instead (created 0600)")
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="also serve the OpenAI/Anthropic-compatible HTTP API there (config: [serve] http; docs/http.md)",
+    )
     serve.add_argument(
         "--token-file",
         metavar="FILE",
@@ -217,33 +224,49 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
     import trio
 
     from bridge.daemon.security import ServeError
-    from bridge.daemon.serve import ServeOptions, serve_websocket
+    from bridge.daemon.serve import ServeOptions, serve_daemon
     from bridge.observe.logs import get_logger
 
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"lmbridge: --listen needs HOST:PORT, got {args.listen!r}", file=sys.stderr)
+    http_address = args.http or config.serve.http
+    websocket = not (http_address and args.listen is None and args.unix is None)
+    try:
+        host, port = _host_port(args.listen or "127.0.0.1:0", "--listen")
+        http = _host_port(http_address, "--http") if http_address else None
+    except ValueError as exc:
+        print(f"lmbridge: {exc}", file=sys.stderr)
         return 2
     options = ServeOptions(
-        host=host.strip("[]"),
-        port=int(port),
+        host=host,
+        port=port,
         unix_path=args.unix,
         token_file=args.token_file,
         allow_remote=args.allow_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
-        allowed_origins=tuple(args.allow_origin),
+        allowed_origins=tuple(args.allow_origin) or config.serve.allowed_origins,
         max_connections=args.max_connections,
         max_message_bytes=args.max_message_bytes,
         idle_timeout=args.idle_timeout,
         max_requests=args.max_requests,
+        websocket=websocket,
+        http=http,
+        http_max_turns=config.serve.max_turns,
+        http_activity=config.serve.activity,
     )
     log = get_logger()
     try:
-        return trio.run(lambda: serve_websocket(config, options, log=log, tracer=tracer))
+        code: int = trio.run(lambda: serve_daemon(config, options, log=log, tracer=tracer))
     except ServeError as exc:
         print(f"lmbridge serve: {exc}", file=sys.stderr)
         return 2
+    return code
+
+
+def _host_port(value: str, option: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{option} needs HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
 
 
 if __name__ == "__main__":

@@ -125,19 +125,33 @@ class BridgeService:
 
     async def chat(
         self,
-        editor: Any,
         model_id: str,
         messages: list[Any],
         tools: list[dict[str, Any]],
         sink: Any,
         cancel_requested: trio.Event,
+        *,
+        cwd: str,
+        thinking: bool = False,
+        acp_updates: bool = False,
+        activity_as_thinking: bool = False,
+        scope: str = "",
+        share_running: bool = True,
     ) -> Any:
+        """Run one turn (see ``session.router.SessionRouter.chat``). ``tools`` are the client's, the permission tool
+        among them when the client offers it; the options say how the client shows the agent's activity, and where
+        (``scope``) and how (``share_running``) its history is matched."""
         from session.machine import TurnOptions
         from session.router import ChatRequest
 
         permission_name = self.permission_tool["name"]
         offered = any(tool["name"] == permission_name for tool in tools)
         bridged = tuple(tool for tool in tools if tool["name"] != permission_name)
-        options = TurnOptions(thinking=editor.thinking, acp_updates=editor.acp_updates, permission_tool=offered)
-        request = ChatRequest(model_id, messages, editor.cwd, options, bridged)
+        options = TurnOptions(
+            thinking=thinking,
+            acp_updates=acp_updates,
+            permission_tool=offered,
+            activity_as_thinking=activity_as_thinking,
+        )
+        request = ChatRequest(model_id, messages, cwd, options, bridged, scope, share_running)
         return await self.router.chat(request, sink, cancel_requested)

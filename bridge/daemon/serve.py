@@ -1,10 +1,12 @@
-"""``lmbridge serve``: the daemon on a WebSocket, for any number of editors at once.
+"""``lmbridge serve``: the daemon, for any number of editors (WebSocket, editor protocol v1) and HTTP clients
+(the OpenAI/Anthropic-compatible API of ``bridge.http``) at once.
 
-Owns the listening sockets (TCP on loopback by default, or a unix socket), the handshake checks that come before
-any method can run — bearer token, Origin, connection limit — the token file, one ``EditorConnection`` per
+Owns the listening sockets (TCP on loopback by default, or a unix socket for the WebSocket), the checks that come
+before any method can run — bearer token, Origin, connection limit — the token file, one ``EditorConnection`` per
 WebSocket connection (one JSON-RPC message per text frame), per-connection limits (message size, requests in
-flight, idle timeout), and the orderly stop on SIGTERM/SIGINT: stop accepting, cancel running turns, close
-sessions, stop agent process groups, exit 0.
+flight, idle timeout), serving the HTTP front on Hypercorn (``bridge.rpc.asgi``) with the same token, Origin and
+TLS rules, and the orderly stop on SIGTERM/SIGINT: stop accepting, cancel running turns, close sessions, stop agent
+process groups, exit 0.
 
 Sessions belong to the daemon, not to a connection: an editor that disconnects and reconnects continues its
 conversation, and a turn whose connection dropped keeps its agent's output for the editor's retry.
@@ -18,6 +20,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,7 @@ from .security import (
     ssl_context,
 )
 
-__all__ = ["ServeOptions", "WebSocketDaemon", "serve_websocket"]
+__all__ = ["ServeOptions", "WebSocketDaemon", "serve_daemon"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class ServeOptions:
     idle_timeout: float = 3600.0
     max_requests: int = 32
     default_cwd: str | None = None
+    websocket: bool = True  # the WebSocket editor listener (off: HTTP API only)
+    http: tuple[str, int] | None = None  # host and port of the HTTP API, when it is served
+    http_max_turns: int = 32
+    http_activity: str = "native"
 
 
 class _UnixListener(trio.abc.Listener[trio.SocketStream]):
@@ -228,7 +235,7 @@ class WebSocketDaemon:
                 nursery.start_soon(connection.aclose)
 
 
-async def serve_websocket(
+async def serve_daemon(
     config: Config, options: ServeOptions, *, log: Any, tracer: Any = None, stdout: Any = None
 ) -> int:
     token_path = Path(options.token_file).expanduser() if options.token_file else default_token_path()
@@ -237,28 +244,106 @@ async def serve_websocket(
         tracer.add_secret(token)
     service = BridgeService(config, log=log, tracer=tracer)
     server = WebSocketDaemon(service, options, token, log=log, tracer=tracer)
-    listeners = await server.open_listeners()
+    listeners = await server.open_listeners() if options.websocket else []
+    http_sockets, http_url, http_front, http_tls = _http_listener(service, options, token, log)
     service.connection_count = lambda: server.connection_count
-    url = server.url
+    ready: dict[str, str] = {}
+    if options.websocket:
+        ready["listening"] = server.url
+    if http_url:
+        ready["http"] = http_url
+    ready["tokenFile"] = str(token_path.resolve())
     out = stdout if stdout is not None else sys.stdout
+    try:
+        return await _serve(service, server, listeners, http_sockets, http_front, http_tls, ready, config, log, out)
+    finally:
+        for sock in http_sockets:
+            sock.close()
+
+
+async def _serve(
+    service: BridgeService,
+    server: WebSocketDaemon,
+    listeners: list[Any],
+    http_sockets: list[socket.socket],
+    http_front: Any,
+    http_tls: Any,
+    ready: dict[str, str],
+    config: Config,
+    log: Any,
+    out: Any,
+) -> int:
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
         async with trio.open_nursery() as connections:
             server.handlers = connections
             with trio.CancelScope() as accepting:
                 async with trio.open_nursery() as listening:
-                    await listening.start(server.run, listeners)
-                    out.write(json.dumps({"listening": url, "tokenFile": str(token_path.resolve())}) + "\n")
+                    if listeners:
+                        await listening.start(server.run, listeners)
+                    if http_front is not None:
+                        from bridge.rpc.asgi import serve_asgi
+
+                        await listening.start(partial(serve_asgi, http_front.app, http_sockets, ssl_context=http_tls))
+                    out.write(json.dumps(ready) + "\n")
                     out.flush()
-                    log.info("lmbridge serve ready", url=url, pid=os.getpid(), agents=sorted(config.agents))
+                    log.info("lmbridge serve ready", **ready, pid=os.getpid(), agents=sorted(config.agents))
                     await _wait_for_signal(log)
+                    await server.stop()
+                    if http_front is not None:
+                        # Running HTTP turns end as cancelled and their responses are finished before the HTTP
+                        # server stops (which drops its connections).
+                        http_front.cancel_turns()
+                        with trio.move_on_after(config.sessions.cancel_drain_timeout + 1):
+                            await http_front.wait_idle()
                     accepting.cancel()
-            await server.stop()
             await service.shutdown()
             await server.close_connections()
             connections.cancel_scope.cancel()  # what is left are half-open handshakes: nothing owed to them
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _http_listener(
+    service: BridgeService, options: ServeOptions, token: str, log: Any
+) -> tuple[list[socket.socket], str, Any, Any]:
+    """The HTTP API's socket, URL, front and TLS context (nothing when it is not served)."""
+    if options.http is None:
+        return [], "", None, None
+    from bridge.http.app import HttpFront, HttpSettings
+    from bridge.rpc.asgi import listening_socket
+
+    host, port = options.http
+    context = ssl_context(options.tls_cert, options.tls_key)
+    check_listen_address(host, allow_remote=options.allow_remote, tls=context is not None)
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
+    bound = sock.getsockname()[1]
+    shown = host if ":" not in host else f"[{host}]"
+    url = f"{'https' if context else 'http'}://{shown}:{bound}"
+    secret = token.encode()
+    allowed = options.allowed_origins
+
+    def authorize(headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        try:
+            origin = headers.get(b"origin")
+            check_origin([origin] if origin is not None else [], allowed)
+            presented = bearer(headers.get(b"authorization")) or headers.get(b"x-api-key")
+            check_token(presented, secret)
+        except Refusal as refusal:
+            return refusal.status, refusal.reason
+        return None
+
+    settings = HttpSettings(
+        max_body_bytes=options.max_message_bytes,
+        max_turns=options.http_max_turns,
+        activity=options.http_activity,
+        default_cwd=options.default_cwd,
+        allowed_origins=allowed,
+    )
+    return [sock], url, HttpFront(service, settings, authorize, log=log), context
 
 
 async def _wait_for_signal(log: Any) -> None:

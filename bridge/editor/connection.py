@@ -140,7 +140,16 @@ class EditorConnection:
             self._no_turns = trio.Event()
         started = trio.current_time()
         try:
-            outcome = await self.service.chat(self, model_id, messages, tools, sink, cancel)
+            outcome = await self.service.chat(
+                model_id,
+                messages,
+                tools,
+                sink,
+                cancel,
+                cwd=self.cwd,
+                thinking=self.thinking,
+                acp_updates=self.acp_updates,
+            )
         finally:
             self._turn_events.discard(cancel)
             if not self._turn_events:

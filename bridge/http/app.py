@@ -1,0 +1,424 @@
+"""The HTTP API as an ASGI application (Starlette routing, served by Hypercorn's Trio worker).
+
+Owns what happens to a request before and around its turn: the token (``Authorization: Bearer`` or ``x-api-key``,
+every endpoint) and the Origin rule (decided by the daemon's ``authorize``), the body limit (413), JSON and model
+checks (400 naming the field, never 422), the model (404), the limit on turns running at once (429 with
+``retry-after``), the conversation and working-directory headers, and the response: one JSON body, or a stream of
+server-sent events whose status line waits for the first output so that errors found before it get their HTTP
+status (502 for an agent that failed). A stream that stays silent is started anyway after ``stream_start_after``
+seconds and kept alive with pings; a client that goes away cancels its turn at once (the socket is watched, not
+the next write).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from pydantic import ValidationError
+from starlette.types import Message, Receive, Scope, Send
+
+from bridge.core.service import BridgeService
+
+from .anthropic_messages import CountTokensRequest, Messages
+from .openai_chat import ChatCompletions
+from .openai_responses import Responses, ResponseStore
+from .turns import ApiError, ParsedRequest, TurnResult, TurnRunner
+
+__all__ = ["Authorize", "HttpFront", "HttpSettings"]
+
+# The daemon's rules for a request's headers: None to let it in, else (HTTP status, reason).
+Authorize = Callable[[dict[bytes, bytes]], "tuple[int, str] | None"]
+
+CONVERSATION_HEADER = b"x-lmbridge-conversation"
+CWD_HEADER = b"x-lmbridge-cwd"
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_turns: int = 32  # turns running at once, over every API
+    stream_start_after: float = 10.0  # seconds a stream waits for the agent's first output before it starts anyway
+    ping_interval: float = 15.0  # a silent stream gets a keep-alive event this often
+    activity: str = "native"  # "native": reasoning/thinking where the API has it; "text": text lines everywhere
+    stored_responses: int = 2048  # Responses API objects kept for previous_response_id and GET
+    default_cwd: str | None = None
+    allowed_origins: tuple[str, ...] = ()  # browser origins: answered with CORS headers (checked by ``authorize``)
+
+
+class _Endpoint:
+    """A handler as a raw ASGI application, which is how Starlette routes to it (a turn needs ``receive`` itself,
+    to watch for the client going away)."""
+
+    def __init__(self, handler: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
+        self._handler = handler
+        self._args = args
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._handler(scope, receive, send, *self._args)
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+class HttpFront:
+    """``app`` is the ASGI application."""
+
+    def __init__(self, service: BridgeService, settings: HttpSettings, authorize: Authorize, *, log: Any) -> None:
+        from starlette.routing import Route, Router
+
+        self.service = service
+        self.settings = settings
+        self._authorize = authorize
+        self._log = log.bind(front="http")
+        self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
+        self.responses = Responses(ResponseStore(settings.stored_responses))
+        self._turns: set[trio.Event] = set()  # the cancel events of the turns running now
+        self._idle = trio.Event()
+        self._idle.set()
+        self._router = Router(
+            [
+                Route("/v1/models", self._asgi(self._models), methods=["GET"]),
+                Route("/v1/models/{model:path}", self._asgi(self._model), methods=["GET"]),
+                Route("/v1/chat/completions", self._asgi(self._turn, ChatCompletions), methods=["POST"]),
+                Route("/v1/responses", self._asgi(self._turn, self.responses), methods=["POST"]),
+                Route("/v1/responses/{response_id}", self._asgi(self._stored_response), methods=["GET"]),
+                Route("/v1/messages", self._asgi(self._turn, Messages), methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._asgi(self._count_tokens), methods=["POST"]),
+            ],
+            default=self._not_found,
+        )
+
+    @property
+    def running(self) -> int:
+        return len(self._turns)
+
+    def cancel_turns(self) -> None:
+        """End every running turn (the daemon is stopping): each response ends as a cancelled turn."""
+        for cancel in list(self._turns):
+            cancel.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    # -- the application ------------------------------------------------------------------------------------------
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._router(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        headers = {name.lower(): value for name, value in scope["headers"]}
+        api: Any = Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
+        origin = headers.get(b"origin")
+        if origin is not None and self._origin_allowed(origin):
+            send = _with_cors(send, origin.decode("latin-1"))
+            if scope["method"] == "OPTIONS":  # a CORS preflight: it carries no token, and needs none
+                await _respond(send, 204, b"", extra=_PREFLIGHT)
+                return
+        refusal = self._authorize(headers)
+        if refusal is not None:
+            status, reason = refusal
+            self._log.warning("refused an HTTP request", path=scope["path"], reason=reason)
+            error = ApiError(status, "authentication_error" if status == 401 else "permission_error", reason)
+            extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
+            await _respond_json(send, status, api.error_body(error), extra=extra)
+            return
+        await self._router(scope, receive, send)
+
+    def _origin_allowed(self, origin: bytes) -> bool:
+        return origin.decode("latin-1") in self.settings.allowed_origins
+
+    def _asgi(self, handler: Callable[..., Awaitable[None]], *args: Any) -> _Endpoint:
+        return _Endpoint(handler, args)
+
+    async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
+        api: Any = Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
+        error = ApiError(404, "not_found_error", f"no such endpoint: {scope['method']} {scope['path']}")
+        await _respond_json(send, 404, api.error_body(error))
+
+    # -- endpoints ------------------------------------------------------------------------------------------------
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        data = [_model_object(model_id) for model_id in self.runner.model_ids()]
+        await _respond_json(send, 200, {"object": "list", "data": data})
+
+    async def _model(self, scope: Scope, receive: Receive, send: Send) -> None:
+        model_id = scope["path_params"]["model"]
+        try:
+            self.runner.check_model(model_id)
+        except ApiError as error:
+            await _respond_json(send, 404, ChatCompletions.error_body(error))
+            return
+        await _respond_json(send, 200, _model_object(model_id))
+
+    async def _stored_response(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response_id = scope["path_params"]["response_id"]
+        stored = self.responses.store.get(response_id)
+        if stored is None:
+            error = ApiError(404, "not_found_error", f"no stored response {response_id!r}", param="response_id")
+            await _respond_json(send, 404, Responses.error_body(error))
+            return
+        await _respond_json(send, 200, stored)
+
+    async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            request = await self._parse(scope, receive, Messages, CountTokensRequest)
+            body = Messages.count_tokens(request)
+        except _ClientGone:
+            return
+        except ApiError as error:
+            await _respond_json(send, error.status, Messages.error_body(error))
+            return
+        await _respond_json(send, 200, body)
+
+    async def _turn(self, scope: Scope, receive: Receive, send: Send, api: Any) -> None:
+        headers = {name.lower(): value for name, value in scope["headers"]}
+        try:
+            request = await self._parse(scope, receive, api, api.model)
+            conversation = headers.get(CONVERSATION_HEADER)
+            if conversation:
+                request.conversation = conversation.decode("utf-8", "replace")
+            cwd = _cwd(headers.get(CWD_HEADER))
+            if self.running >= self.settings.max_turns:
+                limit = self.settings.max_turns
+                raise ApiError(
+                    429,
+                    "rate_limit_error",
+                    f"{limit} turns are running, the limit (serve.max_turns); retry when one has finished",
+                    retry_after=1.0,
+                )
+        except _ClientGone:
+            return
+        except ApiError as error:
+            await _respond_error(send, api, error)
+            return
+        exchange = _Exchange(self, api, request, receive, send)
+        self._turns.add(exchange.cancel)
+        self._idle = trio.Event()
+        started = trio.current_time()
+        try:
+            result = await exchange.run(cwd)
+        finally:
+            self._turns.discard(exchange.cancel)
+            if not self._turns:
+                self._idle.set()
+        self._log.info(
+            "turn done" if result.error is None else "turn failed",
+            api=api.name,
+            model=request.model,
+            stream=request.stream,
+            seconds=round(trio.current_time() - started, 3),
+            stop_reason=result.stop_reason,
+            error=str(result.error) if result.error else None,
+        )
+
+    async def _parse(self, scope: Scope, receive: Receive, api: Any, model: Any) -> ParsedRequest:
+        body = await _read_body(scope, receive, self.settings.max_body_bytes)
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise ApiError.bad_request(f"the body is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ApiError.bad_request("the body must be a JSON object")
+        try:
+            validated = model.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            problem = "is required" if first["type"] == "missing" else first["msg"]
+            raise ApiError.bad_request(f"{where}: {problem}", where) from None
+        request: ParsedRequest = api.parse(validated)
+        self.runner.check_model(request.model)
+        if request.stream is False and _accepts_event_stream(scope) and api is not Messages:
+            request.stream = "stream" not in data  # asked for by Accept, unless the body said otherwise
+        return request
+
+
+class _Exchange:
+    """One turn's response: a JSON body, or an event stream that starts at the first output."""
+
+    def __init__(self, front: HttpFront, api: Any, request: ParsedRequest, receive: Receive, send: Send) -> None:
+        self._front = front
+        self._api = api
+        self._request = request
+        self._receive = receive
+        self._send = send
+        self.cancel = trio.Event()  # set: the turn ends (the client went away, or the daemon is stopping)
+        self._gone = False  # the client went away: nothing more is sent
+        self._stream = api.stream(request) if request.stream else None
+        self._started = False
+        self._lock = trio.Lock()
+        self._last_write = trio.current_time()
+
+    async def run(self, cwd: str | None) -> TurnResult:
+        front = self._front
+        result: TurnResult
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_disconnect)
+            if self._stream is not None:
+                nursery.start_soon(self._keep_alive)
+            try:
+                result = await front.runner.run(self._request, self._on_part, self.cancel, cwd=cwd)
+            except Exception as exc:  # a malformed history, an agent that would not start, ...
+                result = TurnResult("end_turn", None, exc)
+            nursery.cancel_scope.cancel()
+        if self._gone:
+            front._log.info("the client went away; its turn was cancelled", api=self._api.name)
+            return result
+        error = ApiError.from_error(result.error) if result.error is not None else None
+        if self._stream is None:
+            if error is not None:
+                await _respond_error(self._send, self._api, error)
+            else:
+                await _respond_json(self._send, 200, self._api.body(self._request, result))
+        elif error is not None and not self._started:
+            await _respond_error(self._send, self._api, error)
+        else:
+            await self._write(self._stream.error(error) if error is not None else self._stream.finish(result))
+            await self._end()
+        return result
+
+    async def _on_part(self, part: dict[str, Any]) -> None:
+        if self._stream is not None:
+            events = self._stream.part(part)
+            if events:
+                await self._write(events)
+
+    async def _write(self, events: list[bytes]) -> None:
+        assert self._stream is not None
+        async with self._lock:
+            if self._gone:
+                return
+            try:
+                if not self._started:
+                    self._started = True
+                    await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                    events = self._stream.start() + events
+                await self._send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
+            except Exception:  # the connection is gone (the watcher will say so too)
+                self._client_gone()
+            self._last_write = trio.current_time()
+
+    async def _end(self) -> None:
+        async with self._lock:
+            if not self._gone:
+                try:
+                    await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+                except Exception:
+                    pass
+
+    async def _keep_alive(self) -> None:
+        assert self._stream is not None
+        settings = self._front.settings
+        await trio.sleep(settings.stream_start_after)
+        if not self._started:
+            await self._write([])
+        while True:
+            await trio.sleep_until(self._last_write + settings.ping_interval)
+            if trio.current_time() >= self._last_write + settings.ping_interval:
+                await self._write([self._stream.ping()])
+
+    async def _watch_disconnect(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._client_gone()
+                return
+
+    def _client_gone(self) -> None:
+        self._gone = True
+        self.cancel.set()
+
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_PREFLIGHT = [
+    (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+    (
+        b"access-control-allow-headers",
+        b"authorization, x-api-key, content-type, anthropic-version, anthropic-beta, "
+        b"x-lmbridge-conversation, x-lmbridge-cwd, openai-beta",
+    ),
+    (b"access-control-max-age", b"600"),
+]
+
+
+def _model_object(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "lmbridge"}
+
+
+def _cwd(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    path = raw.decode("utf-8", "replace")
+    if not os.path.isabs(path) or not os.path.isdir(path):
+        raise ApiError.bad_request(f"x-lmbridge-cwd must name an existing directory by its absolute path: {path!r}")
+    return path
+
+
+def _accepts_event_stream(scope: Scope) -> bool:
+    accept = dict(scope["headers"]).get(b"accept", b"")
+    return b"text/event-stream" in accept
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    too_large = ApiError(
+        413, "request_too_large", f"the request body is over the limit of {limit} bytes (--max-message-bytes)"
+    )
+    length = dict(scope["headers"]).get(b"content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise too_large
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _respond_error(send: Send, api: Any, error: ApiError) -> None:
+    extra = []
+    if error.retry_after is not None:
+        extra.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))
+    await _respond_json(send, error.status, api.error_body(error), extra=extra)
+
+
+async def _respond_json(
+    send: Send, status: int, body: dict[str, Any], *, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    data = json.dumps(body, ensure_ascii=False).encode()
+    headers = [(b"content-type", b"application/json"), *(extra or [])]
+    await _respond(send, status, data, extra=headers)
+
+
+async def _respond(send: Send, status: int, body: bytes, *, extra: list[tuple[bytes, bytes]]) -> None:
+    headers = [(b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    async def cors_send(message: Message) -> None:
+        if message["type"] == "http.response.start" and origin:
+            cors = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"origin")]
+            message = {**message, "headers": [*message.get("headers", []), *cors]}
+        await send(message)
+
+    return cors_send

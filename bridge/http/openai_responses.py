@@ -1,0 +1,524 @@
+"""OpenAI Responses (``POST /v1/responses``, ``GET /v1/responses/{id}``): request model, translation, the response
+object and its event stream, and the store that makes ``previous_response_id`` work.
+
+Owns reading ``input`` (a string, or message / ``function_call`` / ``function_call_output`` / ``reasoning`` items)
+and ``instructions`` into editor-protocol messages; writing the turn back as output items — ``reasoning`` (the
+agent's thoughts and activity), ``message`` (its text) and ``function_call`` (the client's tools; every call of the
+turn in one response) — in one object or as the event sequence ``response.created`` … ``response.completed``
+(``response.incomplete`` for a length stop, ``response.failed`` for an error after the stream began); and the
+bounded in-memory store of responses (``store``, default true) that ``previous_response_id`` continues from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .turns import (
+    ApiError,
+    ParsedRequest,
+    TurnResult,
+    function_tool,
+    image_part,
+    parsed_arguments,
+    reported_tokens,
+    text_part,
+)
+
+__all__ = ["ResponseStore", "Responses"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Tool(_Model):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ResponsesRequest(_Model):
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[_Tool] | None = None
+    tool_choice: Any = None
+    stream: bool = False
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class _Stored:
+    parent: str | None
+    messages: list[dict[str, Any]]  # this request's new input and the response, as editor messages
+    response: dict[str, Any]
+    conversation: str
+
+
+class ResponseStore:
+    """The ``limit`` newest stored responses; a chain whose start was evicted can no longer be continued (the
+    client gets a 400 naming ``previous_response_id`` and can send the whole input instead)."""
+
+    def __init__(self, limit: int = 2048) -> None:
+        self._responses: OrderedDict[str, _Stored] = OrderedDict()
+        self._limit = limit
+
+    def get(self, response_id: str) -> dict[str, Any] | None:
+        stored = self._responses.get(response_id)
+        return stored.response if stored else None
+
+    def history(self, response_id: str) -> tuple[list[dict[str, Any]], str]:
+        """The conversation up to and including ``response_id``, and its conversation scope."""
+        chain: list[_Stored] = []
+        current: str | None = response_id
+        while current is not None:
+            stored = self._responses.get(current)
+            if stored is None:
+                raise ApiError.bad_request(
+                    f"previous response {current!r} is not stored here (lmbridge keeps the newest {self._limit}, "
+                    "in memory); send the whole conversation as input instead",
+                    "previous_response_id",
+                )
+            self._responses.move_to_end(current)
+            chain.append(stored)
+            current = stored.parent
+        messages = [message for stored in reversed(chain) for message in stored.messages]
+        return messages, chain[0].conversation
+
+    def put(
+        self,
+        response: dict[str, Any],
+        parent: str | None,
+        messages: list[dict[str, Any]],
+        conversation: str,
+    ) -> None:
+        self._responses[response["id"]] = _Stored(parent, messages, response, conversation)
+        while len(self._responses) > self._limit:
+            self._responses.popitem(last=False)
+
+
+class Responses:
+    name = "responses"
+    model = ResponsesRequest
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    def parse(self, request: ResponsesRequest) -> ParsedRequest:
+        new = _input_messages(request.input)
+        if not new:
+            raise ApiError.bad_request("input must hold at least one item", "input")
+        earlier: list[dict[str, Any]] = []
+        conversation = str((request.metadata or {}).get("lmbridge_conversation") or "")
+        if request.previous_response_id:
+            earlier, stored_conversation = self.store.history(request.previous_response_id)
+            conversation = conversation or stored_conversation
+        system = [{"role": "system", "content": [text_part(request.instructions)]}] if request.instructions else []
+        tools = []
+        if request.tool_choice != "none":
+            for index, tool in enumerate(request.tools or []):
+                if tool.type != "function":
+                    raise ApiError.bad_request(
+                        f"only function tools are supported, not {tool.type!r}", f"tools[{index}].type"
+                    )
+                tools.append(function_tool(tool.name or "", tool.description, tool.parameters, f"tools[{index}]"))
+        return ParsedRequest(
+            model=request.model,
+            messages=system + earlier + new,
+            tools=tools,
+            stream=request.stream,
+            conversation=conversation,
+            native_reasoning=True,
+            extra={
+                "new": new,
+                "previous_response_id": request.previous_response_id,
+                "store": request.store,
+                "instructions": request.instructions,
+                "metadata": request.metadata or {},
+                "tools": [tool.model_dump(exclude_none=True) for tool in request.tools or []],
+                "tool_choice": request.tool_choice or "auto",
+            },
+        )
+
+    @staticmethod
+    def error_body(error: ApiError) -> dict[str, Any]:
+        return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": None}}
+
+    def stream(self, request: ParsedRequest) -> ResponsesStream:
+        return ResponsesStream(self, request)
+
+    def body(self, request: ParsedRequest, result: TurnResult) -> dict[str, Any]:
+        builder = _Output()
+        for part in result.parts:
+            builder.add(part)
+        response = _response(request, f"resp_{uuid.uuid4().hex}", int(time.time()), builder.items, result)
+        self.remember(request, response, result)
+        return response
+
+    def remember(self, request: ParsedRequest, response: dict[str, Any], result: TurnResult) -> None:
+        if not request.extra["store"]:
+            return
+        messages = [*request.extra["new"], {"role": "assistant", "content": list(result.parts)}]
+        self.store.put(response, request.extra["previous_response_id"], messages, request.conversation)
+
+
+class ResponsesStream:
+    """The events of one streamed response, each with its ``sequence_number``."""
+
+    def __init__(self, api: Responses, request: ParsedRequest) -> None:
+        self._api = api
+        self._request = request
+        self._id = f"resp_{uuid.uuid4().hex}"
+        self._created = int(time.time())
+        self._sequence = 0
+        self._output = _Output()
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+
+    def start(self) -> list[bytes]:
+        response = _response(self._request, self._id, self._created, [], None)
+        return [
+            self._event("response.created", response=response),
+            self._event("response.in_progress", response=response),
+        ]
+
+    def part(self, part: dict[str, Any]) -> list[bytes]:
+        events: list[bytes] = []
+        output = self._output
+        kind = part["type"]
+        wanted = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}.get(kind)
+        if wanted is None:
+            return events
+        current = output.current
+        if current is None or current["type"] != wanted or wanted == "function_call":
+            events += self._close()
+            item = output.open(wanted, part)
+            index = len(output.items) - 1
+            events.append(self._event("response.output_item.added", output_index=index, item=_in_progress(item)))
+            if wanted == "message":
+                events.append(
+                    self._event(
+                        "response.content_part.added",
+                        item_id=item["id"],
+                        output_index=index,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": []},
+                    )
+                )
+            elif wanted == "reasoning":
+                events.append(
+                    self._event(
+                        "response.reasoning_summary_part.added",
+                        item_id=item["id"],
+                        output_index=index,
+                        summary_index=0,
+                        part={"type": "summary_text", "text": ""},
+                    )
+                )
+        index = len(output.items) - 1
+        item = output.items[index]
+        if wanted == "message":
+            output.append_text(part["value"])
+            events.append(
+                self._event(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=part["value"],
+                    logprobs=[],
+                )
+            )
+        elif wanted == "reasoning":
+            output.append_text(part["value"])
+            events.append(
+                self._event(
+                    "response.reasoning_summary_text.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    summary_index=0,
+                    delta=part["value"],
+                )
+            )
+        else:
+            events.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    delta=item["arguments"],
+                )
+            )
+            events += self._close()
+        return events
+
+    def _close(self) -> list[bytes]:
+        output = self._output
+        item = output.current
+        if item is None:
+            return []
+        output.current = None
+        index = len(output.items) - 1
+        events = []
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            events.append(
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+            )
+            events.append(
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=item["content"][0],
+                )
+            )
+        elif item["type"] == "reasoning":
+            text = item["summary"][0]["text"]
+            events.append(
+                self._event(
+                    "response.reasoning_summary_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    summary_index=0,
+                    text=text,
+                )
+            )
+            events.append(
+                self._event(
+                    "response.reasoning_summary_part.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    summary_index=0,
+                    part=item["summary"][0],
+                )
+            )
+        else:
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                )
+            )
+        events.append(self._event("response.output_item.done", output_index=index, item=item))
+        return events
+
+    def finish(self, result: TurnResult) -> list[bytes]:
+        events = self._close()
+        response = _response(self._request, self._id, self._created, self._output.items, result)
+        self._api.remember(self._request, response, result)
+        kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+        return [*events, self._event(kind, response=response)]
+
+    def error(self, error: ApiError) -> list[bytes]:
+        response = _response(self._request, self._id, self._created, self._output.items, None)
+        response["status"] = "failed"
+        response["error"] = {"code": "server_error" if error.status >= 500 else error.kind, "message": error.message}
+        return [*self._close(), self._event("response.failed", response=response)]
+
+    @staticmethod
+    def ping() -> bytes:
+        return b": ping\n\n"
+
+
+class _Output:
+    """The output items of a response, built from the turn's parts."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.current: dict[str, Any] | None = None
+
+    def add(self, part: dict[str, Any]) -> None:
+        """For a whole (non-streamed) response: adjacent text or thinking parts share an item."""
+        wanted = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}.get(part["type"])
+        if wanted is None:
+            return
+        if self.current is None or self.current["type"] != wanted or wanted == "function_call":
+            self.open(wanted, part)
+        if wanted != "function_call":
+            self.append_text(part["value"])
+
+    def open(self, kind: str, part: dict[str, Any]) -> dict[str, Any]:
+        item: dict[str, Any]
+        if kind == "message":
+            item = {
+                "id": f"msg_{uuid.uuid4().hex}",
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "", "annotations": []}],
+            }
+        elif kind == "reasoning":
+            item = {
+                "id": f"rs_{uuid.uuid4().hex}",
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": ""}],
+            }
+        else:
+            arguments = part["input"] if isinstance(part["input"], str) else json.dumps(part["input"])
+            item = {
+                "id": f"fc_{uuid.uuid4().hex}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": part["callId"],
+                "name": part["name"],
+                "arguments": arguments,
+            }
+        self.items.append(item)
+        self.current = item
+        return item
+
+    def append_text(self, text: str) -> None:
+        assert self.current is not None
+        holder = self.current["content"][0] if self.current["type"] == "message" else self.current["summary"][0]
+        holder["text"] += text
+
+
+def _in_progress(item: dict[str, Any]) -> dict[str, Any]:
+    if item["type"] == "message":
+        return {**item, "status": "in_progress", "content": []}
+    if item["type"] == "reasoning":
+        return {**item, "summary": []}
+    return {**item, "status": "in_progress", "arguments": ""}
+
+
+def _response(
+    request: ParsedRequest, response_id: str, created: int, output: list[dict[str, Any]], result: TurnResult | None
+) -> dict[str, Any]:
+    status, incomplete = "in_progress", None
+    if result is not None:
+        status = "completed"
+        if result.stop_reason in ("max_tokens", "max_turn_requests"):
+            status, incomplete = "incomplete", {"reason": "max_output_tokens"}
+        elif result.stop_reason == "refusal":
+            status, incomplete = "incomplete", {"reason": "content_filter"}
+    extra = request.extra
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": None,
+        "incomplete_details": incomplete,
+        "instructions": extra["instructions"],
+        "max_output_tokens": None,
+        "model": request.model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": extra["previous_response_id"],
+        "reasoning": {"effort": None, "summary": None},
+        "store": extra["store"],
+        "temperature": None,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": extra["tool_choice"],
+        "tools": extra["tools"],
+        "top_p": None,
+        "truncation": "disabled",
+        "usage": _usage(result.usage) if result is not None else None,
+        "metadata": extra["metadata"],
+    }
+
+
+def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Responses usage object from the agent's report; null when it reported no token counts."""
+    tokens = reported_tokens(usage)
+    if tokens is None or usage is None:
+        return None
+    return {
+        "input_tokens": tokens[0],
+        "input_tokens_details": {"cached_tokens": usage.get("cachedReadTokens", 0)},
+        "output_tokens": tokens[1],
+        "output_tokens_details": {"reasoning_tokens": usage.get("thoughtTokens", 0)},
+        "total_tokens": tokens[2],
+    }
+
+
+def _input_messages(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(raw, str):
+        return [{"role": "user", "content": [text_part(raw)]}] if raw else []
+    messages: list[dict[str, Any]] = []
+    for index, item in enumerate(raw):
+        where = f"input[{index}]"
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise ApiError.bad_request("role must be user, assistant, system or developer", f"{where}.role")
+            parts = _content(item.get("content"), where)
+            messages.append({"role": "system" if role == "developer" else role, "content": parts})
+        elif kind == "function_call":
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+                raise ApiError.bad_request("a function_call item needs call_id and name", where)
+            arguments = item.get("arguments", "")
+            call = {
+                "type": "tool_call",
+                "callId": call_id,
+                "name": name,
+                "input": parsed_arguments(arguments) if isinstance(arguments, str) else arguments,
+            }
+            messages.append({"role": "assistant", "content": [call]})
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise ApiError.bad_request("a function_call_output item needs call_id", f"{where}.call_id")
+            output = item.get("output", "")
+            content = _content(output, f"{where}.output")
+            messages.append(
+                {"role": "user", "content": [{"type": "tool_result", "callId": call_id, "content": content}]}
+            )
+        elif kind == "reasoning":
+            summary = item.get("summary") or []
+            text = "".join(s.get("text", "") for s in summary if isinstance(s, dict))
+            messages.append({"role": "assistant", "content": [{"type": "thinking", "value": text}]})
+        else:
+            raise ApiError.bad_request(f"unsupported input item type {kind!r}", f"{where}.type")
+    return messages
+
+
+def _content(content: Any, where: str) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [text_part(content)] if content else []
+    if not isinstance(content, list):
+        raise ApiError.bad_request("content must be a string or a list of content parts", where)
+    parts = []
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
+            parts.append(text_part(part["text"]))
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            parts.append(text_part(part["refusal"]))
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise ApiError.bad_request("input_image needs an image_url (file_id is not supported)", where)
+            parts.append(image_part(url, f"{where}[{index}].image_url"))
+        else:
+            raise ApiError.bad_request(f"unsupported content part {kind!r}", f"{where}[{index}].type")
+    return parts
