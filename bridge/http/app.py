@@ -109,9 +109,6 @@ class HttpFront:
     # -- the application ------------------------------------------------------------------------------------------
 
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._router(scope, receive, send)
-            return
         if scope["type"] != "http":
             return
         headers = {name.lower(): value for name, value in scope["headers"]}

@@ -48,8 +48,19 @@ async def serve_asgi(
         bound = Sockets(secure_sockets=list(sockets), insecure_sockets=[], quic_sockets=[])
     else:
         bound = Sockets(secure_sockets=[], insecure_sockets=list(sockets), quic_sockets=[])
+
+    async def application(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # lmbridge's applications start and stop with their owners, not here
+            while True:
+                message = await receive()
+                kind = message["type"].rpartition(".")[2]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        await app(scope, receive, send)
+
     await worker_serve(
-        wrap_app(app, config.wsgi_max_body_size, "asgi"),
+        wrap_app(application, config.wsgi_max_body_size, "asgi"),
         config,
         sockets=bound,
         task_status=_started_without_binds(task_status),
