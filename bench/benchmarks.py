@@ -1,4 +1,4 @@
-"""The six benchmarks. Each runs the bridge path and its baseline in the same run, alternating repetitions (this
+"""The seven benchmarks. Each runs the bridge path and its baseline in the same run, alternating repetitions (this
 machine may be busy with other work: interleaving spreads that noise over both sides), and returns table rows.
 
 Every bridge path goes through ``lmbridge stdio`` as a subprocess, the way an editor runs it; the far end is the raw
@@ -14,6 +14,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .common import Row, Workspace, children_of, rss_kib, summarize
@@ -39,6 +40,7 @@ class Plan:
     history_sizes: tuple[int, ...]
     history_reps: int
     match_reps: int
+    first_token_reps: int = 30
 
 
 FULL = Plan(
@@ -72,6 +74,7 @@ QUICK = Plan(
     history_sizes=(10, 100, 1000),
     history_reps=3,
     match_reps=20,
+    first_token_reps=5,
 )
 
 
@@ -731,6 +734,106 @@ def _matching(plan: Plan) -> list[Row]:
     return rows
 
 
+# -- 7. the HTTP API front beside the WebSocket editor path ---------------------------------------------------------
+
+
+def http_front(ws: Workspace, plan: Plan) -> list[Row]:
+    """One ``lmbridge serve`` with both fronts and the bench agent: the first token of a new conversation and the
+    streaming throughput, through ``POST /v1/chat/completions`` (stream) and through ``lm/chat`` on the WebSocket,
+    alternating."""
+    from .daemon import Daemon, HttpStreamer, WsEditor
+
+    n = plan.flood_chunks
+    script = Path(sys.executable).with_name("lmbridge")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "bridge"]
+    config = ws.config(max_sessions=5000)
+    daemon = Daemon(
+        [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("http"), token_file=ws.path / "token"
+    )
+    first: dict[str, list[float]] = {"http": [], "ws": []}
+    rates: dict[str, list[float]] = {"http": [], "ws": []}
+    try:
+        editor, client = WsEditor(daemon.ws_url, daemon.token), HttpStreamer(daemon.http_url, daemon.token)
+
+        def ws_first() -> None:
+            started = clock()
+            parts = editor.chat_parts("bench", [user(f"#{_tag()}\nsay first")])
+            next(parts)
+            first["ws"].append((editor.read_at - started) * 1000)
+            for _ in parts:
+                pass
+
+        def http_first() -> None:
+            started = clock()
+            deltas = client.chat_deltas("bench", [{"role": "user", "content": f"#{_tag()}\nsay first"}])
+            next(deltas)
+            first["http"].append((client.read_at - started) * 1000)
+            for _ in deltas:
+                pass
+
+        def ws_flood() -> None:
+            started = clock()
+            count = sum(
+                p.get("value", "").count(" ") for p in editor.chat_parts("bench", [user(f"#{_tag()}\nflood {n}")])
+            )
+            assert count == n, count
+            rates["ws"].append(n / (clock() - started))
+
+        def http_flood() -> None:
+            started = clock()
+            count = sum(
+                d.count(" ")
+                for d in client.chat_deltas("bench", [{"role": "user", "content": f"#{_tag()}\nflood {n}"}])
+            )
+            assert count == n, count
+            rates["http"].append(n / (clock() - started))
+
+        for _ in editor.chat_parts("bench", [user(f"#{_tag()}\nplan")]):  # warm-up, as in the other benchmarks
+            pass
+        for warm in (ws_first, http_first):
+            warm()
+        first = {"http": [], "ws": []}
+        for rep in range(plan.first_token_reps):
+            for run in (ws_first, http_first) if rep % 2 == 0 else (http_first, ws_first):
+                run()
+        for rep in range(plan.flood_reps):
+            for run in (ws_flood, http_flood) if rep % 2 == 0 else (http_flood, ws_flood):
+                run()
+        editor.close()
+        client.close()
+    finally:
+        daemon.close()
+    h, w = summarize(first["http"]), summarize(first["ws"])
+    added = {"median": h.median - w.median, "p99": h.p99 - w.p99}  # type: ignore[operator]
+    th, tw = summarize(rates["http"], p99=False), summarize(rates["ws"], p99=False)
+    return [
+        Row(
+            "7 http first token",
+            "request → first text of a new conversation, /v1/chat/completions stream",
+            "ms",
+            h,
+            w,
+            "lm/chat on the WebSocket, same daemon and agent",
+            goal="added median ≤ 2 ms",
+            passed=added["median"] <= 2.0,
+            added=added,
+            notes=f"{plan.first_token_reps} each, alternating; includes session/new on the bench agent",
+        ),
+        Row(
+            "7 http throughput",
+            f"chunks/s, {n:,} agent_message_chunk, /v1/chat/completions stream",
+            "chunks/s",
+            th,
+            tw,
+            "lm/chat on the WebSocket, same daemon and agent",
+            goal="≥ 0.5 × WebSocket",
+            passed=th.median >= 0.5 * tw.median,
+            notes=f"{plan.flood_reps} runs each, alternating",
+            extra={"runs": rates},
+        ),
+    ]
+
+
 BENCHMARKS = {
     "throughput": throughput,
     "latency": latency,
@@ -738,4 +841,5 @@ BENCHMARKS = {
     "cold": cold_start,
     "memory": memory,
     "history": history,
+    "http": http_front,
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import socket
 import uuid
 from collections.abc import Iterator
@@ -561,4 +562,120 @@ def test_limits_body_size_and_turns_at_once(tmp_path: Path) -> None:
                 client.chat.completions.create(model="demo", messages=[{"role": "user", "content": "hi"}])
             assert caught.value.response.headers["retry-after"] == "1"
     assert daemon.process.returncode == 0
+    assert processes_with_marker(marker) == []
+
+
+# -- the rest of the contract ----------------------------------------------------------------------------------------
+
+
+def test_accept_event_stream_chooses_streaming(daemon: HttpDaemon) -> None:
+    body = {"model": "demo", "messages": [{"role": "user", "content": "/say via accept"}]}
+    status, headers, text = raw(
+        daemon, "POST", "/v1/chat/completions", body, {**bearer(daemon), "accept": "text/event-stream"}
+    )
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in text.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    content = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1])
+    assert content == "via accept\n"
+    status, headers, _ = raw(
+        daemon,
+        "POST",
+        "/v1/chat/completions",
+        {**body, "stream": False},
+        {**bearer(daemon), "accept": "text/event-stream"},
+    )
+    assert status == 200 and headers["content-type"] == "application/json"  # the body said otherwise
+
+
+@pytest.mark.parametrize("reason", ["max_tokens", "refusal"])
+def test_length_and_refusal_stops_in_each_api(oai: openai.OpenAI, claude: anthropic.Anthropic, reason: str) -> None:
+    prompt = f"/say partial\n/stop {reason}"
+    chat = oai.chat.completions.create(model="demo", messages=[{"role": "user", "content": prompt}])
+    assert chat.choices[0].finish_reason == {"max_tokens": "length", "refusal": "content_filter"}[reason]
+    response = oai.responses.create(model="demo", input=prompt)
+    assert response.status == "incomplete"
+    assert (
+        response.incomplete_details.reason == {"max_tokens": "max_output_tokens", "refusal": "content_filter"}[reason]
+    )
+    message = claude.messages.create(model="demo", max_tokens=10, messages=[{"role": "user", "content": prompt}])
+    assert message.stop_reason == reason
+
+
+def test_the_working_directory_header(daemon: HttpDaemon, oai: openai.OpenAI, tmp_path: Path) -> None:
+    offset = len(daemon.stderr)
+    oai.chat.completions.create(
+        model="demo",
+        messages=[{"role": "user", "content": f"in {tmp_path}"}],
+        extra_headers={"x-lmbridge-cwd": str(tmp_path)},
+    )
+    assert f"cwd={tmp_path}" in daemon.stderr[offset:]
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(
+            model="demo", messages=[{"role": "user", "content": "hi"}], extra_headers={"x-lmbridge-cwd": "relative/dir"}
+        )
+    assert "x-lmbridge-cwd" in caught.value.body["message"]
+
+
+def test_images_reach_the_agent_as_data(oai: openai.OpenAI) -> None:
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+    content = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{pixel}"}},
+    ]
+    done = oai.chat.completions.create(model="demo", messages=[{"role": "user", "content": content}])
+    assert done.choices[0].message.content.startswith("echo: look")
+
+
+@pytest.fixture(scope="module")
+def browser_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpDaemon]:
+    directory = tmp_path_factory.mktemp("http-browser")
+    marker = uuid.uuid4().hex
+    extra = '[serve]\nallowed_origins = ["https://app.example"]\nactivity = "text"\n'
+    with http_daemon(
+        directory, write_config(directory / "config.toml", marker, extra), "--listen", "127.0.0.1:0"
+    ) as live:
+        yield live
+    assert processes_with_marker(marker) == []
+
+
+def test_both_listeners_in_the_ready_line(browser_daemon: HttpDaemon) -> None:
+    assert browser_daemon.ready["listening"].startswith("ws://127.0.0.1:")
+    assert browser_daemon.ready["http"].startswith("http://127.0.0.1:")
+
+
+def test_an_allowed_origin_gets_cors_for_itself_only(browser_daemon: HttpDaemon) -> None:
+    origin = {"origin": "https://app.example"}
+    status, headers, _ = raw(
+        browser_daemon, "OPTIONS", "/v1/chat/completions", headers={**origin, "access-control-request-method": "POST"}
+    )
+    assert status == 204 and headers["access-control-allow-origin"] == "https://app.example"
+    assert "authorization" in headers["access-control-allow-headers"]
+    status, headers, _ = raw(browser_daemon, "GET", "/v1/models", headers={**bearer(browser_daemon), **origin})
+    assert status == 200 and headers["access-control-allow-origin"] == "https://app.example"
+    status, _, _ = raw(browser_daemon, "GET", "/v1/models", headers=origin)
+    assert status == 401  # an allowed origin still needs the token
+
+
+def test_activity_as_text_when_configured(browser_daemon: HttpDaemon) -> None:
+    client = anthropic.Anthropic(base_url=browser_daemon.url, api_key=browser_daemon.token, max_retries=0)
+    message = client.messages.create(
+        model="demo", max_tokens=100, messages=[{"role": "user", "content": "/run Listing files\n/say done"}]
+    )
+    assert [block.type for block in message.content] == ["text"]
+    assert "Listing files" in message.content[0].text and message.content[0].text.endswith("done\n")
+
+
+def test_sigterm_finishes_running_streams_as_cancelled(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    with http_daemon(tmp_path, write_config(tmp_path / "config.toml", marker)) as daemon:
+        client = openai.OpenAI(base_url=daemon.url + "/v1", api_key=daemon.token, max_retries=0, timeout=30)
+        prompt = {"role": "user", "content": "/say working\n/sleep 60000"}
+        with client.chat.completions.create(model="demo", messages=[prompt], stream=True) as stream:
+            chunks = iter(stream)
+            next(chunks)
+            daemon.process.send_signal(signal.SIGTERM)
+            rest = list(chunks)
+        assert rest[-1].choices[0].finish_reason == "stop"
+        assert daemon.process.wait(20) == 0
     assert processes_with_marker(marker) == []
