@@ -296,7 +296,7 @@ class PermissionQuestions:
         texts = [p for p in message["content"] if isinstance(p, dict) and p.get("type") == "text"]
         if not texts:
             return None
-        found = _QUESTION_REF.search(texts[-1].get("value", ""))
+        found = _QUESTION_REF.search(str(texts[-1].get("value", ""))[-64:])  # the reference ends the question
         asked = self._asked.get(found.group(1)) if found else None
         if asked is None or asked.text not in "".join(p.get("value", "") for p in texts):
             return None

@@ -1,10 +1,12 @@
 """The shells that run lmbridge as a process: ``lmbridge stdio`` (one editor on stdin/stdout) and ``lmbridge serve``
-(any number of editors over WebSocket), with what stands before any method can run: token, Origin, TLS, limits.
+(any number of editors over WebSocket, and HTTP API clients), with what stands before any method can run: token,
+Origin, TLS, limits.
 
 - ``stdio``: stdout reserved for the protocol, ``initialize`` answered before the rest is imported, the stop
   conditions
 - ``security``: the token file, loopback and Origin rules, TLS contexts
 - ``serve``: the listening sockets, one editor connection per WebSocket, the orderly stop
+- ``http_listener``: the HTTP API front on its socket, under the same token, Origin and TLS rules
 
 May import anything below it: the fronts, ``bridge.core``, ``bridge.rpc``, ``bridge.config``, ``bridge.observe``.
 """

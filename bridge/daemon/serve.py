@@ -20,7 +20,6 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -244,106 +243,60 @@ async def serve_daemon(
         tracer.add_secret(token)
     service = BridgeService(config, log=log, tracer=tracer)
     server = WebSocketDaemon(service, options, token, log=log, tracer=tracer)
-    listeners = await server.open_listeners() if options.websocket else []
-    http_sockets, http_url, http_front, http_tls = _http_listener(service, options, token, log)
     service.connection_count = lambda: server.connection_count
-    ready: dict[str, str] = {}
-    if options.websocket:
-        ready["listening"] = server.url
-    if http_url:
-        ready["http"] = http_url
-    ready["tokenFile"] = str(token_path.resolve())
+    http = _http_listener(service, options, token, log) if options.http is not None else None
     out = stdout if stdout is not None else sys.stdout
     try:
-        return await _serve(service, server, listeners, http_sockets, http_front, http_tls, ready, config, log, out)
+        listeners = await server.open_listeners() if options.websocket else []
+        ready = {"listening": server.url} if options.websocket else {}
+        if http is not None:
+            ready["http"] = http.url
+        ready["tokenFile"] = str(token_path.resolve())
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            async with trio.open_nursery() as connections:
+                server.handlers = connections
+                with trio.CancelScope() as accepting:
+                    async with trio.open_nursery() as listening:
+                        if listeners:
+                            await listening.start(server.run, listeners)
+                        if http is not None:
+                            await listening.start(http.run)
+                        out.write(json.dumps(ready) + "\n")
+                        out.flush()
+                        log.info("lmbridge serve ready", **ready, pid=os.getpid(), agents=sorted(config.agents))
+                        await _wait_for_signal(log)
+                        await server.stop()
+                        if http is not None:
+                            await http.finish_turns(config.sessions.cancel_drain_timeout + 1)
+                        accepting.cancel()
+                await service.shutdown()
+                await server.close_connections()
+                connections.cancel_scope.cancel()  # what is left are half-open handshakes: nothing owed to them
+            nursery.cancel_scope.cancel()
     finally:
-        for sock in http_sockets:
-            sock.close()
-
-
-async def _serve(
-    service: BridgeService,
-    server: WebSocketDaemon,
-    listeners: list[Any],
-    http_sockets: list[socket.socket],
-    http_front: Any,
-    http_tls: Any,
-    ready: dict[str, str],
-    config: Config,
-    log: Any,
-    out: Any,
-) -> int:
-    async with trio.open_nursery() as nursery:
-        await nursery.start(service.run)
-        async with trio.open_nursery() as connections:
-            server.handlers = connections
-            with trio.CancelScope() as accepting:
-                async with trio.open_nursery() as listening:
-                    if listeners:
-                        await listening.start(server.run, listeners)
-                    if http_front is not None:
-                        from bridge.rpc.asgi import serve_asgi
-
-                        await listening.start(partial(serve_asgi, http_front.app, http_sockets, ssl_context=http_tls))
-                    out.write(json.dumps(ready) + "\n")
-                    out.flush()
-                    log.info("lmbridge serve ready", **ready, pid=os.getpid(), agents=sorted(config.agents))
-                    await _wait_for_signal(log)
-                    await server.stop()
-                    if http_front is not None:
-                        # Running HTTP turns end as cancelled and their responses are finished before the HTTP
-                        # server stops (which drops its connections).
-                        http_front.cancel_turns()
-                        with trio.move_on_after(config.sessions.cancel_drain_timeout + 1):
-                            await http_front.wait_idle()
-                    accepting.cancel()
-            await service.shutdown()
-            await server.close_connections()
-            connections.cancel_scope.cancel()  # what is left are half-open handshakes: nothing owed to them
-        nursery.cancel_scope.cancel()
+        if http is not None:
+            http.close()
     return 0
 
 
-def _http_listener(
-    service: BridgeService, options: ServeOptions, token: str, log: Any
-) -> tuple[list[socket.socket], str, Any, Any]:
-    """The HTTP API's socket, URL, front and TLS context (nothing when it is not served)."""
-    if options.http is None:
-        return [], "", None, None
-    from bridge.http.app import HttpFront, HttpSettings
-    from bridge.rpc.asgi import listening_socket
+def _http_listener(service: BridgeService, options: ServeOptions, token: str, log: Any) -> Any:
+    from bridge.http.app import HttpSettings
 
-    host, port = options.http
-    context = ssl_context(options.tls_cert, options.tls_key)
-    check_listen_address(host, allow_remote=options.allow_remote, tls=context is not None)
-    try:
-        sock = listening_socket(host, port)
-    except OSError as exc:
-        raise ServeError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
-    bound = sock.getsockname()[1]
-    shown = host if ":" not in host else f"[{host}]"
-    url = f"{'https' if context else 'http'}://{shown}:{bound}"
-    secret = token.encode()
-    allowed = options.allowed_origins
+    from .http_listener import HttpListener
 
-    def authorize(headers: dict[bytes, bytes]) -> tuple[int, str] | None:
-        try:
-            origin = headers.get(b"origin")
-            check_origin([origin] if origin is not None else [], allowed)
-            presented = bearer(headers.get(b"authorization")) or headers.get(b"x-api-key")
-            check_token(presented, secret)
-        except Refusal as refusal:
-            return refusal.status, refusal.reason
-        return None
-
+    assert options.http is not None
     settings = HttpSettings(
         max_body_bytes=options.max_message_bytes,
         max_turns=options.http_max_turns,
         activity=options.http_activity,
         default_cwd=options.default_cwd,
-        allowed_origins=allowed,
+        allowed_origins=options.allowed_origins,
     )
-    return [sock], url, HttpFront(service, settings, authorize, log=log), context
+    tls = ssl_context(options.tls_cert, options.tls_key)
+    return HttpListener.open(
+        service, options.http, settings, token, tls=tls, allow_remote=options.allow_remote, log=log
+    )
 
 
 async def _wait_for_signal(log: Any) -> None:

@@ -1,0 +1,79 @@
+"""The daemon's HTTP listener: the HTTP API front (``bridge.http``) on its socket, under the daemon's rules.
+
+Owns the socket (loopback unless allowed, TLS when given), the ``authorize`` check the front applies to every
+request (Origin, then the token as ``Authorization: Bearer`` or ``x-api-key``), serving the front's application on
+the project's HTTP server, and stopping in order: running turns end as cancelled and their responses are finished
+before the server drops its connections.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from typing import Any
+
+import trio
+
+from bridge.core.service import BridgeService
+from bridge.http.app import HttpFront, HttpSettings
+from bridge.rpc.asgi import listening_socket, serve_asgi
+
+from .security import Refusal, ServeError, bearer, check_listen_address, check_origin, check_token
+
+__all__ = ["HttpListener"]
+
+
+class HttpListener:
+    def __init__(self, front: HttpFront, sock: socket.socket, url: str, tls: ssl.SSLContext | None) -> None:
+        self.front = front
+        self.url = url
+        self._socket = sock
+        self._tls = tls
+
+    @classmethod
+    def open(
+        cls,
+        service: BridgeService,
+        address: tuple[str, int],
+        settings: HttpSettings,
+        token: str,
+        *,
+        tls: ssl.SSLContext | None,
+        allow_remote: bool,
+        log: Any,
+    ) -> HttpListener:
+        """Check the address and bind it; ``ServeError`` says what to change."""
+        host, port = address
+        check_listen_address(host, allow_remote=allow_remote, tls=tls is not None)
+        try:
+            sock = listening_socket(host, port)
+        except OSError as exc:
+            raise ServeError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
+        shown = host if ":" not in host else f"[{host}]"
+        url = f"{'https' if tls else 'http'}://{shown}:{sock.getsockname()[1]}"
+        secret = token.encode()
+        allowed = settings.allowed_origins
+
+        def authorize(headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+            try:
+                origin = headers.get(b"origin")
+                check_origin([origin] if origin is not None else [], allowed)
+                check_token(bearer(headers.get(b"authorization")) or headers.get(b"x-api-key"), secret)
+            except Refusal as refusal:
+                return refusal.status, refusal.reason
+            return None
+
+        return cls(HttpFront(service, settings, authorize, log=log), sock, url, tls)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await serve_asgi(self.front.app, [self._socket], ssl_context=self._tls, task_status=task_status)
+
+    async def finish_turns(self, timeout: float) -> None:
+        """End the running turns (answered as cancelled) and wait, at most ``timeout`` seconds, for their
+        responses to be written."""
+        self.front.cancel_turns()
+        with trio.move_on_after(timeout):
+            await self.front.wait_idle()
+
+    def close(self) -> None:
+        self._socket.close()
