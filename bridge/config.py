@@ -27,6 +27,7 @@ __all__ = [
     "PermissionSettings",
     "ServeSettings",
     "SessionSettings",
+    "ToolSettings",
     "agent_from_mapping",
     "find_config_file",
     "load_config",
@@ -82,7 +83,7 @@ class SessionSettings:
     max_sessions: int = 64  # across all agents; the least recently used idle session is closed past it
     agent_idle_ttl: float = 600.0  # seconds an agent process with no sessions is kept running
     tool_batch_window: float = 0.05  # at most this long (seconds) to gather parallel tool calls into one response
-    tool_batch_idle: float = 0.005  # ...and the response goes out once no further call came for this long
+    tool_batch_idle: float = 0.015  # ...or once no further call came for this long (unless all announced calls came)
     cancel_drain_timeout: float = 10.0  # seconds to wait for an agent to acknowledge session/cancel
     stop_grace: float = 3.0  # seconds between SIGTERM and SIGKILL when stopping an agent
     state_file: str | None = None  # conversation fingerprint → ACP session id, for session/load after restart
@@ -92,6 +93,15 @@ class SessionSettings:
 class PermissionSettings:
     policy: str = "ask"
     tool_name: str = "acp_agent_action"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSettings:
+    """``[tools]``: how the client's tools are offered to agents."""
+
+    # Mark the client's tools readOnlyHint (unless the client says a tool is destructive), so that agents run calls
+    # the model made together concurrently and the client gets them in one response (mcp_synthetic.server).
+    parallel: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +125,7 @@ class Config:
     sessions: SessionSettings = SessionSettings()
     permissions: PermissionSettings = PermissionSettings()
     serve: ServeSettings = ServeSettings()
+    tools: ToolSettings = ToolSettings()
     path: Path | None = None
 
     def with_agents(self, extra: Mapping[str, AgentConfig]) -> Config:
@@ -167,7 +178,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         line = _line_from_toml_error(str(exc)) or (len(text.splitlines()) if "end of document" in str(exc) else None)
         raise ConfigError(f"invalid TOML: {exc}", path=path, line=line) from exc
     locate = _Locator(text, path)
-    _check_keys(data, {"agents", "sessions", "permissions", "serve"}, locate, table="")
+    _check_keys(data, {"agents", "sessions", "permissions", "serve", "tools"}, locate, table="")
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT_ID: demo_agent()}
     raw_agents = data.get("agents", {})
@@ -185,7 +196,8 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     serve = _settings(ServeSettings, data.get("serve", {}), locate, "serve")
     if serve.activity not in HTTP_ACTIVITY:
         raise locate.error(f"must be one of {', '.join(HTTP_ACTIVITY)}", "serve.activity")
-    return Config(agents=agents, sessions=sessions, permissions=permissions, serve=serve, path=path)
+    tools = _settings(ToolSettings, data.get("tools", {}), locate, "tools")
+    return Config(agents=agents, sessions=sessions, permissions=permissions, serve=serve, tools=tools, path=path)
 
 
 def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> AgentConfig:
@@ -287,7 +299,10 @@ def _settings(cls: Any, raw: Any, locate: _Locator, table: str) -> Any:
             known = ", ".join(f.name for f in dataclasses.fields(cls))
             raise locate.error(f"unknown key (known keys: {known})", f"{table}.{key}")
         default = getattr(defaults, key)
-        if isinstance(default, float):
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+            expected = "true or false"
+        elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
             expected = "a positive number"
             value = float(value) if ok else value

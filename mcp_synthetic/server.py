@@ -27,7 +27,15 @@ from bridge.rpc.protocol import LineFramer
 from .names import ToolNames
 from .validation import ToolSchema
 
-__all__ = ["SERVER_NAME", "EditorTool", "SessionTools", "load_sdk", "receive_some", "to_mcp_content"]
+__all__ = [
+    "SERVER_NAME",
+    "EditorTool",
+    "SessionTools",
+    "agent_annotations",
+    "load_sdk",
+    "receive_some",
+    "to_mcp_content",
+]
 
 SERVER_NAME = "editor"
 PROGRESS_INTERVAL = 15.0  # seconds between heartbeats while the editor runs a tool (agents time tools out)
@@ -49,13 +57,46 @@ class EditorTool:
     agent_name: str
     description: str
     schema: ToolSchema
+    annotations: dict[str, Any]  # MCP tool annotations, as the agent sees them
+
+
+# MCP's tool annotations and their types: anything else a client sends is dropped (the agent's SDK would refuse the
+# whole tool list over one malformed hint).
+_ANNOTATION_TYPES: dict[str, type] = {
+    "title": str,
+    "readOnlyHint": bool,
+    "destructiveHint": bool,
+    "idempotentHint": bool,
+    "openWorldHint": bool,
+}
+
+
+def agent_annotations(client: Any, *, parallel: bool) -> dict[str, Any]:
+    """The MCP annotations the agent sees for a client tool: the client's own, and — when ``parallel`` and the
+    client does not say the tool is destructive or not read-only — ``readOnlyHint: true``.
+
+    Why that is honest: a synthetic tool does nothing by itself; calling it hands the call to the client, which
+    runs it under its own confirmation. For the agent it has no side effect to guard, and ``readOnlyHint`` is what
+    Claude Code and Codex need to run two calls of the model's response concurrently (without it they run them one
+    after the other, and the client gets one call per response)."""
+    known = client if isinstance(client, dict) else {}
+    annotations: dict[str, Any] = {
+        key: value for key, value in known.items() if isinstance(value, _ANNOTATION_TYPES.get(key, ()))
+    }
+    if parallel and "readOnlyHint" not in annotations and not annotations.get("destructiveHint"):
+        annotations["readOnlyHint"] = True
+    return annotations
 
 
 class SessionTools:
     """The editor's tools for one ACP session, and the MCP server offering them on any number of connections."""
 
-    def __init__(self, invoke: Invoke, *, log: Any, tracer: Any = None, name: str = "mcp") -> None:
+    def __init__(
+        self, invoke: Invoke, *, log: Any, tracer: Any = None, name: str = "mcp", parallel: bool = True
+    ) -> None:
+        """``parallel``: mark tools ``readOnlyHint`` unless the client says otherwise (see ``agent_annotations``)."""
         self._invoke = invoke
+        self._parallel = parallel
         self._log = log
         self._tracer = tracer
         self._name = name
@@ -69,7 +110,9 @@ class SessionTools:
 
     def update(self, tools: list[dict[str, Any]]) -> bool:
         """Take the editor's current tools; True when the set changed (connected clients are then told)."""
-        signature = tuple((t["name"], t.get("description", ""), repr(t.get("inputSchema"))) for t in tools)
+        signature = tuple(
+            (t["name"], t.get("description", ""), repr(t.get("inputSchema")), repr(t.get("annotations"))) for t in tools
+        )
         if signature == self._signature:
             return False
         self._signature = signature
@@ -88,7 +131,8 @@ class SessionTools:
                     tool=tool["name"],
                     problem=schema.error,
                 )
-            current[name] = EditorTool(tool["name"], name, tool.get("description", ""), schema)
+            annotations = agent_annotations(tool.get("annotations"), parallel=self._parallel)
+            current[name] = EditorTool(tool["name"], name, tool.get("description", ""), schema, annotations)
         self._tools = current
         return True
 
@@ -209,7 +253,10 @@ class SessionTools:
             else:
                 description = tool.description
                 schema = tool.schema.schema if isinstance(tool.schema.schema, dict) else {"type": "object"}
-            tools.append(types.Tool(name=tool.agent_name, description=description, input_schema=schema))
+            annotations = types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None
+            tools.append(
+                types.Tool(name=tool.agent_name, description=description, input_schema=schema, annotations=annotations)
+            )
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(self, ctx: Any, params: Any) -> Any:

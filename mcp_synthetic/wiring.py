@@ -42,8 +42,11 @@ class _Served:
 class EditorToolsSetup:
     """The router's ``SessionSetup``: gives each session that has editor tools its MCP server."""
 
-    def __init__(self, *, log: Any, tracer: Any = None, runtime_dir: str | None = None) -> None:
+    def __init__(
+        self, *, log: Any, tracer: Any = None, runtime_dir: str | None = None, parallel_tools: bool = True
+    ) -> None:
         self._log = log
+        self._parallel_tools = parallel_tools
         self._tracer = tracer
         self._runtime_parent = runtime_dir
         self._runtime: Path | None = None
@@ -95,6 +98,7 @@ class EditorToolsSetup:
             log=self._log.bind(session=session.key),
             tracer=self._tracer,
             name=f"mcp:{session.key.rsplit(':', 1)[-1][:12]}",
+            parallel=self._parallel_tools,
         )
         tools.update(list(request.tools))
         token = secrets.token_urlsafe(32)

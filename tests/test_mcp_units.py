@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcp_synthetic.names import MAX_NAME, ToolNames, agent_name
+from mcp_synthetic.server import agent_annotations
 from mcp_synthetic.validation import ToolSchema
 
 _ACCEPTED = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
@@ -146,3 +147,22 @@ def autojump_clock():
     import trio.testing
 
     return trio.testing.MockClock(autojump_threshold=0)
+
+
+@pytest.mark.parametrize(
+    ("client", "parallel", "seen"),
+    [
+        (None, True, {"readOnlyHint": True}),
+        (None, False, {}),
+        ({"destructiveHint": True}, True, {"destructiveHint": True}),
+        ({"readOnlyHint": False, "title": "Edit"}, True, {"readOnlyHint": False, "title": "Edit"}),
+        (
+            {"readOnlyHint": "yes", "bogus": 1, "openWorldHint": True},
+            True,
+            {"openWorldHint": True, "readOnlyHint": True},
+        ),
+        ("not an object", True, {"readOnlyHint": True}),
+    ],
+)
+def test_the_agent_sees_the_clients_annotations_and_read_only_unless_told_otherwise(client, parallel, seen) -> None:
+    assert agent_annotations(client, parallel=parallel) == seen

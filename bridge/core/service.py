@@ -44,7 +44,7 @@ class BridgeService:
         state_path = Path(sessions.state_file).expanduser() if sessions.state_file else default_state_path()
         from mcp_synthetic.wiring import EditorToolsSetup
 
-        self.tools = EditorToolsSetup(log=log, tracer=tracer)
+        self.tools = EditorToolsSetup(log=log, tracer=tracer, parallel_tools=config.tools.parallel)
         self.router = SessionRouter(
             self.pool,
             RouterSettings(

@@ -218,7 +218,13 @@ def _tools(raw: Any) -> list[dict[str, Any]]:
         schema = tool.get("inputSchema", {"type": "object"})
         if not isinstance(schema, (dict, bool)):
             raise InvalidParams(f"{where}.inputSchema", "must be a JSON Schema object")
-        tools.append({"name": name, "description": description, "inputSchema": schema})
+        annotations = tool.get("annotations")
+        if annotations is not None and not isinstance(annotations, dict):
+            raise InvalidParams(f"{where}.annotations", "must be an object of MCP tool annotations")
+        checked = {"name": name, "description": description, "inputSchema": schema}
+        if annotations:
+            checked["annotations"] = annotations
+        tools.append(checked)
     return tools
 
 
