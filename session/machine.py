@@ -36,6 +36,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .bridged import is_bridged_tool
 from .messages import ACP_UPDATE_MIME_TYPE
 from .permissions import PermissionPolicy, cancelled_outcome
 from .render import ActivityRenderer, acp_update_part
@@ -316,7 +317,7 @@ class SessionMachine:
         new_call_id: Callable[[], str],
         permission_policy: PermissionPolicy = PermissionPolicy(),
         batch_window: float = 0.05,
-        batch_idle: float = 0.005,
+        batch_idle: float = 0.015,
         drain_timeout: float = 10.0,
     ) -> None:
         self.state = State.IDLE
@@ -339,6 +340,11 @@ class SessionMachine:
         self._buffer: list[dict[str, Any]] = []
         self._buffered_data_parts = 0
         self._window_deadline: float | None = None
+        # Calls of the client's tools the agent announced as pending (ACP ``tool_call``, as Claude Code does once
+        # the model's response is parsed) and how many calls arrived in the open batch: when every announced call
+        # has arrived, the batch ends at once instead of waiting for the idle timer.
+        self._announced_calls: set[str] = set()
+        self._batch_arrivals = 0
         self._drain_deadline: float | None = None
         self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
         self._resumable = False  # output of a turn whose editor went away is in the buffer: a retry picks it up
@@ -547,6 +553,8 @@ class SessionMachine:
         run: list[str] = []
         render = self._renderer.render
         for update in event.updates:
+            if update.get("sessionUpdate") != "agent_message_chunk":
+                self._note_tool_report(update)
             for part in render(update):
                 if part["type"] == "text":
                     run.append(part["value"])
@@ -564,6 +572,7 @@ class SessionMachine:
         if self.state is State.CANCELLING:
             self.drained_updates += 1
             return
+        self._note_tool_report(update)
         parts = self._renderer.render(update)
         turn = self._turn
         if turn is not None:
@@ -611,7 +620,24 @@ class SessionMachine:
             pending.emitted = True
             self._emit(self._turn, pending.part, out)
             self._arm_window(now)
+            if pending.permission is None:
+                self._batch_arrivals += 1
+                announced = len(self._announced_calls)
+                if announced and self._batch_arrivals >= announced and self.state is State.STREAMING:
+                    self._close_batch(out)  # every call the agent announced is here: nothing more to wait for
         # else: announced by the next turn's buffer flush
+
+    def _note_tool_report(self, update: dict[str, Any]) -> None:
+        """Keep ``_announced_calls``: client-tool calls reported ``pending`` (the agent has them from the model and
+        will call them) until they arrive or end."""
+        kind = update.get("sessionUpdate")
+        if kind == "tool_call" and update.get("status", "pending") == "pending":
+            if is_bridged_tool(update, self._policy.server_name):
+                call_id = update.get("toolCallId")
+                if isinstance(call_id, str):
+                    self._announced_calls.add(call_id)
+        elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
+            self._announced_calls.discard(update.get("toolCallId"))
 
     def _arm_window(self, now: float) -> None:
         """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
@@ -680,9 +706,7 @@ class SessionMachine:
             if not any(p.emitted for p in self._pending.values()):
                 self._window_deadline = self._window_opened = None  # the agent withdrew its calls: keep streaming
                 return
-            self._end_turn(out, stop_reason="tool_calls")
-            tools_pending = any(p.permission is None for p in self._pending.values())
-            self._to(State.AWAITING_TOOL_RESULTS if tools_pending else State.AWAITING_PERMISSION)
+            self._close_batch(out)
         elif self.state is State.CANCELLING and self._drain_deadline is not None and now >= self._drain_deadline:
             if self._queued is not None:
                 out.append(EndTurn(self._queued.turn, reroute=True))
@@ -694,6 +718,12 @@ class SessionMachine:
                     self._closing or f"the agent did not finish its cancelled prompt within {self._drain_timeout:g} s"
                 )
             )
+
+    def _close_batch(self, out: list[Action]) -> None:
+        """The tool calls and permission requests gathered so far go to the editor: the turn ends."""
+        self._end_turn(out, stop_reason="tool_calls")
+        tools_pending = any(p.permission is None for p in self._pending.values())
+        self._to(State.AWAITING_TOOL_RESULTS if tools_pending else State.AWAITING_PERMISSION)
 
     def close(self, reason: str, now: float) -> list[Action]:
         """Close the session on the bridge's initiative (idle timeout, shutdown): answer everything owed. A running
@@ -754,6 +784,8 @@ class SessionMachine:
         self._turn = None
         self._window_deadline = None
         self._window_opened = None
+        self._announced_calls.clear()
+        self._batch_arrivals = 0
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
         if self._renderer.usage is not None:
             usage = {

@@ -83,7 +83,7 @@ class RouterSettings:
     idle_ttl: float = 1800.0
     max_sessions: int = 64
     tool_batch_window: float = 0.05
-    tool_batch_idle: float = 0.005
+    tool_batch_idle: float = 0.015
     cancel_drain_timeout: float = 10.0
     permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
     store: SessionStore | None = None  # fingerprints → session ids, for session/resume and session/load

@@ -171,7 +171,8 @@ async def test_an_agent_that_gives_up_on_a_call_withdraws_it(bridge: Bridge) -> 
         text += (await turn(bridge, history)).text
     assert text.startswith("tool get_weather failed: MCP error") and text.endswith("moved on\n")
     assert "too late" not in text
-    assert "the agent withdrew a tool call" in bridge.stderr
+    if reply.stop_reason != "tool_calls":  # (else the editor's result may reach the call before the withdrawal)
+        assert "the agent withdrew a tool call" in bridge.stderr
 
 
 async def test_a_changed_tool_set_is_announced_and_removed_tools_are_refused(bridge: Bridge) -> None:
@@ -269,6 +270,7 @@ mcp_transport = "http"
     )
     mcp_trace = next(traces.glob("*mcp_*.ndjson")).read_text()
     assert '"method":"tools/call"' in mcp_trace and "sunny over http" in mcp_trace
+    assert '"readOnlyHint":true' in mcp_trace  # the agent may run the editor's tools concurrently (docs/tools.md)
     (server,) = new_session["params"]["mcpServers"]
     assert server["type"] == "http" and server["url"].startswith("http://127.0.0.1:")
     assert server["headers"] == [{"name": "Authorization", "value": "Bearer ***"}]  # the token never reaches a trace
