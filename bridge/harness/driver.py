@@ -381,6 +381,7 @@ class Driver:
         cancel: Cancel | None = None,
         new_conversation: bool = False,
         max_rounds: int = 10,
+        reverse_results: bool = False,
         number: int | None = None,
     ) -> TurnResult:
         """The user says ``text``; tool rounds follow until the agent's turn ends (or a permission is left
@@ -410,6 +411,8 @@ class Driver:
             answers = self._answer(round_result.tool_calls, by_name, answer_permission)
             result.answers.extend(answers)
             given = [a for a in answers if a.text is not None]
+            if reverse_results:
+                given.reverse()
             if not given:
                 break  # every request left unanswered: the next turn moves on
             if len(result.rounds) >= max_rounds:

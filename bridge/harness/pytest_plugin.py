@@ -189,9 +189,11 @@ class AsyncAcpAgent:
         permissions: str = "allow",
         cancel_on_text: str | None = None,
         max_rounds: int = 10,
+        reverse_results: bool = False,
     ) -> Any:
         """A whole turn: ``text``, then every tool round, answered by ``fake_tool`` tools and ``permissions``
-        (allow, always, reject, never, or an option id). Returns the harness's ``TurnResult``."""
+        (allow, always, reject, never, or an option id), results in reverse order with ``reverse_results``. Returns
+        the harness's ``TurnResult``."""
         from .scenario import Cancel
 
         cancel = Cancel(on_text=cancel_on_text) if cancel_on_text is not None else None
@@ -201,6 +203,7 @@ class AsyncAcpAgent:
             answer_permission=lambda title: permissions,
             cancel=cancel,
             max_rounds=max_rounds,
+            reverse_results=reverse_results,
         )
         self._last = None
         return result

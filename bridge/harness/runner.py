@@ -109,6 +109,7 @@ async def _run_in(
                     cancel=turn.cancel,
                     new_conversation=turn.new_conversation,
                     max_rounds=turn.max_rounds,
+                    reverse_results=turn.reverse_results,
                     number=turn.number,
                 )
                 result.turns.append(outcome)

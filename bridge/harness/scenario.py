@@ -178,6 +178,7 @@ class Turn:
     cancel: Cancel | None = None
     new_conversation: bool = False
     max_rounds: int = 10
+    reverse_results: bool = False  # answer a round's tool calls in reverse order (as editors may)
 
     @property
     def label(self) -> str:
@@ -385,7 +386,17 @@ def _turn(r: _Reader, raw: Any, index: int, tool_names: list[str]) -> Turn:
     r.keys(
         raw,
         key,
-        {"user", "expect", "tools", "permission_tool", "permissions", "cancel", "new_conversation", "max_rounds"},
+        {
+            "user",
+            "expect",
+            "tools",
+            "permission_tool",
+            "permissions",
+            "cancel",
+            "new_conversation",
+            "max_rounds",
+            "reverse_results",
+        },
     )
     user = r.get(raw, key, "user", str)
     if user is None:
@@ -423,6 +434,7 @@ def _turn(r: _Reader, raw: Any, index: int, tool_names: list[str]) -> Turn:
         cancel=cancel,
         new_conversation=bool(r.get(raw, key, "new_conversation", bool)),
         max_rounds=max_rounds if max_rounds is not None else 10,
+        reverse_results=bool(r.get(raw, key, "reverse_results", bool)),
     )
 
 
