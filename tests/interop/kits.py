@@ -33,6 +33,9 @@ class AgentKit:
     id: str
     api: str  # the fake model API it speaks: anthropic | openai | gemini
     rejected_shell_stop_reason: str = "end_turn"  # how a turn ends when the user rejects a shell command
+    # Runs the MCP calls of one model response concurrently (given readOnlyHint), so the editor gets them in one
+    # response. Gemini CLI runs MCP calls one after the other, always: one response per call is right for it.
+    parallel_mcp_calls: bool = True
 
     @property
     def executable(self) -> Path:
@@ -185,7 +188,7 @@ KITS: dict[str, AgentKit] = {
     "claude": ClaudeKit("claude", "anthropic"),
     # Codex offers "abort" as its reject option: the whole turn ends cancelled.
     "codex": CodexKit("codex", "openai", rejected_shell_stop_reason="cancelled"),
-    "gemini": GeminiKit("gemini", "gemini"),
+    "gemini": GeminiKit("gemini", "gemini", parallel_mcp_calls=False),
 }
 
 

@@ -161,28 +161,62 @@ async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) ->
     assert final.text == "It is sunny in Paris."
 
 
-async def test_parallel_editor_tools(live: LiveBridge) -> None:
+@pytest.mark.parametrize("cities", [("Paris", "Oslo"), ("Paris", "Oslo", "Rome")], ids=["two", "three"])
+async def test_parallel_editor_tools(live: LiveBridge, cities: tuple[str, ...]) -> None:
+    """Calls the model made together reach the editor together (Claude Code, Codex: the tools carry readOnlyHint),
+    or one per response (Gemini CLI runs MCP calls one after the other); results go back in reverse order."""
     kit, model = live.kit, live.model
-    paris, oslo = kit.editor_tool("get_weather", {"city": "Paris"}), kit.editor_tool("get_weather", {"city": "Oslo"})
-    model.add(parallel(paris, oslo), say("Sunny in Paris, snowing in Oslo."))
+    model.add(parallel(*(kit.editor_tool("get_weather", {"city": city}) for city in cities)), say("Weather told."))
     tools = [WEATHER_TOOL, live.permission_tool]
-    weather = {"Paris": "Sunny in Paris", "Oslo": "Snowing in Oslo"}
+    weather = {city: f"Weather in {city}: fine" for city in cities}
 
-    result = await live.chat("What is the weather in Paris and in Oslo?", tools=tools)
-    asked: list[str] = []
-    # Agents run the two calls at once (one response with both) or one after the other (two responses).
-    while result.stop_reason == "tool_calls" and len(asked) < 2:
+    result = await live.chat(f"What is the weather in {', '.join(cities)}?", tools=tools)
+    responses: list[list[str]] = []
+    while result.stop_reason == "tool_calls" and sum(map(len, responses)) < len(cities):
         assert {c["name"] for c in result.tool_calls} == {"get_weather"}, result.tool_calls
-        asked += [c["input"]["city"] for c in result.tool_calls]
-        answers = {c["callId"]: weather[c["input"]["city"]] for c in result.tool_calls}
+        responses.append([c["input"]["city"] for c in result.tool_calls])
+        answers = {c["callId"]: weather[c["input"]["city"]] for c in reversed(result.tool_calls)}
         result = await live.chat(tool_results(answers), tools=tools)
 
     assert result.error is None, f"{result.error!r}" + live.evidence()
-    assert sorted(asked) == ["Oslo", "Paris"]
+    if kit.parallel_mcp_calls:
+        assert [sorted(r) for r in responses] == [sorted(cities)], f"{responses}" + live.evidence()
+    else:
+        assert sorted(responses) == sorted([city] for city in cities), responses
     assert result.stop_reason == "end_turn", live.evidence()
-    assert result.text.endswith("Sunny in Paris, snowing in Oslo.")
-    seen = " ".join(r.text for r in model.turns[-1].tool_results)
-    assert "Sunny in Paris" in seen and "Snowing in Oslo" in seen
+    assert result.text.endswith("Weather told.")
+    seen = " ".join(r.text for turn in model.turns[1:] for r in turn.tool_results)
+    assert all(weather[city] in seen for city in cities), seen
+
+
+async def test_parallel_editor_tools_beside_a_shell_permission(live: LiveBridge) -> None:
+    """A parallel pair of editor tools and a permission request for the agent's own shell tool in one model
+    response: the permission still reaches the editor, and nothing waits on anything else."""
+    kit, model = live.kit, live.model
+    paris, oslo = kit.editor_tool("get_weather", {"city": "Paris"}), kit.editor_tool("get_weather", {"city": "Oslo"})
+    model.add(parallel(paris, oslo, kit.shell("touch mixed.txt")), say("All done."))
+    tools = [WEATHER_TOOL, live.permission_tool]
+    permission = live.permission_tool["name"]
+
+    result = await live.chat("Weather in Paris and Oslo, and create mixed.txt.", tools=tools)
+    asked: list[str] = []
+    for _round in range(4):
+        if result.stop_reason != "tool_calls":
+            break
+        answers = {}
+        for call_part in result.tool_calls:
+            if call_part["name"] == permission:
+                asked.append("permission")
+                answers[call_part["callId"]] = "allow"
+            else:
+                asked.append(call_part["input"]["city"])
+                answers[call_part["callId"]] = f"Weather in {call_part['input']['city']}: fine"
+        result = await live.chat(tool_results(answers), tools=tools)
+
+    assert result.error is None, f"{result.error!r}" + live.evidence()
+    assert sorted(asked) == ["Oslo", "Paris", "permission"], f"{asked}" + live.evidence()
+    assert result.stop_reason in ("end_turn", kit.rejected_shell_stop_reason), live.evidence()
+    assert (live.project / "mixed.txt").exists(), live.evidence()
 
 
 async def test_permission_approve(live: LiveBridge) -> None:
