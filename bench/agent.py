@@ -15,6 +15,8 @@ directive:
     tools N          connect to the session's first MCP server (stdio), then call its tool ``echo`` N + 1 times in
                      a row (the first is a warm-up) timing each call; the last chunk is ``timings:`` + a JSON list
                      of the N round trips in microseconds
+    tools N announce the same, each call first reported as a pending ``tool_call`` (as Claude Code reports the
+                     calls of the model's response before making them)
     anything else    one chunk "ok"
 
 then answers the prompt with ``end_turn``. Run as ``python bench/agent.py``.
@@ -202,7 +204,8 @@ class Agent:
                 }
             )
         elif word == "tools":
-            self.tools(session_id, int(rest))
+            count, _, how = rest.partition(" ")
+            self.tools(session_id, int(count), announce=how == "announce")
         else:
             write_all(1, chunk_line(session_id, "ok"))
         return "end_turn"
@@ -236,7 +239,7 @@ class Agent:
                 time.sleep((due - now) / 1e9)
             write_all(1, chunk_line(session_id, f"{clock()} "))
 
-    def tools(self, session_id: str, count: int) -> None:
+    def tools(self, session_id: str, count: int, *, announce: bool = False) -> None:
         client = self.mcp.get(session_id)
         if client is None:
             servers = [s for s in self.sessions.get(session_id, []) if s.get("command")]
@@ -248,6 +251,16 @@ class Agent:
         timings = []
         for index in range(count + 1):
             started = clock()
+            if announce:
+                update = {"sessionUpdate": "tool_call", "toolCallId": f"c{index}", "title": "mcp__editor__echo"}
+                update["status"] = "pending"
+                send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "session/update",
+                        "params": {"sessionId": session_id, "update": update},
+                    }
+                )
             result = client.request("tools/call", {"name": "echo", "arguments": {"text": f"call {index}"}})
             elapsed = clock() - started
             if result.get("isError"):
