@@ -111,9 +111,8 @@ class ServeSettings:
     http: str | None = None  # HOST:PORT of the OpenAI/Anthropic-compatible HTTP API, as --http
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed to connect (WebSocket and HTTP), as --allow-origin
     max_turns: int = 32  # turns the HTTP API runs at once; a request over it gets 429
-    activity: str = (
-        "native"  # the agent's activity over HTTP: "native" (reasoning/thinking where the API has it), "text"
-    )
+    # The agent's activity over HTTP: "native" (reasoning/thinking where the API has it) or "text".
+    activity: str = "native"
 
 
 HTTP_ACTIVITY = ("native", "text")

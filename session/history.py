@@ -145,7 +145,7 @@ class ConversationIndex:
             if conversation.agreed <= len(messages) and self._repeats(conversation, messages, 0, conversation.agreed)
         ]
         if not candidates:
-            return self.unmatched(messages)
+            return self.unmatched(messages, checked_from=tail)
         # The longest agreed history wins; but a conversation this request continues beats one it would edit: two
         # conversations that began alike and then diverged are told apart by which one each request continues.
         candidates.sort(key=lambda conversation: conversation.agreed, reverse=True)
@@ -182,11 +182,12 @@ class ConversationIndex:
             check_message(messages[index], f"messages[{index}]")
         return HistoryMatch(MatchKind.MOVED_ON, best, start, start, messages[start:], {})
 
-    def unmatched(self, messages: list[Any]) -> HistoryMatch:
-        """``messages`` as the start of a new conversation (checked whole): what ``match`` answers when nothing
-        matches, and what a caller uses when the matching conversation may not be shared."""
+    def unmatched(self, messages: list[Any], *, checked_from: int | None = None) -> HistoryMatch:
+        """``messages`` as the start of a new conversation (checked whole — up to ``checked_from`` when the rest was
+        checked already): what ``match`` answers when nothing matches, and what a caller uses when the matching
+        conversation may not be shared."""
         tail = _tail_start(messages)
-        for index in range(len(messages)):
+        for index in range(len(messages) if checked_from is None else checked_from):
             check_message(messages[index], f"messages[{index}]")
         start = _latest_input(messages, tail)
         return HistoryMatch(MatchKind.NO_MATCH, None, 0, start, messages[start:], {})

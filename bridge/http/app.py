@@ -75,7 +75,7 @@ class HttpFront:
         self.service = service
         self.settings = settings
         self._authorize = authorize
-        self._log = log.bind(front="http")
+        self.log = log.bind(front="http")
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
         self._turns: set[trio.Event] = set()  # the cancel events of the turns running now
@@ -112,7 +112,7 @@ class HttpFront:
         if scope["type"] != "http":
             return
         headers = {name.lower(): value for name, value in scope["headers"]}
-        api: Any = Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
+        api = _error_shape(scope)
         origin = headers.get(b"origin")
         if origin is not None and self._origin_allowed(origin):
             send = _with_cors(send, origin.decode("latin-1"))
@@ -122,7 +122,7 @@ class HttpFront:
         refusal = self._authorize(headers)
         if refusal is not None:
             status, reason = refusal
-            self._log.warning("refused an HTTP request", path=scope["path"], reason=reason)
+            self.log.warning("refused an HTTP request", path=scope["path"], reason=reason)
             error = ApiError(status, "authentication_error" if status == 401 else "permission_error", reason)
             extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
             await _respond_json(send, status, api.error_body(error), extra=extra)
@@ -136,7 +136,7 @@ class HttpFront:
         return _Endpoint(handler, args)
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
-        api: Any = Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
+        api = _error_shape(scope)
         error = ApiError(404, "not_found_error", f"no such endpoint: {scope['method']} {scope['path']}")
         await _respond_json(send, 404, api.error_body(error))
 
@@ -198,7 +198,8 @@ class HttpFront:
             return
         exchange = _Exchange(self, api, request, receive, send)
         self._turns.add(exchange.cancel)
-        self._idle = trio.Event()
+        if self._idle.is_set():  # (a waiter holds the current event: replace it only once it has fired)
+            self._idle = trio.Event()
         started = trio.current_time()
         try:
             result = await exchange.run(cwd)
@@ -206,7 +207,7 @@ class HttpFront:
             self._turns.discard(exchange.cancel)
             if not self._turns:
                 self._idle.set()
-        self._log.info(
+        self.log.info(
             "turn done" if result.error is None else "turn failed",
             api=api.name,
             model=request.model,
@@ -267,7 +268,7 @@ class _Exchange:
                 result = TurnResult("end_turn", None, exc)
             nursery.cancel_scope.cancel()
         if self._gone:
-            front._log.info("the client went away; its turn was cancelled", api=self._api.name)
+            front.log.info("the client went away; its turn was cancelled", api=self._api.name)
             return result
         error = ApiError.from_error(result.error) if result.error is not None else None
         if self._stream is None:
@@ -348,6 +349,11 @@ _PREFLIGHT = [
     ),
     (b"access-control-max-age", b"600"),
 ]
+
+
+def _error_shape(scope: Scope) -> Any:
+    """The API whose error shape a request gets before it reaches its endpoint (Anthropic's under /v1/messages)."""
+    return Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
 
 
 def _model_object(model_id: str) -> dict[str, Any]:

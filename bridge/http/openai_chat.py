@@ -17,11 +17,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from .turns import (
+    SSE_COMMENT_PING,
     ApiError,
     ParsedRequest,
     TurnResult,
     function_tool,
     image_part,
+    openai_error_body,
     parsed_arguments,
     reported_tokens,
     text_part,
@@ -109,7 +111,7 @@ class ChatCompletions:
 
     @staticmethod
     def error_body(error: ApiError) -> dict[str, Any]:
-        return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": None}}
+        return openai_error_body(error)
 
     @staticmethod
     def stream(request: ParsedRequest) -> ChatStream:
@@ -179,7 +181,7 @@ class ChatStream:
 
     @staticmethod
     def ping() -> bytes:
-        return b": ping\n\n"
+        return SSE_COMMENT_PING
 
 
 def _message(message: _Message, where: str) -> dict[str, Any]:

@@ -21,11 +21,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .turns import (
+    SSE_COMMENT_PING,
     ApiError,
     ParsedRequest,
     TurnResult,
     function_tool,
     image_part,
+    openai_error_body,
     parsed_arguments,
     reported_tokens,
     text_part,
@@ -152,7 +154,7 @@ class Responses:
 
     @staticmethod
     def error_body(error: ApiError) -> dict[str, Any]:
-        return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": None}}
+        return openai_error_body(error)
 
     def stream(self, request: ParsedRequest) -> ResponsesStream:
         return ResponsesStream(self, request)
@@ -196,139 +198,66 @@ class ResponsesStream:
         ]
 
     def part(self, part: dict[str, Any]) -> list[bytes]:
-        events: list[bytes] = []
         output = self._output
-        kind = part["type"]
-        wanted = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}.get(kind)
-        if wanted is None:
-            return events
-        current = output.current
-        if current is None or current["type"] != wanted or wanted == "function_call":
-            events += self._close()
-            item = output.open(wanted, part)
-            index = len(output.items) - 1
-            events.append(self._event("response.output_item.added", output_index=index, item=_in_progress(item)))
-            if wanted == "message":
-                events.append(
-                    self._event(
-                        "response.content_part.added",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
-                        part={"type": "output_text", "text": "", "annotations": []},
-                    )
-                )
-            elif wanted == "reasoning":
-                events.append(
-                    self._event(
-                        "response.reasoning_summary_part.added",
-                        item_id=item["id"],
-                        output_index=index,
-                        summary_index=0,
-                        part={"type": "summary_text", "text": ""},
-                    )
-                )
-        index = len(output.items) - 1
-        item = output.items[index]
-        if wanted == "message":
-            output.append_text(part["value"])
-            events.append(
-                self._event(
-                    "response.output_text.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    delta=part["value"],
-                    logprobs=[],
-                )
-            )
-        elif wanted == "reasoning":
-            output.append_text(part["value"])
-            events.append(
-                self._event(
-                    "response.reasoning_summary_text.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    summary_index=0,
-                    delta=part["value"],
-                )
-            )
-        else:
-            events.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=item["id"],
-                    output_index=index,
-                    delta=item["arguments"],
-                )
-            )
-            events += self._close()
-        return events
-
-    def _close(self) -> list[bytes]:
-        output = self._output
-        item = output.current
-        if item is None:
+        added = output.add(part)
+        if added is None:
             return []
-        output.current = None
+        closed, opened = added
+        events = self._done(closed) if closed is not None else []
+        item = output.current
+        assert item is not None
         index = len(output.items) - 1
-        events = []
+        ids = {"item_id": item["id"], "output_index": index}
+        if opened is not None:
+            events.append(self._event("response.output_item.added", output_index=index, item=_in_progress(item)))
+            if item["type"] == "message":
+                blank = {"type": "output_text", "text": "", "annotations": []}
+                events.append(self._event("response.content_part.added", **ids, content_index=0, part=blank))
+            elif item["type"] == "reasoning":
+                blank = {"type": "summary_text", "text": ""}
+                events.append(self._event("response.reasoning_summary_part.added", **ids, summary_index=0, part=blank))
         if item["type"] == "message":
-            text = item["content"][0]["text"]
             events.append(
-                self._event(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    text=text,
-                    logprobs=[],
-                )
-            )
-            events.append(
-                self._event(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    part=item["content"][0],
-                )
+                self._event("response.output_text.delta", **ids, content_index=0, delta=part["value"], logprobs=[])
             )
         elif item["type"] == "reasoning":
-            text = item["summary"][0]["text"]
             events.append(
-                self._event(
-                    "response.reasoning_summary_text.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    summary_index=0,
-                    text=text,
-                )
+                self._event("response.reasoning_summary_text.delta", **ids, summary_index=0, delta=part["value"])
             )
+        else:  # a function call is whole at once: its arguments in one delta, then done
+            events.append(self._event("response.function_call_arguments.delta", **ids, delta=item["arguments"]))
+            events += self._done(output.close())
+        return events
+
+    def _done(self, item: dict[str, Any] | None) -> list[bytes]:
+        """The events that end an output item."""
+        if item is None:
+            return []
+        ids = {"item_id": item["id"], "output_index": self._output.items.index(item)}
+        events = []
+        if item["type"] == "message":
+            content = item["content"][0]
             events.append(
-                self._event(
-                    "response.reasoning_summary_part.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    summary_index=0,
-                    part=item["summary"][0],
-                )
+                self._event("response.output_text.done", **ids, content_index=0, text=content["text"], logprobs=[])
             )
+            events.append(self._event("response.content_part.done", **ids, content_index=0, part=content))
+        elif item["type"] == "reasoning":
+            summary = item["summary"][0]
+            events.append(
+                self._event("response.reasoning_summary_text.done", **ids, summary_index=0, text=summary["text"])
+            )
+            events.append(self._event("response.reasoning_summary_part.done", **ids, summary_index=0, part=summary))
         else:
             events.append(
                 self._event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    name=item["name"],
-                    arguments=item["arguments"],
+                    "response.function_call_arguments.done", **ids, name=item["name"], arguments=item["arguments"]
                 )
             )
-        events.append(self._event("response.output_item.done", output_index=index, item=item))
+        events.append(self._event("response.output_item.done", output_index=ids["output_index"], item=item))
         return events
 
     def finish(self, result: TurnResult) -> list[bytes]:
-        events = self._close()
+        events = self._done(self._output.close())
         response = _response(self._request, self._id, self._created, self._output.items, result)
         self._api.remember(self._request, response, result)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
@@ -338,11 +267,14 @@ class ResponsesStream:
         response = _response(self._request, self._id, self._created, self._output.items, None)
         response["status"] = "failed"
         response["error"] = {"code": "server_error" if error.status >= 500 else error.kind, "message": error.message}
-        return [*self._close(), self._event("response.failed", response=response)]
+        return [*self._done(self._output.close()), self._event("response.failed", response=response)]
 
     @staticmethod
     def ping() -> bytes:
-        return b": ping\n\n"
+        return SSE_COMMENT_PING
+
+
+_ITEM_KINDS = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}  # part type → item type
 
 
 class _Output:
@@ -352,17 +284,29 @@ class _Output:
         self.items: list[dict[str, Any]] = []
         self.current: dict[str, Any] | None = None
 
-    def add(self, part: dict[str, Any]) -> None:
-        """For a whole (non-streamed) response: adjacent text or thinking parts share an item."""
-        wanted = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}.get(part["type"])
-        if wanted is None:
-            return
-        if self.current is None or self.current["type"] != wanted or wanted == "function_call":
-            self.open(wanted, part)
-        if wanted != "function_call":
-            self.append_text(part["value"])
+    def add(self, part: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
+        """Add a part: adjacent text (or thinking) parts share an item, each tool call is an item of its own.
+        Returns the item this closed and the item it opened (either may be None), or None for a part that has no
+        place in the output."""
+        kind = _ITEM_KINDS.get(part["type"])
+        if kind is None:
+            return None
+        closed = opened = None
+        if self.current is None or self.current["type"] != kind or kind == "function_call":
+            closed = self.close()
+            opened = self._open(kind, part)
+        if kind != "function_call":
+            assert self.current is not None
+            holder = self.current["content" if kind == "message" else "summary"][0]
+            holder["text"] += part["value"]
+        return closed, opened
 
-    def open(self, kind: str, part: dict[str, Any]) -> dict[str, Any]:
+    def close(self) -> dict[str, Any] | None:
+        """End the current item; returns it."""
+        item, self.current = self.current, None
+        return item
+
+    def _open(self, kind: str, part: dict[str, Any]) -> dict[str, Any]:
         item: dict[str, Any]
         if kind == "message":
             item = {
@@ -391,11 +335,6 @@ class _Output:
         self.items.append(item)
         self.current = item
         return item
-
-    def append_text(self, text: str) -> None:
-        assert self.current is not None
-        holder = self.current["content"][0] if self.current["type"] == "message" else self.current["summary"][0]
-        holder["text"] += text
 
 
 def _in_progress(item: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ parts it saw, whether it was given tool calls, the stop reason and the usage the
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -118,14 +119,15 @@ class TurnRunner:
         messages = request.messages if offered else self.questions.restore(request.messages)
         sent: list[dict[str, Any]] = []
         calls = 0
+        said = False  # text went out: a question starts on a paragraph of its own
 
         async def sink(part: dict[str, Any]) -> None:
-            nonlocal calls
+            nonlocal calls, said
             if part["type"] == "tool_call" and part["name"] == permission["name"] and not offered:
-                separator = "\n\n" if any(p["type"] == "text" for p in sent) else ""
-                part = {"type": "text", "value": separator + self.questions.ask(part)}
+                part = {"type": "text", "value": ("\n\n" if said else "") + self.questions.ask(part)}
             elif part["type"] == "tool_call":
                 calls += 1
+            said = said or part["type"] == "text"
             sent.append(part)
             await on_part(part)
 
@@ -150,6 +152,13 @@ class TurnRunner:
 
 # -- pieces the API translations share ------------------------------------------------------------------------------
 
+SSE_COMMENT_PING = b": ping\n\n"  # a keep-alive any event-stream parser skips
+
+
+def openai_error_body(error: ApiError) -> dict[str, Any]:
+    """The error object of both OpenAI APIs."""
+    return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": None}}
+
 
 def text_part(value: str) -> dict[str, Any]:
     return {"type": "text", "value": value}
@@ -168,8 +177,6 @@ def image_part(url: str, where: str) -> dict[str, Any]:
 
 def parsed_arguments(arguments: str) -> Any:
     """A tool call's arguments as the session compares them: parsed JSON, or the string when it is not JSON."""
-    import json
-
     try:
         return json.loads(arguments) if arguments.strip() else {}
     except ValueError:
