@@ -17,6 +17,8 @@ export const PROTOCOL_VERSION = 1;
 const STDERR_TAIL_LINES = 40;
 const SHUTDOWN_TIMEOUT_MS = 5000;
 const KILL_TIMEOUT_MS = 2000;
+/** Requests that change nothing: sent again when the daemon died under them (see LmBridge.request). */
+const READ_ONLY_METHODS = new Set(['lm/models', 'lm/countTokens']);
 
 export interface BridgeSettings {
     /** `lmbridge.path`; empty: `lmbridge` on PATH. */
@@ -110,7 +112,7 @@ class Daemon {
     readonly closed: Promise<void>;
     private readonly stderrLines: string[] = [];
     private stderrPartial = '';
-    private stopping = false;
+    stopping = false;
     retired = false;
     exitError: BridgeProcessError | undefined;
 
@@ -135,8 +137,7 @@ class Daemon {
             if (this.stopping) {
                 message = 'lmbridge was stopped';
             } else {
-                const status = code !== null ? `status ${code}` : `signal ${signal}`;
-                message = `lmbridge (${command}) exited unexpectedly (${status})` + (tail ? `:\n${tail}` : ', with nothing on stderr');
+                message = exitMessage(command, code, signal, this.stderrLines, tail);
             }
             this.gone(new BridgeProcessError(message, code, signal, tail));
             closeResolve();
@@ -153,6 +154,15 @@ class Daemon {
 
     get pid(): number | undefined {
         return this.child.pid;
+    }
+
+    /**
+     * False as soon as anything says the process is gone: its exit (which comes before 'close', whose stderr and
+     * status make the error message) or a broken stdin.
+     */
+    get usable(): boolean {
+        return !this.exitError && this.child.exitCode === null && this.child.signalCode === null &&
+            !this.child.stdin.destroyed && this.child.stdin.writable;
     }
 
     stderrTail(lines = STDERR_TAIL_LINES): string {
@@ -221,6 +231,21 @@ class Daemon {
     }
 }
 
+const CONFIG_ERROR_PREFIX = 'lmbridge: configuration error:';
+
+/** Why lmbridge stopped, for the user: a configuration error said plainly, otherwise the status and stderr's end. */
+export function exitMessage(command: string, code: number | null, signal: NodeJS.Signals | null, stderrLines: readonly string[],
+    tail: string): string {
+    const status = code !== null ? `status ${code}` : `signal ${signal}`;
+    // lmbridge exits 2 with one "configuration error" line naming the file, line and key (docs/configuration.md).
+    const configError = code === 2 ? [...stderrLines].reverse().find(line => line.startsWith(CONFIG_ERROR_PREFIX)) : undefined;
+    if (configError) {
+        return `lmbridge could not start (${status}): ${configError.slice('lmbridge: '.length).trim()}. Fix the file (or the ` +
+            '"lmbridge.configFile" setting); the next request starts lmbridge again.';
+    }
+    return `lmbridge (${command}) exited unexpectedly (${status})` + (tail ? `:\n${tail}` : ', with nothing on stderr');
+}
+
 function spawnErrorMessage(command: string, error: NodeJS.ErrnoException): string {
     if (error.code === 'ENOENT') {
         return `could not start lmbridge: '${command}' was not found. Install lmbridge (it needs Python 3.11+) and put it on PATH, ` +
@@ -277,24 +302,42 @@ export class LmBridge {
         return this.daemon?.closed;
     }
 
-    /** Send one request to the daemon, starting it (again) first if it is not running. */
+    /**
+     * Send one request to the daemon, starting it (again) first if it is not running. A request that met a daemon
+     * which had just died (the exit not yet seen) is sent once more to a new one when that is safe: it never reached
+     * the old one (the write failed), or it only reads (`lm/models`, `lm/countTokens`) and nothing of it arrived.
+     */
     async request<T>(method: string, params: unknown, options: RequestOptions = {}): Promise<T> {
-        const daemon = await this.ready();
-        const token = options.token;
-        if (token?.isCancellationRequested) {
-            throw new RpcError(-32800, 'Request cancelled', undefined, method);
-        }
-        const pending = daemon.rpc.request<T>(method, params, options.onNotification);
-        options.onSent?.(pending.id);
-        const subscription = token?.onCancellationRequested(() => {
-            daemon.rpc.notify('$/cancelRequest', { id: pending.id });
-        });
-        try {
-            return await pending.result;
-        } finally {
-            subscription?.dispose();
-            if (daemon.retired && daemon.rpc.pendingCount === 0) {
-                void this.stopDaemon(daemon);
+        for (let attempt = 1; ; attempt++) {
+            const daemon = await this.ready();
+            const token = options.token;
+            if (token?.isCancellationRequested) {
+                throw new RpcError(-32800, 'Request cancelled', undefined, method);
+            }
+            let heard = false;
+            const onNotification: NotificationHandler = (notification, notificationParams) => {
+                heard = true;
+                options.onNotification?.(notification, notificationParams);
+            };
+            const pending = daemon.rpc.request<T>(method, params, onNotification);
+            options.onSent?.(pending.id);
+            const subscription = token?.onCancellationRequested(() => {
+                daemon.rpc.notify('$/cancelRequest', { id: pending.id });
+            });
+            try {
+                return await pending.result;
+            } catch (error) {
+                const diedUnderIt = error === daemon.exitError && !daemon.stopping && !heard && !token?.isCancellationRequested;
+                if (attempt === 1 && diedUnderIt && (pending.undelivered || READ_ONLY_METHODS.has(method))) {
+                    this.options.log.info(`lmbridge (pid ${daemon.pid}) had died when ${method} was sent; sending it to a new lmbridge`);
+                    continue;
+                }
+                throw error;
+            } finally {
+                subscription?.dispose();
+                if (daemon.retired && daemon.rpc.pendingCount === 0) {
+                    void this.stopDaemon(daemon);
+                }
             }
         }
     }
@@ -304,7 +347,7 @@ export class LmBridge {
         if (this.disposed) {
             throw new BridgeProcessError('the lmbridge extension is shutting down');
         }
-        if (this.daemon && !this.daemon.exitError) {
+        if (this.daemon?.usable) {
             return this.daemon;
         }
         if (!this.starting) {

@@ -5,7 +5,7 @@
  */
 
 import * as vscode from 'vscode';
-import { type BridgeSettings, type InitializeResult, LmBridge } from './bridge';
+import { type BridgeSettings, type InitializeResult, LmBridge, type Logger } from './bridge';
 import type { ThinkingPartConstructor } from './convert';
 import { LmBridgeChatProvider, type ProviderOptions } from './provider';
 import { PERMISSION_TOOL_NAME, PermissionTool } from './permissionTool';
@@ -46,8 +46,42 @@ export function thinkingPartConstructor(): ThinkingPartConstructor | undefined {
     }
 }
 
+/** How many lines of a long error a notification shows (all of it is in the log and in the chat). */
+const NOTIFICATION_LINES = 6;
+
+/**
+ * An error as one notification: VS Code shows a notification's text as one paragraph, so its lines are joined;
+ * a long one keeps its first line and its last lines, where a process's stderr says why it stopped.
+ */
+export function notificationText(message: string): string {
+    const lines = message.split(/\r?\n/).map(line => line.trim()).filter(Boolean);
+    if (lines.length > NOTIFICATION_LINES) {
+        lines.splice(1, lines.length - NOTIFICATION_LINES, '…');
+    }
+    return lines.join(' ');
+}
+
+/**
+ * The output channel, made safe to log to at any time: on shutdown VS Code disposes it right after calling
+ * `deactivate()`, without waiting for it, and a closed channel throws. Logging must never stop a shutdown.
+ */
+export function safeLog(channel: vscode.LogOutputChannel): Logger {
+    const guarded = (write: (message: string) => void) => (message: string) => {
+        try {
+            write.call(channel, message);
+        } catch {
+            // the channel is closed: VS Code is shutting the extension down
+        }
+    };
+    return {
+        trace: guarded(channel.trace), debug: guarded(channel.debug), info: guarded(channel.info),
+        warn: guarded(channel.warn), error: guarded(channel.error),
+    };
+}
+
 export function activate(context: vscode.ExtensionContext, providerOptions: ProviderOptions = {}): LmBridgeExtensionApi {
-    const log = vscode.window.createOutputChannel('lmbridge', { log: true });
+    const channel = vscode.window.createOutputChannel('lmbridge', { log: true });
+    const log = safeLog(channel);
     const version = String(context.extension?.packageJSON?.version ?? '0.0.0');
     const thinkingPart = providerOptions.thinkingPart ?? thinkingPartConstructor();
     const checkPermissionTool = (result: InitializeResult) => {
@@ -72,9 +106,9 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
             return;
         }
         shown.add(message);
-        void vscode.window.showErrorMessage(message.split('\n')[0], 'Show log', 'Open settings').then(choice => {
+        void vscode.window.showErrorMessage(notificationText(message), 'Show log', 'Open settings').then(choice => {
             if (choice === 'Show log') {
-                log.show();
+                channel.show();
             } else if (choice === 'Open settings') {
                 void vscode.commands.executeCommand('workbench.action.openSettings', 'lmbridge');
             }
@@ -85,7 +119,7 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
     const permissionTool = new PermissionTool();
 
     context.subscriptions.push(
-        log,
+        channel,
         provider,
         vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
         vscode.lm.registerTool(PERMISSION_TOOL_NAME, permissionTool),
@@ -111,7 +145,7 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
                 // ready() failed: the log says why, and listing the models will show it
             }
         }),
-        vscode.commands.registerCommand('lmbridge.showLog', () => log.show()),
+        vscode.commands.registerCommand('lmbridge.showLog', () => channel.show()),
         { dispose: () => void bridge.dispose() },
     );
     active = { bridge, provider, permissionTool };

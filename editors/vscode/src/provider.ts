@@ -64,6 +64,9 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
     private readonly changed = new vscode.EventEmitter<void>();
     readonly onDidChangeLanguageModelChatInformation: vscode.Event<void> = this.changed.event;
     private thinkingPart: ThinkingPartConstructor | undefined;
+    private lastModels: vscode.LanguageModelChatInformation[] = [];
+    /** The last listing failed: the list shown is the last known one or the placeholder. */
+    private listFailed = false;
 
     constructor(private readonly bridge: LmBridge, private readonly log: Logger, private readonly options: ProviderOptions = {}) {
         this.thinkingPart = options.thinkingPart;
@@ -78,6 +81,11 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
         this.changed.dispose();
     }
 
+    /**
+     * The agents as models. When lmbridge cannot list them (it does not start: a configuration error, a wrong path),
+     * the models stay listed — the last known ones, or one placeholder — so that the user can still pick one and a
+     * request says in the chat what is wrong; the extension also shows the reason in a notification.
+     */
     async provideLanguageModelChatInformation(_options: vscode.PrepareLanguageModelChatModelOptions,
         token: vscode.CancellationToken): Promise<vscode.LanguageModelChatInformation[]> {
         let models: BridgeModel[];
@@ -88,9 +96,14 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
             const message = describeError(error);
             this.log.error(`listing models failed: ${message}`);
             this.options.onModelsError?.(message);
-            throw new Error(message);
+            this.listFailed = true;
+            return this.lastModels.length ? this.lastModels : [unavailableModel(message)];
         }
-        return models.filter(m => m && typeof m.id === 'string').map(m => ({
+        if (this.listFailed) {
+            this.log.info('lmbridge lists its models again');
+            this.listFailed = false;
+        }
+        this.lastModels = models.filter(m => m && typeof m.id === 'string').map(m => ({
             id: m.id,
             name: m.name || m.id,
             family: m.family || 'acp',
@@ -104,6 +117,7 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
                 imageInput: m.capabilities?.imageInput ?? false,
             },
         }));
+        return this.lastModels;
     }
 
     async provideLanguageModelChatResponse(model: vscode.LanguageModelChatInformation,
@@ -124,6 +138,11 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
         if (token.isCancellationRequested) {
             ended();
             return;
+        }
+        if (model.id === UNAVAILABLE_MODEL_ID) {
+            record.error = await this.unavailableReason();
+            ended();
+            throw new Error(record.error);
         }
         const params = {
             modelId: model.id,
@@ -168,6 +187,9 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
         }
         record.stopReason = result?.stopReason;
         ended();
+        if (this.listFailed) {
+            this.refresh(); // lmbridge works again: let VS Code list the real models
+        }
         if (token.isCancellationRequested || !result) {
             return;
         }
@@ -183,6 +205,17 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
         } else if (record.parts === 0) {
             report(new vscode.LanguageModelTextPart(`_(the agent ended its turn without a message; stopReason: ${stopReason})_`));
         }
+    }
+
+    /** Why lmbridge cannot serve, asked again (it may work now). */
+    private async unavailableReason(): Promise<string> {
+        try {
+            await this.bridge.ready();
+        } catch (error) {
+            return describeError(error);
+        }
+        this.refresh();
+        return 'lmbridge works again: choose one of its agents in the model picker.';
     }
 
     async provideTokenCount(model: vscode.LanguageModelChatInformation, text: string | vscode.LanguageModelChatRequestMessage,
@@ -231,6 +264,23 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
             });
         });
     }
+}
+
+/** The id of the placeholder model shown while lmbridge cannot list its agents. */
+export const UNAVAILABLE_MODEL_ID = 'lmbridge-unavailable';
+
+function unavailableModel(reason: string): vscode.LanguageModelChatInformation {
+    return {
+        id: UNAVAILABLE_MODEL_ID,
+        name: 'lmbridge (not available)',
+        family: 'acp',
+        version: '0',
+        maxInputTokens: 200000,
+        maxOutputTokens: 32000,
+        tooltip: reason,
+        detail: 'lmbridge could not list its agents: send a message to see why',
+        capabilities: { toolCalling: true, imageInput: false },
+    };
 }
 
 function numberOr(value: unknown, fallback: number): number {

@@ -48,6 +48,8 @@ export interface RpcLogger {
 
 interface Pending {
     method: string;
+    /** The write of the request failed (EPIPE: the process was gone), so the server never saw it. */
+    undelivered: boolean;
     resolve(value: unknown): void;
     reject(error: Error): void;
     onNotification?: NotificationHandler;
@@ -56,6 +58,8 @@ interface Pending {
 export interface PendingRequest<T> {
     readonly id: RequestId;
     readonly result: Promise<T>;
+    /** True once writing the request failed: the server never received it, so sending it again is safe. */
+    readonly undelivered: boolean;
 }
 
 export class JsonRpcClient {
@@ -101,13 +105,15 @@ export class JsonRpcClient {
     request<T = unknown>(method: string, params?: unknown, onNotification?: NotificationHandler): PendingRequest<T> {
         const id = this.nextId++;
         if (this.closedWith) {
-            return { id, result: Promise.reject(this.closedWith) };
+            return { id, result: Promise.reject(this.closedWith), undelivered: true };
         }
+        let entry!: Pending;
         const result = new Promise<T>((resolve, reject) => {
-            this.pending.set(id, { method, resolve: resolve as (value: unknown) => void, reject, onNotification });
+            entry = { method, undelivered: false, resolve: resolve as (value: unknown) => void, reject, onNotification };
+            this.pending.set(id, entry);
         });
-        this.send({ jsonrpc: '2.0', id, method, params: params ?? null });
-        return { id, result };
+        this.send({ jsonrpc: '2.0', id, method, params: params ?? null }, () => { entry.undelivered = true; });
+        return { id, result, get undelivered() { return entry.undelivered; } };
     }
 
     notify(method: string, params?: unknown): void {
@@ -130,10 +136,15 @@ export class JsonRpcClient {
         }
     }
 
-    private send(message: object): void {
+    private send(message: object, onWriteError?: () => void): void {
         const line = JSON.stringify(message);
+        // Written before it is logged: a logger that throws (a closed output channel) must not stop a message.
+        this.output.write(line + '\n', error => {
+            if (error) {
+                onWriteError?.();
+            }
+        });
         this.log?.trace(`→ ${line.length > 2000 ? line.slice(0, 2000) + '…' : line}`);
-        this.output.write(line + '\n');
     }
 
     private receive(chunk: Buffer): void {

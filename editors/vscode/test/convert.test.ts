@@ -9,7 +9,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { test } from 'node:test';
 import * as vscode from 'vscode';
-import { commandLine } from '../src/bridge';
+import { commandLine, exitMessage } from '../src/bridge';
+import { notificationText } from '../src/extension';
 import { fromProtocolPart, promptTsxText, SYSTEM_ROLE, toProtocolMessage, toProtocolToolMode, toProtocolTools } from '../src/convert';
 import { describeError } from '../src/errors';
 import { confirmationMarkdown, PermissionTool } from '../src/permissionTool';
@@ -192,4 +193,22 @@ test('the local token estimate matches lmbridge\'s', () => {
     assert.equal(estimateTokens('hello world!'), 3);
     assert.equal(estimateTokens('日本'), 2);
     assert.equal(estimateTokens(''), 0);
+});
+
+test('an error as a notification: one paragraph, the first line and the last ones', () => {
+    assert.equal(notificationText('lmbridge could not start (status 2): configuration error: f.toml:3, key \'x\''),
+        'lmbridge could not start (status 2): configuration error: f.toml:3, key \'x\'');
+    const long = ['lmbridge exited (status 1):', ...Array.from({ length: 30 }, (_, i) => `  log line ${i}  `)].join('\n');
+    assert.equal(notificationText(long),
+        'lmbridge exited (status 1): … log line 25 log line 26 log line 27 log line 28 log line 29');
+});
+
+test('lmbridge\'s exit: a configuration error said plainly, anything else with its status and stderr', () => {
+    const config = "lmbridge: configuration error: /c.toml:3, key 'agents.a.x': unknown key";
+    assert.equal(exitMessage('lmbridge', 2, null, ['starting', config], `starting\n${config}`),
+        "lmbridge could not start (status 2): configuration error: /c.toml:3, key 'agents.a.x': unknown key. " +
+        'Fix the file (or the "lmbridge.configFile" setting); the next request starts lmbridge again.');
+    assert.equal(exitMessage('/bin/lmbridge', null, 'SIGKILL', [], ''),
+        'lmbridge (/bin/lmbridge) exited unexpectedly (signal SIGKILL), with nothing on stderr');
+    assert.equal(exitMessage('lmbridge', 1, null, ['boom'], 'boom'), 'lmbridge (lmbridge) exited unexpectedly (status 1):\nboom');
 });

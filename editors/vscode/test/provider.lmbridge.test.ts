@@ -12,6 +12,7 @@ import * as vscode from 'vscode';
 import {
     chatOptions, Collector, demoModel, type Harness, LMBRIDGE_BIN, permissionToolForModel, requireLmbridge, startExtension, tempDir,
 } from './helpers';
+import { UNAVAILABLE_MODEL_ID } from '../src/provider';
 
 
 const User = vscode.LanguageModelChatMessage.User;
@@ -258,34 +259,43 @@ describe('errors surface readably', () => {
         }
     });
 
-    test('lmbridge.path that does not exist', async () => {
+    /** The listing when lmbridge cannot start: one placeholder model, whose requests answer with the reason. */
+    async function unavailable(h: Harness): Promise<{ notified: string; requestError: string }> {
+        const models = await h.provider.provideLanguageModelChatInformation({ silent: false }, source().token);
+        assert.deepEqual(models.map(m => m.id), [UNAVAILABLE_MODEL_ID], 'a placeholder model stays listed');
+        const { fake } = await import('./fake-vscode');
+        assert.equal(fake.errorMessages.length, 1, 'the user is told once');
+        let requestError = '';
+        await assert.rejects(h.provider.provideLanguageModelChatResponse(models[0], [User('hello')], chatOptions(),
+            new Collector(), source().token), (error: Error) => { requestError = error.message; return true; });
+        return { notified: fake.errorMessages[0], requestError };
+    }
+
+    test('lmbridge.path that does not exist: the placeholder model says so', async () => {
         const h = startExtension({ path: '/nonexistent/bin/lmbridge' });
         try {
-            await assert.rejects(h.provider.provideLanguageModelChatInformation({ silent: false }, source().token), (error: Error) => {
-                assert.match(error.message, /\/nonexistent\/bin\/lmbridge/);
-                assert.match(error.message, /not found/);
-                assert.match(error.message, /lmbridge\.path/);
-                return true;
-            });
-            const { fake } = await import('./fake-vscode');
-            assert.equal(fake.errorMessages.length, 1, 'the user is told once');
+            const { notified, requestError } = await unavailable(h);
+            for (const message of [notified, requestError]) {
+                assert.match(message, /\/nonexistent\/bin\/lmbridge/);
+                assert.match(message, /not found/);
+                assert.match(message, /lmbridge\.path/);
+            }
         } finally {
             await h.stop();
         }
     });
 
-    test('a configuration error: lmbridge exits 2 and its message is shown', async () => {
+    test('a configuration error: the whole reason is in the notification and the chat', async () => {
         const dir = tempDir('config');
         const config = path.join(dir, 'agents.toml');
         fs.writeFileSync(config, '[agents.claude]\ncommand = "npx"\nargs = "not a list"\n');
         const h = startExtension({ configFile: config });
         try {
-            await assert.rejects(h.provider.provideLanguageModelChatInformation({ silent: false }, source().token), (error: Error) => {
-                assert.match(error.message, /status 2/);
-                assert.match(error.message, /configuration error/);
-                assert.match(error.message, /args/);
-                return true;
-            });
+            const { notified, requestError } = await unavailable(h);
+            for (const message of [notified, requestError]) {
+                assert.match(message, /could not start \(status 2\): configuration error/);
+                assert.ok(message.includes(`${config}:3, key 'agents.claude.args'`), message);
+            }
         } finally {
             await h.stop();
         }

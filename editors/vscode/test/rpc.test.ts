@@ -134,3 +134,30 @@ test('notify sends a notification without id', async () => {
     assert.equal(message.method, '$/cancelRequest');
     assert.equal('id' in message, false);
 });
+
+test('a request whose write failed is marked undelivered (the server never saw it)', async () => {
+    const fromServer = new PassThrough();
+    const toServer = new PassThrough();
+    const warnings: string[] = [];
+    const client = new JsonRpcClient(fromServer, toServer, { trace: () => undefined, warn: m => warnings.push(m) });
+    const delivered = client.request('lm/models', {});
+    assert.equal(delivered.undelivered, false);
+    toServer.destroy(); // the process is gone: what is written now fails
+    const lost = client.request('lm/models', {});
+    const failed = new Promise<void>(resolve => toServer.once('close', () => setImmediate(resolve)));
+    await failed;
+    assert.equal(lost.undelivered, true);
+    assert.equal(delivered.undelivered, false);
+    client.close(new ConnectionClosedError('gone'));
+    await assert.rejects(lost.result, ConnectionClosedError);
+    await assert.rejects(delivered.result, ConnectionClosedError);
+});
+
+test('a logger that throws does not stop a message from being written', async () => {
+    const { nextSent, toServer } = pair();
+    const client = new JsonRpcClient(new PassThrough(), toServer, {
+        trace: () => { throw new Error('Channel has been closed'); }, warn: () => undefined,
+    });
+    assert.throws(() => client.request('shutdown', null), /Channel has been closed/);
+    assert.equal((await nextSent()).method, 'shutdown');
+});
