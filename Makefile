@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint pytest vscode-test vscode-package bench interop clean
+.PHONY: demo test lint pytest vscode-test vscode-e2e vscode-package bench interop clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/lmbridge demo
 
-test: lint pytest vscode-test
+test: lint pytest vscode-test vscode-e2e
 
 # ruff (lint and format) and mypy (strict for the sans-IO cores, session/, mcp_synthetic/ and the JSON-RPC engine;
 # see pyproject.toml). `make test` runs it first.
-LINT_PATHS := bridge session mcp_synthetic tests bench examples
+LINT_PATHS := bridge session mcp_synthetic tests bench examples editors/vscode/e2e
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
@@ -48,6 +48,15 @@ vscode-test: $(STAMP)
 	else \
 		echo "!!!!!!!! SKIPPED: the VS Code extension tests ($(VSCODE_DIR)) need Node.js 20+ and npm, not found !!!!!!!!" >&2; \
 	fi
+
+# The extension's integration tests inside a real VS Code (editors/vscode/e2e/README.md): the packaged .vsix installed
+# as a user would, driven through vscode.lm by another extension, VS Code headless in Chromium on 127.0.0.1. The first
+# run installs Node 24, code-server (VS Code 1.139) and Chromium into ~/.cache/lmbridge/vscode-e2e (about two
+# minutes; apt needs root or sudo); later runs take ~20 s. It fails, never skips, when that cannot be installed.
+vscode-e2e: vscode-test
+	@$(HAVE_NODE) || { echo "vscode-e2e: the VS Code integration tests need Node.js 20+ and npm, not found" >&2; exit 1; }
+	cd $(VSCODE_DIR) && npm run compile:e2e
+	$(BIN)/python $(VSCODE_DIR)/e2e/run.py --lmbridge "$(CURDIR)/$(BIN)/lmbridge"
 
 vscode-package: $(STAMP)
 	cd $(VSCODE_DIR) && npm ci --no-audit --no-fund && npm run package

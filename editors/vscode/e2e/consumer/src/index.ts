@@ -1,0 +1,261 @@
+/**
+ * The lmbridge extension's integration tests, run inside a real VS Code's extension host by ../run.py. They use the
+ * packaged `.vsix` as a user installed it, through `vscode.lm` as any other extension (Copilot Chat included) would,
+ * with lmbridge's built-in demo agent behind it; its directives (`/say`, `/sleep`, `/tool`, ...) script each turn.
+ */
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import {
+    alive, assert, assertIncludes, collect, demoModel, lmbridgeApi, log, runAll, runState, saveRunState, test, until,
+} from './harness';
+
+const User = vscode.LanguageModelChatMessage.User;
+const Assistant = vscode.LanguageModelChatMessage.Assistant;
+
+const echoTool: vscode.LanguageModelChatTool = {
+    name: 'e2e_echo',
+    description: 'Echoes its text back.',
+    inputSchema: { type: 'object', properties: { text: { type: 'string' } }, required: ['text'] },
+};
+
+function toolResult(call: vscode.LanguageModelToolCallPart, text: string): vscode.LanguageModelToolResultPart {
+    return new vscode.LanguageModelToolResultPart(call.callId, [new vscode.LanguageModelTextPart(text)]);
+}
+
+async function lmbridgeSettingsChanged(change: () => Thenable<void>): Promise<void> {
+    const changed = new Promise<void>(resolve => {
+        const subscription = vscode.workspace.onDidChangeConfiguration(event => {
+            if (event.affectsConfiguration('lmbridge')) {
+                subscription.dispose();
+                resolve();
+            }
+        });
+    });
+    await change();
+    await changed;
+}
+
+function cmdline(pid: number): string[] {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+}
+
+test('the models are listed with their metadata', async () => {
+    const models = await vscode.lm.selectChatModels({ vendor: 'lmbridge' });
+    const demo = models.find(m => m.id === 'demo');
+    assert(demo, `the demo agent is a model; got ${JSON.stringify(models.map(m => m.id))}`);
+    assert(demo.vendor === 'lmbridge', `vendor ${demo.vendor}`);
+    assert(demo.name === 'lmbridge demo agent', `name ${demo.name}`);
+    assert(demo.family === 'acp', `family ${demo.family}`);
+    assert(demo.maxInputTokens === 200_000, `maxInputTokens ${demo.maxInputTokens}`);
+    const tokens = await demo.countTokens('count these words please');
+    assert(tokens > 0 && tokens < 20, `countTokens gave ${tokens}`);
+});
+
+test('text streams while the agent produces it', async () => {
+    const model = await demoModel();
+    const turn = await collect(model, [User('/say early words\n/sleep 700\n/say late words')]);
+    assertIncludes(turn.text, 'early words', 'the answer');
+    assertIncludes(turn.text, 'late words', 'the answer');
+    // VS Code may merge consecutive text parts: judge by time, not by the number of parts.
+    const early = turn.parts.find(p => p.part instanceof vscode.LanguageModelTextPart && p.part.value.includes('early'));
+    assert(early, 'a part with the early words');
+    assert(turn.ended - early.at >= 500, `the early words arrived ${turn.ended - early.at} ms before the end; expected ≥ 500`);
+});
+
+test('a tool call goes to the consumer and its result back to the agent', async () => {
+    const model = await demoModel();
+    const prompt = User('/tool e2e_echo {"text": "ping"}');
+    const first = await collect(model, [prompt], { tools: [echoTool] });
+    assert(first.toolCalls.length === 1, `one tool call, got ${first.toolCalls.length}`);
+    const call = first.toolCalls[0];
+    assert(call.name === 'e2e_echo', `tool ${call.name}`);
+    assert(JSON.stringify(call.input) === '{"text":"ping"}', `input ${JSON.stringify(call.input)}`);
+    const second = await collect(model, [prompt, Assistant([call]), User([toolResult(call, 'pong from the consumer')])],
+        { tools: [echoTool] });
+    assertIncludes(second.text, 'pong from the consumer', 'the agent\'s answer');
+});
+
+test('two tool calls in one response, results returned in reverse order', async () => {
+    const model = await demoModel();
+    const prompt = User('/tools e2e_echo {"text": "left"} | e2e_echo {"text": "right"}');
+    const first = await collect(model, [prompt], { tools: [echoTool] });
+    const inputs = first.toolCalls.map(c => (c.input as { text: string }).text).sort();
+    assert(JSON.stringify(inputs) === '["left","right"]', `two calls in one response, got ${JSON.stringify(inputs)}`);
+    const results = [...first.toolCalls].reverse().map(c => toolResult(c, `result of ${(c.input as { text: string }).text}`));
+    const second = await collect(model, [prompt, Assistant(first.toolCalls), User(results)], { tools: [echoTool] });
+    assertIncludes(second.text, 'result of left', 'the agent\'s answer');
+    assertIncludes(second.text, 'result of right', 'the agent\'s answer');
+});
+
+test('a permission request: the confirmation says what the agent wants, allowing continues the turn', async () => {
+    const api = await lmbridgeApi();
+    const info = vscode.lm.tools.find(t => t.name === 'acp_agent_action');
+    assert(info, `the permission tool is registered; tools: ${vscode.lm.tools.map(t => t.name).join(', ')}`);
+    const permissionTool: vscode.LanguageModelChatTool = {
+        name: info.name, description: info.description, inputSchema: info.inputSchema,
+    };
+    const model = await demoModel();
+    const prompt = User('/permission Delete the build folder');
+    const first = await collect(model, [prompt], { tools: [permissionTool] });
+    assert(first.toolCalls.length === 1 && first.toolCalls[0].name === 'acp_agent_action',
+        `one acp_agent_action call, got ${JSON.stringify(first.toolCalls.map(c => c.name))}`);
+    const call = first.toolCalls[0];
+    const source = new vscode.CancellationTokenSource();
+    const prepared = await api.permissionTool.prepareInvocation!({ input: call.input }, source.token);
+    const confirmation = prepared?.confirmationMessages;
+    assert(confirmation, 'the tool asks for confirmation');
+    assert(confirmation.title === 'Allow the agent to run a command?', `title ${JSON.stringify(confirmation.title)}`);
+    const message = typeof confirmation.message === 'string' ? confirmation.message : confirmation.message.value;
+    assertIncludes(message, '**Delete the build folder**', 'the confirmation');
+    assertIncludes(message, 'Kind: `execute`', 'the confirmation');
+    assertIncludes(message, '(`allow-once`)', 'the confirmation');
+    assertIncludes(message, 'Continue allows this once', 'the confirmation');
+    // Outside a chat VS Code confirms by itself (tests never show dialogs): this is the Continue path.
+    const result = await vscode.lm.invokeTool('acp_agent_action', { input: call.input, toolInvocationToken: undefined });
+    const answer = result.content.map(p => p instanceof vscode.LanguageModelTextPart ? p.value : '').join('');
+    assert(answer === 'allow', `the tool answers allow, got ${JSON.stringify(answer)}`);
+    const second = await collect(model, [prompt, Assistant([call]), User([toolResult(call, answer)])],
+        { tools: [permissionTool] });
+    assertIncludes(second.text, 'allow', 'the agent\'s answer');
+});
+
+test('cancelling stops the response within a second', async () => {
+    const model = await demoModel();
+    const source = new vscode.CancellationTokenSource();
+    let cancelledAt = 0;
+    const turn = await collect(model, [User('/say started\n/sleep 20000\n/say never said')], {}, source.token, () => {
+        if (!cancelledAt) {
+            cancelledAt = Date.now();
+            source.cancel();
+        }
+    });
+    assert(cancelledAt > 0, 'a part arrived before the cancel');
+    assert(!turn.text.includes('never said'), 'nothing after the cancel');
+    assert(turn.ended - cancelledAt < 1000, `the stream ended ${turn.ended - cancelledAt} ms after the cancel`);
+    const next = await collect(model, [User('/say after the cancel')]);
+    assertIncludes(next.text, 'after the cancel', 'the next answer');
+});
+
+test('two concurrent requests run side by side and stay apart', async () => {
+    const model = await demoModel();
+    const [a, b] = await Promise.all([
+        collect(model, [User('/say alpha starts\n/sleep 500\n/say alpha ends')]),
+        collect(model, [User('/say beta starts\n/sleep 500\n/say beta ends')]),
+    ]);
+    assert(a.text.includes('alpha ends') && !a.text.includes('beta'), `first answer ${JSON.stringify(a.text)}`);
+    assert(b.text.includes('beta ends') && !b.text.includes('alpha'), `second answer ${JSON.stringify(b.text)}`);
+    const firstParts = Math.max(a.parts[0].at, b.parts[0].at);
+    assert(firstParts < Math.min(a.ended, b.ended), 'both were answering at the same time');
+});
+
+test('the agent\'s thoughts reach the consumer as thinking parts', async () => {
+    const ThinkingPart = (vscode as unknown as { LanguageModelThinkingPart?: new (...args: never[]) => { value: string | string[] } })
+        .LanguageModelThinkingPart;
+    assert(ThinkingPart, 'this VS Code has LanguageModelThinkingPart');
+    const model = await demoModel();
+    const turn = await collect(model, [User('/think weighing the options\n/say decided')]);
+    const thoughts = turn.parts.map(p => p.part).filter(p => p instanceof ThinkingPart)
+        .map(p => { const v = (p as { value: string | string[] }).value; return Array.isArray(v) ? v.join('') : v; }).join('');
+    assertIncludes(thoughts, 'weighing the options', 'the thinking parts');
+    assertIncludes(turn.text, 'decided', 'the answer');
+});
+
+test('changing a setting starts lmbridge again with it', async () => {
+    const api = await lmbridgeApi();
+    const model = await demoModel();
+    await collect(model, [User('/say before')]);
+    const before = api.bridge.pid;
+    assert(before && alive(before), 'an lmbridge is running');
+    const config = vscode.workspace.getConfiguration('lmbridge');
+    await lmbridgeSettingsChanged(() => config.update('logLevel', 'debug', vscode.ConfigurationTarget.Global));
+    try {
+        const turn = await collect(model, [User('/say after')]);
+        assertIncludes(turn.text, 'after', 'the answer');
+        const after = api.bridge.pid;
+        assert(after && after !== before, `a new lmbridge (before ${before}, after ${after})`);
+        const args = cmdline(after);
+        assert(args[args.indexOf('--log-level') + 1] === 'debug', `started with --log-level debug: ${args.join(' ')}`);
+        await until(() => !alive(before), `the old lmbridge (${before}) to stop`);
+    } finally {
+        await lmbridgeSettingsChanged(() => config.update('logLevel', undefined, vscode.ConfigurationTarget.Global));
+    }
+});
+
+test('lmbridge killed between requests: the next request works', async () => {
+    const api = await lmbridgeApi();
+    const model = await demoModel();
+    for (let round = 0; round < 3; round++) {
+        await collect(model, [User(`/say round ${round}`)]);
+        const pid = api.bridge.pid;
+        assert(pid, 'an lmbridge is running');
+        runState.killed.push(pid);
+        process.kill(pid, 'SIGKILL');
+        // No await between the kill and the request: the extension has not seen the exit yet.
+        const models = await api.bridge.request<{ models: { id: string }[] }>('lm/models', {});
+        assert(models.models.some(m => m.id === 'demo'), `lm/models after the kill: ${JSON.stringify(models)}`);
+        assert(api.bridge.pid !== pid, 'a new lmbridge answered');
+    }
+    const pid = api.bridge.pid!;
+    runState.killed.push(pid);
+    process.kill(pid, 'SIGKILL');
+    const turn = await collect(model, [User('/say after the kill')]);
+    assertIncludes(turn.text, 'after the kill', 'the answer through a new lmbridge');
+});
+
+test('lmbridge killed mid-turn: the turn fails saying so, the next one works', async () => {
+    const api = await lmbridgeApi();
+    const model = await demoModel();
+    let error: unknown;
+    try {
+        await collect(model, [User('/say working\n/sleep 20000')], {}, undefined, () => {
+            const pid = api.bridge.pid!;
+            runState.killed.push(pid);
+            process.kill(pid, 'SIGKILL');
+        });
+    } catch (caught) {
+        error = caught;
+    }
+    assert(error instanceof Error, 'the interrupted turn fails');
+    assertIncludes(error.message, 'exited unexpectedly', 'the error');
+    const turn = await collect(model, [User('/say recovered')]);
+    assertIncludes(turn.text, 'recovered', 'the next answer');
+});
+
+test('a broken configuration: the models stay, requests and a notification give the full reason', async () => {
+    const runDir = process.env.LMBRIDGE_E2E_RUN!;
+    const broken = path.join(runDir, 'broken.toml');
+    fs.writeFileSync(broken, '[agents.mine]\ncommand = "mine-agent"\nunknown_setting = 1\n');
+    const config = vscode.workspace.getConfiguration('lmbridge');
+    await lmbridgeSettingsChanged(() => config.update('configFile', broken, vscode.ConfigurationTarget.Global));
+    try {
+        const models = await vscode.lm.selectChatModels({ vendor: 'lmbridge' });
+        assert(models.length > 0, 'lmbridge still offers a model');
+        let error: unknown;
+        try {
+            await collect(models[0], [User('/say hello')]);
+        } catch (caught) {
+            error = caught;
+        }
+        assert(error instanceof Error, 'the request fails');
+        log(`the request's error: ${error.message}`);
+        assertIncludes(error.message, broken, 'the error');
+        assertIncludes(error.message, 'unknown_setting', 'the error');
+        runState.notifications.push({ includes: [broken, 'unknown_setting'], buttons: ['Show log', 'Open settings'] });
+    } finally {
+        await lmbridgeSettingsChanged(() => config.update('configFile', undefined, vscode.ConfigurationTarget.Global));
+    }
+    const turn = await collect(await demoModel(), [User('/say config fixed')]);
+    assertIncludes(turn.text, 'config fixed', 'the answer once the setting is back');
+}, 60_000);
+
+export async function run(): Promise<void> {
+    try {
+        await runAll();
+    } finally {
+        saveRunState();
+        // The notification center stays open after the extension host has gone: run.py reads it there.
+        await vscode.commands.executeCommand('notifications.showList');
+    }
+}
