@@ -85,6 +85,7 @@ class SessionSettings:
     tool_batch_window: float = 0.05  # at most this long (seconds) to gather parallel tool calls into one response
     tool_batch_idle: float = 0.015  # ...or once no further call came for this long (unless all announced calls came)
     cancel_drain_timeout: float = 10.0  # seconds to wait for an agent to acknowledge session/cancel
+    detached_grace: float = 60.0  # seconds a turn whose editor went away runs on, waiting for the editor's retry
     stop_grace: float = 3.0  # seconds between SIGTERM and SIGKILL when stopping an agent
     state_file: str | None = None  # conversation fingerprint → ACP session id, for session/load after restart
 
@@ -220,6 +221,9 @@ _AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
     "initialize_timeout": (int, float),
     "prestart": bool,
 }
+# Upper bounds: anything larger is a mistake, and floats and timers cannot hold what JSON can write.
+MAX_SECONDS = 7 * 24 * 3600
+_AGENT_NUMBER_LIMITS = {"max_input_tokens": 10**9, "max_output_tokens": 10**9, "initialize_timeout": MAX_SECONDS}
 # Editors send JSON, where camelCase is the norm; accept both spellings there.
 _CAMEL = {
     "unsetEnv": "unset_env",
@@ -269,11 +273,10 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         cwd = os.path.expanduser(cwd)
         if not os.path.isabs(cwd):
             raise locate.error("must be an absolute path", f"{table}.cwd")
-    for key in ("max_input_tokens", "max_output_tokens"):
-        if key in values and values[key] <= 0:
-            raise locate.error("must be positive", f"{table}.{key}")
-    if "initialize_timeout" in values and values["initialize_timeout"] <= 0:
-        raise locate.error("must be positive", f"{table}.initialize_timeout")
+    for key, limit in _AGENT_NUMBER_LIMITS.items():
+        # Compared before any conversion: a 4,300-digit integer or inf must be an error here, not an overflow later.
+        if key in values and not 0 < values[key] <= limit:
+            raise locate.error(f"must be positive and at most {limit:,}", f"{table}.{key}")
     values.update(
         id=agent_id,
         name=values.get("name", agent_id),
@@ -302,8 +305,8 @@ def _settings(cls: Any, raw: Any, locate: _Locator, table: str) -> Any:
             ok = isinstance(value, bool)
             expected = "true or false"
         elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-            expected = "a positive number"
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS
+            expected = f"a positive number up to {MAX_SECONDS:,}"
             value = float(value) if ok else value
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -42,7 +42,7 @@ def parse_initialize(params: Any) -> EditorHello:
     version = params.get("protocolVersion")
     if version != PROTOCOL_VERSION:
         raise InvalidParams(
-            "protocolVersion", f"unsupported version {version!r}; this bridge speaks {PROTOCOL_VERSION}"
+            "protocolVersion", f"unsupported version {_short(version)}; this bridge speaks {PROTOCOL_VERSION}"
         )
     client_info: dict[str, Any] = {}
     if params.get("clientInfo") is not None:
@@ -79,6 +79,13 @@ def parse_initialize(params: Any) -> EditorHello:
         capabilities.get("acpUpdates", False),
         agents,
     )
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 100:
+        return "(a number too large)"  # repr() of a 4,300-digit integer is slow, and of a longer one fails
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def initialize_result(permission_tool: dict[str, Any]) -> dict[str, Any]:

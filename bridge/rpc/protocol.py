@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import json.scanner
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -90,6 +91,7 @@ Event = Request | Notification | Response | ErrorResponse | InvalidMessage | Str
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per call
+_ASCII_ENCODER = json.JSONEncoder(separators=(",", ":"))  # for text with lone surrogates (see encode)
 # json.loads on bytes sniffs the encoding and wraps the C scanner in Python checks on every call: for one message
 # per line, decoding the line and calling the scanner directly takes half the time.
 # scan_json(text, index) → (the JSON value starting exactly at index, the index after it); StopIteration when
@@ -123,8 +125,16 @@ def parse(raw: bytes | str) -> Any:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    """One message as one line: compact JSON, UTF-8, terminated by a newline (JSON escapes any inside)."""
-    return _ENCODER.encode(message).encode() + b"\n"
+    """One message as one line: compact JSON, UTF-8, terminated by a newline (JSON escapes any inside).
+
+    A lone surrogate (``"\\ud800"`` is valid JSON, but has no UTF-8 form) is written as its JSON escape, so that
+    whatever a peer sent can be echoed back.
+    """
+    text = _ENCODER.encode(message)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return _ASCII_ENCODER.encode(message).encode() + b"\n"
 
 
 class LineFramer:
@@ -269,7 +279,12 @@ class JsonRpcProtocol:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             if self.on_message is not None:
                 self.on_message(raw, False)
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            if isinstance(exc, RecursionError):
+                reason = "nested too deeply"
+            elif "integer string conversion" in str(exc):
+                reason = f"a number has more than {sys.get_int_max_str_digits()} digits"
+            else:
+                reason = str(exc)
             return InvalidMessage(RpcError(PARSE_ERROR, f"Parse error: {reason}"), None, raw)
         if self.on_message is not None:
             self.on_message(raw, True)
