@@ -19,6 +19,8 @@ States (``State``) and the transitions allowed between them (``TRANSITIONS``):
 
     STREAMING ──EditorGone (the editor's connection dropped)──▶ DETACHED: the prompt runs on, its output kept;
     a retry of the same request resumes it (STREAMING), or gets it with its stop reason once it ended (IDLE).
+    Any other request, or no retry within ``detached_grace``, abandons it: the prompt is cancelled (CANCELLING)
+    and what it said is dropped, never delivered into another request's answer.
 
 Invariants (checked by the property tests):
 - every editor turn gets exactly one ``EndTurn``; nothing is emitted for a turn after it;
@@ -319,8 +321,11 @@ class SessionMachine:
         batch_window: float = 0.05,
         batch_idle: float = 0.015,
         drain_timeout: float = 10.0,
+        detached_grace: float = 60.0,
     ) -> None:
         self.state = State.IDLE
+        self._detached_grace = detached_grace
+        self._detached_deadline: float | None = None
         self._new_call_id = new_call_id
         self._policy = permission_policy
         self._batch_window = batch_window
@@ -349,6 +354,7 @@ class SessionMachine:
         self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
         self._resumable = False  # output of a turn whose editor went away is in the buffer: a retry picks it up
         self.drained_updates = 0  # updates discarded after session/cancel (for logs and tests)
+        self.abandoned_turns = 0  # turns whose editor went away and did not come back for them (logs and tests)
 
     # -- introspection --------------------------------------------------------------------------------------
 
@@ -359,6 +365,8 @@ class SessionMachine:
             return self._window_deadline
         if self.state is State.CANCELLING:
             return self._drain_deadline
+        if self.state is State.DETACHED:
+            return self._detached_deadline
         return None
 
     @property
@@ -428,6 +436,12 @@ class SessionMachine:
             # (and, if the prompt still runs, the rest as it comes) instead of asking the agent again.
             self._begin(EditorTurn(event.turn, None, event.tool_results, False, event.options), now, out)
             return
+        if self._resumable:
+            # Something else than the request whose answer was lost: the user moved on from it.
+            draining = self._abandon(now, out)
+            if draining:  # the new turn waits until the abandoned prompt has ended
+                self._queued = EditorTurn(event.turn, event.prompt, {}, False, event.options)
+                return
         if event.moved_on:
             if self._prompt_running:
                 self._cancel_prompt(now, out, WITHDRAWN_MOVED_ON)
@@ -520,7 +534,22 @@ class SessionMachine:
         turn.forget_emitted()
         self._end_turn(out, stop_reason="cancelled")
         self._resumable = True
+        self._detached_deadline = now + self._detached_grace
         self._to(State.DETACHED if self._prompt_running else State.IDLE)
+
+    def _abandon(self, now: float, out: list[Action]) -> bool:
+        """The editor that lost this output is not coming back for it: drop it, and cancel the prompt if it runs
+        (True: it is being cancelled)."""
+        self.abandoned_turns += 1
+        self._resumable = False
+        self._detached_deadline = None
+        self._buffer = []
+        self._buffered_data_parts = 0
+        if self._prompt_running:
+            self._cancel_prompt(now, out, WITHDRAWN_MOVED_ON)
+            return True
+        self._withdraw_all(WITHDRAWN_MOVED_ON, out)
+        return False
 
     def _cancel_prompt(self, now: float, out: list[Action], reason: str) -> None:
         """Cancel the running prompt: send ``session/cancel``, answer pending permission requests ``cancelled``
@@ -702,6 +731,9 @@ class SessionMachine:
         out.append(SessionClosed("the agent exited"))
 
     def _on_tick(self, event: Tick, now: float, out: list[Action]) -> None:
+        if self.state is State.DETACHED and self._detached_deadline is not None and now >= self._detached_deadline:
+            self._abandon(now, out)  # the editor did not come back within the grace period
+            return
         if self.state is State.STREAMING and self._window_deadline is not None and now >= self._window_deadline:
             if not any(p.emitted for p in self._pending.values()):
                 self._window_deadline = self._window_opened = None  # the agent withdrew its calls: keep streaming

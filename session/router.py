@@ -85,6 +85,7 @@ class RouterSettings:
     tool_batch_window: float = 0.05
     tool_batch_idle: float = 0.015
     cancel_drain_timeout: float = 10.0
+    detached_grace: float = 60.0
     permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
     store: SessionStore | None = None  # fingerprints → session ids, for session/resume and session/load
 
@@ -343,6 +344,7 @@ class SessionRouter:
             batch_window=settings.tool_batch_window,
             batch_idle=settings.tool_batch_idle,
             drain_timeout=settings.cancel_drain_timeout,
+            detached_grace=settings.detached_grace,
         )
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
         session.actor = actor

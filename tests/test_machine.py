@@ -350,8 +350,15 @@ class Harness:
         self.saw_cancelling = self.saw_cancelling or before is State.CANCELLING
         if isinstance(event, AgentUpdate) and before not in (State.CANCELLING, State.CLOSED):
             self.accepted_text.append(event.update["content"]["text"])
+        buffered = "".join(p["value"] for p in self.machine.buffered if p["type"] == "text")
+        abandoned_before = self.machine.abandoned_turns
         for action in self.machine.handle(event, self.now):
             self.apply(action)
+        if self.machine.abandoned_turns > abandoned_before:
+            # The editor that lost this output did not come back for it: dropped on purpose, never delivered.
+            self.accepted_text = (
+                ["".join(self.accepted_text).removesuffix(buffered)] if buffered else self.accepted_text
+            )
 
     def apply(self, action: object) -> None:
         if isinstance(action, Emit):
@@ -523,3 +530,34 @@ def test_a_new_message_after_the_editor_went_away_is_moved_on() -> None:
     machine.handle(EditorGone(1), 0)
     actions = machine.handle(EditorTurn(2, PROMPT, moved_on=True), 1)
     assert SendCancel() in actions and machine.state is State.CANCELLING
+
+
+def test_a_continuation_after_the_editor_went_away_cancels_the_old_turn_and_drops_its_output() -> None:
+    # Issue 22 #6: a follow-up message (not a retry, not "moved on" by the history) used to get the abandoned
+    # turn's output in front of its own answer, and the abandoned prompt ran on.
+    machine = new_machine()
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(text("old words "), 0)
+    machine.handle(EditorGone(1), 0)
+    machine.handle(text("more old words"), 0.5)
+    actions = machine.handle(EditorTurn(2, [{"type": "text", "text": "something else"}]), 1)
+    assert SendCancel() in actions and machine.state is State.CANCELLING and not of(actions, Emit)
+    assert not of(machine.handle(text("drained"), 1.1), Emit)
+    actions = machine.handle(PromptFinished("cancelled"), 1.2)
+    assert of(actions, SendPrompt) == [SendPrompt([{"type": "text", "text": "something else"}])]
+    assert not of(actions, Emit) and machine.abandoned_turns == 1
+    machine.handle(text("new answer"), 1.3)
+    (end,) = of(machine.handle(PromptFinished("end_turn"), 1.4), EndTurn)
+    assert end.turn == 2 and end.stop_reason == "end_turn"
+
+
+def test_a_turn_whose_editor_does_not_come_back_is_cancelled_after_the_grace_period() -> None:
+    machine = new_machine(detached_grace=30.0)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(EditorGone(1), 5)
+    assert machine.state is State.DETACHED and machine.deadline == 35
+    assert machine.handle(Tick(), 34.9) == []
+    actions = machine.handle(Tick(), 35)
+    assert SendCancel() in actions and machine.state is State.CANCELLING and machine.abandoned_turns == 1
+    machine.handle(PromptFinished("cancelled"), 36)
+    assert machine.state is State.IDLE and machine.buffered == []

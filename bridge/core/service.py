@@ -53,6 +53,7 @@ class BridgeService:
                 tool_batch_window=sessions.tool_batch_window,
                 tool_batch_idle=sessions.tool_batch_idle,
                 cancel_drain_timeout=sessions.cancel_drain_timeout,
+                detached_grace=sessions.detached_grace,
                 permission_policy=policy_for,
                 store=SessionStore(state_path, log=log),
             ),
