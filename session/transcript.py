@@ -94,18 +94,28 @@ def trailing_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def prompt_blocks(messages: list[dict[str, Any]], *, images: bool) -> list[dict[str, Any]]:
     """ACP content blocks for new editor input: user text as text, images as image blocks (when the agent takes
     them), system text under a header, and tool results the agent is not waiting for as text. Adjacent text is
-    merged into one block. Assistant messages are skipped: the agent wrote them."""
+    merged into one block; where one message ends and the next begins, a blank line keeps them apart (the parts of
+    one message are joined as they are: editors split a message's text anywhere). Assistant messages are skipped:
+    the agent wrote them."""
     blocks: list[dict[str, Any]] = []
+    new_message = False
 
     def add_text(text: str) -> None:
+        nonlocal new_message
         if not text:
             return
         if blocks and blocks[-1]["type"] == "text" and not blocks[-1]["text"].startswith(EDITOR_INSTRUCTIONS_HEADER):
-            blocks[-1] = {"type": "text", "text": blocks[-1]["text"] + text}
+            before = blocks[-1]["text"]
+            if new_message:
+                before = before.rstrip("\n") + "\n\n"
+                text = text.lstrip("\n")
+            blocks[-1] = {"type": "text", "text": before + text}
         else:
             blocks.append({"type": "text", "text": text})
+        new_message = False
 
     for message in messages:
+        new_message = True
         role = message.get("role")
         if role == "assistant":
             continue
