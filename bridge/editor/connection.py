@@ -68,6 +68,14 @@ class EditorConnection:
     def cwd(self) -> str:
         return self.workspace_folders[0] if self.workspace_folders else self._default_cwd
 
+    @property
+    def scope(self) -> str:
+        """Who asks, for history matching: the client's name and its workspace folders. Not the connection, so that
+        an editor that reconnects (or restarts lmbridge) still continues its conversations; but two clients, or two
+        workspaces, whose conversations open alike never share a session."""
+        folders = "\0".join(sorted(self.workspace_folders)) or self._default_cwd
+        return f"editor\0{self.client_info.get('name') or ''}\0{folders}"
+
     def cancel_turns(self) -> None:
         """Ask every running turn of this connection to end (they answer ``cancelled``)."""
         for event in list(self._turn_events):
@@ -128,6 +136,10 @@ class EditorConnection:
             raise InvalidParams("options.toolMode", 'must be "auto" or "required"')
         if "modelOptions" in options and not isinstance(options["modelOptions"], dict):
             raise InvalidParams("options.modelOptions", "must be an object")
+        conversation = options.get("conversationId")
+        if conversation is not None and (not isinstance(conversation, str) or not 0 < len(conversation) <= 256):
+            raise InvalidParams("options.conversationId", "must be a string of 1 to 256 characters")
+        scope = self.scope if conversation is None else f"{self.scope}\0{conversation}"
         connection = context.connection
         request_id = context.id
 
@@ -149,6 +161,7 @@ class EditorConnection:
                 cwd=self.cwd,
                 thinking=self.thinking,
                 acp_updates=self.acp_updates,
+                scope=scope,
             )
         finally:
             self._turn_events.discard(cancel)
