@@ -9,7 +9,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +339,58 @@ async def test_fifty_concurrent_conversations_lose_nothing(daemon: Daemon) -> No
         first, recalled = results[n]
         assert first == f"conversation {n}\n{stream}"
         assert json.loads(recalled.removeprefix("earlier prompts: ")) == [f"/say conversation {n}\n/stream 20"]
+
+
+async def test_a_new_message_after_a_drop_cancels_the_old_turn_and_never_gets_its_output(daemon: Daemon) -> None:
+    # Issue 22 #6: the new message's answer used to begin with the abandoned turn's output, which ran to its end.
+    first = user("/say before\n/sleep 20000\n/say after the pause")
+    async with daemon.client() as client:
+        turn = await client.start_chat("scripted", [first])
+        with trio.fail_after(30):
+            await turn.first_part.wait()
+    async with daemon.client() as client:
+        with trio.fail_after(10):  # well before the abandoned prompt's 20 s would end
+            again = await client.chat("scripted", [first, user("/say something else")])
+    assert again.text == "something else\n" and again.stop_reason == "end_turn"
+    assert daemon.stderr.count("session opened") == 1
+
+
+async def test_same_opening_conversations_of_two_workspaces_never_share_a_session(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    # Issue 22 #4: keyed by who asks (client and workspace), not by the connection.
+    opening = [user("/say hello")]
+    answers: dict[str, str] = {}
+    histories: dict[str, list[dict[str, Any]]] = {}
+    async with AsyncExitStack() as stack:
+        clients = {}
+        for workspace in ("one", "two"):  # both open alike before either goes on
+            folder = tmp_path / workspace
+            folder.mkdir()
+            clients[workspace] = client = await stack.enter_async_context(daemon.client(workspaceFolders=[str(folder)]))
+            reply = await client.chat("scripted", opening)
+            histories[workspace] = [*opening, reply.assistant_message()]
+        for workspace, client in clients.items():
+            history = [*histories[workspace], user(f"/say {workspace} again\n/recall")]
+            second = await client.chat("scripted", history)
+            answers[workspace] = second.text
+            histories[workspace] = [*history, second.assistant_message()]
+    for workspace, text in answers.items():
+        assert text.startswith(f"{workspace} again\n")
+        assert json.loads(text.split("earlier prompts: ")[1]) == ["/say hello"], text  # its own session only
+    assert daemon.stderr.count("session opened") == 2
+    # The first workspace's editor reconnects: it continues its own conversation.
+    async with daemon.client(workspaceFolders=[str(tmp_path / "one")]) as client:
+        reply = await client.chat("scripted", [*histories["one"], user("/recall")])
+    assert json.loads(reply.text.removeprefix("earlier prompts: ")) == ["/say hello", "/say one again\n/recall"]
+    assert daemon.stderr.count("session opened") == 2
+
+
+async def test_consecutive_user_messages_keep_their_boundary(daemon: Daemon) -> None:
+    # Issue 22 #5: "alpha line" + "beta line" reached the agent as "alpha linebeta line".
+    async with daemon.client() as client:
+        history = [user("/say first")]
+        first = await client.chat("scripted", history)
+        history += [first.assistant_message(), user("alpha line"), user("beta line")]
+        reply = await client.chat("scripted", history)
+    assert reply.text == "echo: alpha line\n\nbeta line\n"
