@@ -279,7 +279,7 @@ class SessionRouter:
         store = self._settings.store
         if store is None or not store.has_agent(request.agent_id):
             return None
-        hit = store.lookup(request.agent_id, chain_of(request.messages))
+        hit = store.lookup(request.agent_id, chain_of(request.messages), request.scope)
         if hit is None:
             return None
         live = {s.session_id for s in self._sessions.values()}
@@ -297,6 +297,7 @@ class SessionRouter:
             session.session_id,
             request.cwd,
             [conversation.fingerprint, conversation.fingerprint_with_provisional],
+            session.scope,
         )
 
     async def _open(

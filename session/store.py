@@ -9,6 +9,7 @@ the history the agent answered, and the same followed by the answer the editor i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -32,6 +33,15 @@ class StoredSession:
     session_id: str
     cwd: str
     updated: float
+
+
+def _key(scope: str, fingerprint: bytes) -> str:
+    """An entry's key: the fingerprint, prefixed with a digest of its scope (who asked: conversations of other
+    clients or workspaces never resume each other's sessions). The shared scope "" has no prefix."""
+    if not scope:
+        return fingerprint.hex()
+    digest = hashlib.sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{digest}.{fingerprint.hex()}"
 
 
 class SessionStore:
@@ -62,23 +72,23 @@ class SessionStore:
     def has_agent(self, agent: str) -> bool:
         return any(entry.agent == agent for entry in self._load().values())
 
-    def lookup(self, agent: str, chain: list[bytes]) -> tuple[int, StoredSession] | None:
-        """The longest prefix of a history (given by its digest chain) that a stored session answered:
+    def lookup(self, agent: str, chain: list[bytes], scope: str = "") -> tuple[int, StoredSession] | None:
+        """The longest prefix of a history (given by its digest chain) that a stored session of this scope answered:
         ``(number of messages, session)``."""
         entries = self._load()
         for length in range(len(chain), 0, -1):
-            entry = entries.get(chain[length - 1].hex())
+            entry = entries.get(_key(scope, chain[length - 1]))
             if entry is not None and entry.agent == agent:
                 return length, entry
         return None
 
-    def remember(self, agent: str, session_id: str, cwd: str, fingerprints: list[bytes]) -> None:
+    def remember(self, agent: str, session_id: str, cwd: str, fingerprints: list[bytes], scope: str = "") -> None:
         if self.path is None:
             return
         entries = self._load()
         now = time.time()
         for fingerprint in fingerprints:
-            entries[fingerprint.hex()] = StoredSession(agent, session_id, cwd, now)
+            entries[_key(scope, fingerprint)] = StoredSession(agent, session_id, cwd, now)
         if len(entries) > self._max_entries:
             for key, _entry in sorted(entries.items(), key=lambda item: item[1].updated)[
                 : len(entries) - self._max_entries
