@@ -394,3 +394,37 @@ async def test_consecutive_user_messages_keep_their_boundary(daemon: Daemon) -> 
         history += [first.assistant_message(), user("alpha line"), user("beta line")]
         reply = await client.chat("scripted", history)
     assert reply.text == "echo: alpha line\n\nbeta line\n"
+
+
+async def test_the_connection_limit_holds_when_handshakes_arrive_together(tmp_path: Path, agents_toml: Path) -> None:
+    # Issue 22 #7: the check counted only accepted connections, so handshakes in flight together all passed it.
+    accepted: list[int] = []
+    refused: list[int] = []
+    release = trio.Event()
+    all_answered = trio.Event()
+
+    def answered() -> None:
+        if len(accepted) + len(refused) == 25:
+            all_answered.set()
+
+    async with serving(tmp_path, agents_toml, "--max-connections", "5") as live:
+        auth = [(b"authorization", f"Bearer {live.token}".encode())]
+
+        async def connect(n: int) -> None:
+            try:
+                async with trio_websocket.open_websocket_url(live.url, extra_headers=auth):
+                    accepted.append(n)
+                    answered()
+                    await release.wait()
+            except trio_websocket.HandshakeError as error:
+                assert error.status_code == 503  # type: ignore[attr-defined]
+                refused.append(n)
+                answered()
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for n in range(25):
+                    nursery.start_soon(connect, n)
+                await all_answered.wait()
+                release.set()
+    assert len(accepted) == 5 and len(refused) == 20

@@ -95,6 +95,7 @@ class WebSocketDaemon:
         self._log = log
         self._tracer = tracer
         self._connections: dict[int, tuple[EditorConnection, JsonRpcConnection]] = {}
+        self._admitted = 0  # handshakes past the checks (connections being accepted or served): the limit counts these
         self._ids = iter(range(1, 1 << 62))
         self._accepting = True
         self.url = ""
@@ -163,6 +164,15 @@ class WebSocketDaemon:
             self._log.warning("refused a connection", reason=why)
             await request.reject(status, extra_headers=[(b"content-type", b"text/plain")], body=why.encode())
             return
+        # The slot is taken in the same step as the check (no await between them): handshakes that arrive
+        # together cannot all pass a check that only counts connections already accepted.
+        self._admitted += 1
+        try:
+            await self._serve_connection(request)
+        finally:
+            self._admitted -= 1
+
+    async def _serve_connection(self, request: trio_websocket.WebSocketRequest) -> None:
         ws = await request.accept()
         number = next(self._ids)
         name = f"editor:{number}"
@@ -199,7 +209,7 @@ class WebSocketDaemon:
     def _check(self, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
         if not self._accepting:
             return 503, "lmbridge is shutting down"
-        if len(self._connections) >= self._options.max_connections:
+        if self._admitted >= self._options.max_connections:
             return 503, f"too many connections (the limit is {self._options.max_connections})"
         try:
             check_token(bearer(headers.get(b"authorization")), self._token)
