@@ -86,6 +86,7 @@ class SessionSettings:
     tool_batch_idle: float = 0.015  # ...or once no further call came for this long (unless all announced calls came)
     cancel_drain_timeout: float = 10.0  # seconds to wait for an agent to acknowledge session/cancel
     detached_grace: float = 60.0  # seconds a turn whose editor went away runs on, waiting for the editor's retry
+    agent_request_timeout: float = 60.0  # seconds for an agent to open or reopen a session; then it is restarted
     stop_grace: float = 3.0  # seconds between SIGTERM and SIGKILL when stopping an agent
     state_file: str | None = None  # conversation fingerprint → ACP session id, for session/load after restart
 

@@ -170,6 +170,22 @@ class AgentReplyError(AgentError):
         )
 
 
+class AgentTimeoutError(AgentError):
+    """-32003: the agent did not answer a request within its deadline; lmbridge restarted it."""
+
+    retryable = True
+
+    def __init__(self, agent_id: str, step: str, seconds: float) -> None:
+        super().__init__(
+            AGENT_ERROR,
+            f"agent {agent_id!r} did not answer {step} within {seconds:g} s; lmbridge restarted it. Send the request "
+            "again; if this keeps happening, look at the agent's log, or raise [sessions] agent_request_timeout",
+            {"agent": agent_id, "step": step, "timeoutSeconds": seconds},
+            agent=agent_id,
+        )
+        self.step = step
+
+
 # -- lmbridge's own fault -----------------------------------------------------------------------------------------
 
 

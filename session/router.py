@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
-from bridge.errors import AgentReplyError, InternalError
+from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
 
 from .actor import AgentLink, PartSink, SessionActor, TurnOutcome
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
@@ -42,6 +42,8 @@ class AgentHandle(AgentLink, Protocol):
     def alive(self) -> bool: ...
 
     def attach(self, session_id: str, endpoint: Any) -> list[dict[str, Any]]: ...
+
+    async def stop(self) -> None: ...
 
 
 class AgentProvider(Protocol):
@@ -86,6 +88,7 @@ class RouterSettings:
     tool_batch_idle: float = 0.015
     cancel_drain_timeout: float = 10.0
     detached_grace: float = 60.0
+    agent_request_timeout: float = 60.0  # session/new, session/load, session/resume: then the agent is restarted
     permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
     store: SessionStore | None = None  # fingerprints → session ids, for session/resume and session/load
 
@@ -300,6 +303,16 @@ class SessionRouter:
             session.scope,
         )
 
+    async def _ask(self, agent: AgentHandle, agent_id: str, method: str, params: dict[str, Any]) -> Any:
+        """``agent.request`` with a deadline: an agent that does not answer is stopped (the next request starts it
+        again) and the caller gets an error naming the agent and the step, instead of waiting forever."""
+        timeout = self._settings.agent_request_timeout
+        with trio.move_on_after(timeout):
+            return await agent.request(method, params)
+        self._log.warning("agent did not answer in time; stopping it", agent=agent_id, step=method, seconds=timeout)
+        await agent.stop()
+        raise AgentTimeoutError(agent_id, method, timeout)
+
     async def _open(
         self, session: LiveSession, request: ChatRequest, stored: tuple[int, StoredSession] | None = None
     ) -> int | None:
@@ -316,7 +329,10 @@ class SessionRouter:
             length, entry = stored
             method = "session/resume" if agent.info.can_resume else "session/load"
             try:
-                await agent.request(method, {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers})
+                params = {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers}
+                await self._ask(agent, request.agent_id, method, params)
+            except AgentTimeoutError:
+                raise
             except Exception as exc:
                 self._log.info(
                     "stored session could not be reopened; starting a new one",
@@ -330,7 +346,9 @@ class SessionRouter:
                 session_id, known = entry.session_id, length
                 self._log.info("stored session reopened", method=method, session=session_id, known_messages=length)
         if session_id is None:
-            result = await agent.request("session/new", {"cwd": request.cwd, "mcpServers": servers})
+            result = await self._ask(
+                agent, request.agent_id, "session/new", {"cwd": request.cwd, "mcpServers": servers}
+            )
             session_id = result.get("sessionId") if isinstance(result, dict) else None
             if not isinstance(session_id, str) or not session_id:
                 raise AgentReplyError(

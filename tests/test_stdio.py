@@ -450,3 +450,37 @@ async def test_prestarted_agents_start_when_the_editor_connects(tmp_path: Path, 
         assert "agent failed to start" in live.stderr and "agent=broken" in live.stderr
     assert live.process.returncode == 0
     assert processes_with_marker(marker) == [], "the prestarted agent outlived the bridge"
+
+
+MUTE_AFTER_INITIALIZE = """
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        reply = {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": reply}) + "\\n")
+        sys.stdout.flush()
+    # session/new and everything else: never answered
+"""
+
+
+async def test_an_agent_that_never_answers_session_new_is_given_up_on_and_restarted(
+    tmp_path: Path, marker: str
+) -> None:
+    # Issue 22 #8: lm/chat used to wait forever.
+    config = tmp_path / "mute.toml"
+    config.write_text(
+        f"[agents.mute]\ncommand = {json.dumps(sys.executable)}\nargs = ['-c', {json.dumps(MUTE_AFTER_INITIALIZE)}]\n"
+        f'env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}\n'
+        "[sessions]\nagent_request_timeout = 1\nstop_grace = 1\n"
+    )
+    async with open_bridge(tmp_path, config) as live:
+        for attempt in (1, 2):
+            with trio.fail_after(15):
+                result = await live.chat("hi", model="mute")
+            assert result.error is not None and result.error.code == -32003, result
+            assert "agent 'mute' did not answer session/new within 1 s; lmbridge restarted it" in result.error.message
+            assert result.error.data == {"agent": "mute", "step": "session/new", "timeoutSeconds": 1.0}
+            assert live.stderr.count("agent process started") == attempt  # a new process each time
+        assert live.stderr.count("agent did not answer in time") == 2
+    assert processes_with_marker(marker) == [] or await _gone_soon(marker)

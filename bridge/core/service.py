@@ -54,6 +54,7 @@ class BridgeService:
                 tool_batch_idle=sessions.tool_batch_idle,
                 cancel_drain_timeout=sessions.cancel_drain_timeout,
                 detached_grace=sessions.detached_grace,
+                agent_request_timeout=sessions.agent_request_timeout,
                 permission_policy=policy_for,
                 store=SessionStore(state_path, log=log),
             ),
