@@ -212,6 +212,9 @@ class SessionRouter:
                 index.set_provisional(session.conversation, list(outcome.emitted))
                 index.add_pending_calls(session.conversation, outcome.pending_calls)
                 self._remember(session, request)
+                # Sessions opened while all others were busy may exceed the cap: now that this one may be idle,
+                # bring the count back down (least recently used first).
+                self._make_room(opening=False)
             return outcome
         raise InternalError("could not route the request: its sessions kept closing")
 
@@ -410,11 +413,12 @@ class SessionRouter:
             if not len(index):
                 del self._indexes[(session.agent_id, session.scope)]
 
-    def _make_room(self) -> None:
-        """Keep under the LRU cap: close the least recently used sessions that owe nothing to anyone."""
+    def _make_room(self, *, opening: bool = True) -> None:
+        """Keep under the LRU cap (with room for one more when ``opening``): close the least recently used sessions
+        that owe nothing to anyone."""
         limit = self._settings.max_sessions
         live = [s for s in self._sessions.values() if s.actor is not None and s.close_reason is None]
-        excess = len(live) + 1 - limit
+        excess = len(live) + opening - limit
         if excess <= 0:
             return
         idle = sorted((s for s in live if s.actor is not None and s.actor.machine.idle), key=lambda s: s.last_used)

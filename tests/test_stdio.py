@@ -484,3 +484,18 @@ async def test_an_agent_that_never_answers_session_new_is_given_up_on_and_restar
             assert live.stderr.count("agent process started") == attempt  # a new process each time
         assert live.stderr.count("agent did not answer in time") == 2
     assert processes_with_marker(marker) == [] or await _gone_soon(marker)
+
+
+async def test_sessions_over_the_cap_are_closed_once_their_turns_end(tmp_path: Path, agents_toml: Path) -> None:
+    # Issue 22 #9: the cap was checked only when a session opened, so sessions opened while all others were busy
+    # (and their MCP servers) stayed until the idle TTL.
+    config = tmp_path / "capped.toml"
+    config.write_text(agents_toml.read_text().replace("[sessions]", "[sessions]\nmax_sessions = 2"))
+    async with open_bridge(tmp_path, config) as live:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for n in range(5):
+                    nursery.start_soon(live.chat, f"/say conversation {n}\n/sleep 300")
+        status = await live.client.request("daemon/status", {})
+        assert status["sessions"] == {"scripted": 2}
+        assert live.stderr.count("closing the least recently used session") == 3
