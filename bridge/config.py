@@ -36,6 +36,7 @@ __all__ = [
 DEMO_AGENT_ID = "demo"
 PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
 MCP_TRANSPORTS = ("stdio", "http")
+ISOLATIONS = ("agent", "session")  # one process per agent, shared by its sessions; or one per session
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -66,6 +67,7 @@ class AgentConfig:
     authenticate: str | None = None
     permission_policy: str | None = None  # None: the bridge-wide policy
     mcp_transport: str = "stdio"
+    isolation: str = "agent"
     max_input_tokens: int = 200_000
     max_output_tokens: int = 32_000
     image_input: bool = False
@@ -216,6 +218,7 @@ _AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
     "authenticate": str,
     "permission_policy": str,
     "mcp_transport": str,
+    "isolation": str,
     "max_input_tokens": int,
     "max_output_tokens": int,
     "image_input": bool,
@@ -267,6 +270,8 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         raise locate.error('must be a list of variable names or patterns such as "OPENAI_*"', f"{table}.unset_env")
     if values.get("permission_policy") not in (None, *PERMISSION_POLICIES):
         raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", f"{table}.permission_policy")
+    if values.get("isolation", "agent") not in ISOLATIONS:
+        raise locate.error(f"must be one of {', '.join(ISOLATIONS)}", f"{table}.isolation")
     if values.get("mcp_transport", "stdio") not in MCP_TRANSPORTS:
         raise locate.error(f"must be one of {', '.join(MCP_TRANSPORTS)}", f"{table}.mcp_transport")
     cwd = values.get("cwd")

@@ -145,12 +145,14 @@ class AgentExitedError(AgentError):
             if exit_code is not None and exit_code >= 0
             else (f"on signal {-exit_code}" if exit_code is not None else "(connection lost)")
         )
-        message = f"agent {agent_id!r} exited {how} during the turn; the next request starts a new session"
+        message = (
+            f"agent {agent_id!r} exited {how} during the turn; lmbridge starts it again: send the request again, "
+            "the conversation continues"
+        )
         if stderr:
             message += f" (last stderr line: {stderr.splitlines()[-1][:200]})"
-        super().__init__(
-            AGENT_EXITED, message, {"agent": agent_id, "stderr": stderr, "exitCode": exit_code}, agent=agent_id
-        )
+        data = {"agent": agent_id, "stderr": stderr, "exitCode": exit_code, "retryable": True}
+        super().__init__(AGENT_EXITED, message, data, agent=agent_id)
         self.exit_code = exit_code
 
 

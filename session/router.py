@@ -50,6 +50,9 @@ class AgentProvider(Protocol):
     async def acquire(self, agent_id: str) -> AgentHandle:
         """A running, initialised agent process for ``agent_id`` (started if needed)."""
 
+    def release(self, agent: AgentHandle) -> None:
+        """A session on ``agent`` is over (a process of the session's own is stopped)."""
+
 
 class SessionSetup(Protocol):
     """Extra per-session set-up around ``session/new`` (the synthetic MCP server plugs in here)."""
@@ -230,6 +233,8 @@ class SessionRouter:
             resumed_length = await self._open(session, request, self._stored(request))
         except BaseException:
             self._forget(session)
+            if session.agent is not None:
+                self._agents.release(session.agent)
             raise
         finally:
             session.ready.set()
@@ -395,6 +400,7 @@ class SessionRouter:
                         except Exception as exc:
                             self._log.info("session/close failed", session=session.session_id, error=str(exc))
                 await self._setup.session_closed(session)
+                self._agents.release(agent)
                 session.retired.set()
 
     def _close(self, session: LiveSession, reason: str) -> None:

@@ -512,6 +512,16 @@ def test_an_agent_that_fails_before_output_is_a_502(oai: openai.OpenAI, claude: 
     assert anthropic_caught.value.body["error"]["type"] == "api_error"
 
 
+def test_an_agent_that_exits_before_output_is_a_503_to_retry(daemon: HttpDaemon, oai: openai.OpenAI) -> None:
+    # Issue 22 #10: the agent is started again at once (the official SDKs retry a 503 after its retry-after).
+    body = {"model": "demo", "messages": [{"role": "user", "content": "/crash"}]}
+    status, headers, reply = raw(daemon, "POST", "/v1/chat/completions", body, bearer(daemon))
+    assert status == 503 and headers["retry-after"] == "1", (status, reply)
+    assert "send the request again" in reply["error"]["message"]
+    answer = oai.chat.completions.create(model="demo", messages=[{"role": "user", "content": "/say fine again"}])
+    assert answer.choices[0].message.content == "fine again\n"
+
+
 def test_an_error_after_the_stream_started_is_an_error_event(oai: openai.OpenAI, claude: anthropic.Anthropic) -> None:
     with pytest.raises(openai.APIError) as caught:
         for _chunk in oai.chat.completions.create(

@@ -109,6 +109,9 @@ class Provider:
     async def acquire(self, agent_id: str) -> FakeAgent:
         return self.agent
 
+    def release(self, agent: FakeAgent) -> None:
+        pass
+
 
 def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "value": text}]}

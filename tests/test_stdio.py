@@ -8,6 +8,7 @@ import signal
 import stat
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -499,3 +500,53 @@ async def test_sessions_over_the_cap_are_closed_once_their_turns_end(tmp_path: P
         status = await live.client.request("daemon/status", {})
         assert status["sessions"] == {"scripted": 2}
         assert live.stderr.count("closing the least recently used session") == 3
+
+
+async def test_a_crash_fails_the_running_turns_retryably_and_the_agent_is_restarted_once(bridge: Bridge) -> None:
+    # Issue 22 #10: one agent process serves every session of the agent.
+    histories = [[user(f"/say conversation {n} started\n/sleep 5000")] for n in range(4)]
+    results: dict[int, Any] = {}
+
+    async def run(n: int) -> None:
+        results[n] = await bridge.chat(histories[n])
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for n in range(4):
+                nursery.start_soon(run, n)
+            crashed = await bridge.chat("/say crashing\n/crash")
+    assert crashed.error is not None and crashed.error.code == -32002
+    for n in range(4):
+        error = results[n].error
+        assert error is not None and error.code == -32002 and error.data["retryable"] is True
+        assert "lmbridge starts it again: send the request again, the conversation continues" in error.message
+    with trio.fail_after(30):
+        again = [await bridge.chat([*histories[n], user(f"/say conversation {n} goes on")]) for n in range(4)]
+    assert [a.text for a in again] == [f"conversation {n} goes on\n" for n in range(4)]
+    assert bridge.stderr.count("agent exited under its sessions; starting it again") == 1
+    assert bridge.stderr.count("agent process started") == 2  # restarted once, not once per conversation
+
+
+async def test_with_isolation_per_session_a_crash_touches_one_conversation_only(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    config = tmp_path / "isolated.toml"
+    config.write_text(agents_toml.read_text().replace('name = "Scripted test agent"', 'isolation = "session"'))
+    async with open_bridge(tmp_path, config) as live:
+        results: dict[int, Any] = {}
+
+        async def run(n: int) -> None:
+            results[n] = await live.chat(f"/say conversation {n} started\n/sleep 1500\n/say conversation {n} done")
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for n in range(3):
+                    nursery.start_soon(run, n)
+                crashed = await live.chat("/say crashing\n/crash")
+        assert crashed.error is not None and crashed.error.code == -32002
+        for n in range(3):
+            assert results[n].error is None and results[n].text.endswith(f"conversation {n} done\n")
+        assert live.stderr.count("agent process started") == 4  # one per conversation
+        status = await live.client.request("daemon/status", {})
+        assert len(status["agents"]) == 3  # the crashed one is gone; the others serve their sessions
+    assert processes_with_marker(marker) == [] or await _gone_soon(marker)

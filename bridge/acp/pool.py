@@ -1,8 +1,9 @@
-"""The agent pool: at most one running process per configured agent, started on first use, stopped when idle.
+"""The agent pool: at most one running process per configured agent, started on first use, stopped when idle —
+or, with ``isolation = "session"``, one process per session, stopped with it.
 
 Owns the agent processes (all of them run in the pool's nursery), starting them once even when several requests
-need one at the same moment, restarting an agent whose process died, and stopping agents that have had no
-session for ``agent_idle_ttl`` seconds.
+need one at the same moment, restarting at once an agent whose process died under its sessions, and stopping
+agents that have had no session for ``agent_idle_ttl`` seconds.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class AgentPool:
         self._running: dict[str, AgentProcess] = {}
         self._starting: dict[str, _Start] = {}
         self._idle_since: dict[str, float] = {}
+        self._dedicated: set[AgentProcess] = set()  # isolation = "session": one process per session
         self._nursery: trio.Nursery | None = None
         self._closed = False
 
@@ -73,10 +75,14 @@ class AgentPool:
 
     @property
     def processes(self) -> list[AgentProcess]:
-        return [p for p in self._running.values() if p.alive]
+        return [p for p in [*self._running.values(), *self._dedicated] if p.alive]
 
     async def acquire(self, agent_id: str) -> AgentProcess:
+        """A running agent for a new session: the agent's shared process (started if needed), or with
+        ``isolation = "session"`` a process of the session's own, stopped by ``release``."""
         config = self.config(agent_id)
+        if config.isolation == "session":
+            return await self._start_dedicated(config)
         while True:
             if self._closed:
                 raise AgentStartError(agent_id, "lmbridge is shutting down")
@@ -92,6 +98,28 @@ class AgentPool:
                 raise start.error
             if start.process is not None:
                 return start.process
+
+    async def _start_dedicated(self, config: AgentConfig) -> AgentProcess:
+        if self._closed or self._nursery is None:
+            raise AgentStartError(config.id, "lmbridge is shutting down")
+        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer)
+        begun = trio.current_time()
+        await self._nursery.start(process.run)
+        self._dedicated.add(process)
+        self._log.info(
+            "agent ready",
+            agent=config.id,
+            pid=process.pid,
+            start_seconds=round(trio.current_time() - begun, 3),
+            isolation="session",
+        )
+        return process
+
+    def release(self, process: Any) -> None:
+        """A session of ``process`` is over: a process of its own is stopped; a shared one stays (idle TTL)."""
+        if isinstance(process, AgentProcess) and process in self._dedicated and self._nursery is not None:
+            self._dedicated.discard(process)
+            self._nursery.start_soon(process.stop)
 
     def prestart(self, agent_id: str) -> None:
         """Start the agent in the background unless it runs or is starting (no one waits; a failure is logged and
@@ -119,6 +147,7 @@ class AgentPool:
                 await self._nursery.start(process.run)
                 start.process = process
                 self._running[config.id] = process
+                self._nursery.start_soon(self._restart_after_crash, process)
                 self._log.info(
                     "agent ready", agent=config.id, pid=process.pid, start_seconds=round(trio.current_time() - begun, 3)
                 )
@@ -131,13 +160,28 @@ class AgentPool:
             del self._starting[config.id]
             start.done.set()
 
+    async def _restart_after_crash(self, process: AgentProcess) -> None:
+        """One agent process serves every session of its agent: when it exits under them, start it again at once
+        (once: the new process has no sessions yet), so that their next requests find it ready and reopen their
+        conversations (``session/load`` or ``session/resume`` where the agent can, else from the history)."""
+        await process.finished.wait()
+        if self._closed or not process.sessions_lost or self._running.get(process.id) not in (process, None):
+            return
+        self._log.warning(
+            "agent exited under its sessions; starting it again",
+            agent=process.id,
+            exit_code=process.exit_code,
+            sessions=process.sessions_lost,
+        )
+        self.prestart(process.id)
+
     async def stop_all(self) -> None:
         """Stop every agent process group, including those still starting, and wait until they are gone."""
         self._closed = True
         for start in list(self._starting.values()):
             start.scope.cancel()
         async with trio.open_nursery() as nursery:
-            for process in list(self._running.values()):
+            for process in [*self._running.values(), *self._dedicated]:
                 nursery.start_soon(process.stop)
 
     async def _reap_idle(self) -> None:

@@ -95,6 +95,8 @@ class AgentProcess:
         self.stderr = StderrTail()
         self.exit_code: int | None = None
         self.exited = trio.Event()
+        self.finished = trio.Event()  # run() is over: the sessions were told, the process group is gone
+        self.sessions_lost = 0  # sessions that were attached when it exited (not stopped by lmbridge)
         self._stop_grace = stop_grace
         self._tracer = tracer
         self._max_message_bytes = max_message_bytes
@@ -176,6 +178,7 @@ class AgentProcess:
             with trio.CancelScope(shield=True):
                 await self._terminate()
                 self._notify_exit()
+            self.finished.set()
         if start_error is not None:
             raise start_error
 
@@ -265,9 +268,15 @@ class AgentProcess:
 
         await stop_process_group(process, self._stop_grace, on_kill=killing)
 
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
     def _notify_exit(self) -> None:
         error = AgentExitedError(self.id, self.exit_code, self.stderr.text())
         sessions, self._sessions = self._sessions, {}
+        if not self._stop_requested.is_set():
+            self.sessions_lost += len(sessions)
         for endpoint in sessions.values():
             endpoint.on_agent_exit(error)
 

@@ -60,6 +60,9 @@ class ApiError(Exception):
             return cls(400, "invalid_request_error", str(error), param=field_name)
         if isinstance(error, TooManyRequests):
             return cls(429, "rate_limit_error", str(error), retry_after=error.retry_after or 1.0)
+        if isinstance(error, AgentError) and error.retryable:
+            # The agent was restarted (or was only slow): the same request is expected to work, soon.
+            return cls(503, "overloaded_error", f"the agent failed, retry: {error}", retry_after=1.0)
         if isinstance(error, AgentError):
             return cls(502, "api_error", f"the agent failed: {error}")
         if isinstance(error, RpcError):
