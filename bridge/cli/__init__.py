@@ -165,7 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.trace_dir:
         from bridge.observe.trace import Tracer
 
-        tracer = Tracer(args.trace_dir)
+        try:
+            tracer = Tracer(args.trace_dir)
+        except OSError as exc:
+            print(f"lmbridge: cannot trace: {exc}", file=sys.stderr)
+            return 2
     if args.command == "stdio":
         try:
             return _run_stdio(config, tracer, args)

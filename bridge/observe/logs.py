@@ -7,24 +7,23 @@ editor protocol and nothing else.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from typing import Any
 
 import structlog
 
+from .redact import SECRET_NAME
+
 __all__ = ["LEVELS", "configure", "get_logger"]
 
 LEVELS = ("debug", "info", "warning", "error")
-
-_SECRET_KEY = re.compile(r"(token|secret|password|passwd|authorization|api[_-]?key|credential)", re.IGNORECASE)
 
 
 def _mask_secrets(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
     for key, value in event.items():
         if key == "env" and isinstance(value, dict):
             event[key] = dict.fromkeys(value, "***")
-        elif _SECRET_KEY.search(key) and value is not None:
+        elif SECRET_NAME.search(key) and value is not None:
             event[key] = "***"
     return event
 

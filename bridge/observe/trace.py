@@ -13,13 +13,35 @@ import time
 from pathlib import Path
 from typing import IO
 
-__all__ = ["Tracer"]
+from .redact import add_secret
+
+__all__ = ["TraceDirError", "Tracer"]
+
+
+class TraceDirError(OSError):
+    """The trace directory is open to others and cannot be made private: traces would leak conversations."""
+
+
+def _make_private(directory: Path) -> None:
+    """A directory that existed before may be readable by others (0755): traces hold whole conversations, so it
+    becomes 0700 — or, if it is not ours to change, lmbridge refuses to write there."""
+    mode = directory.stat().st_mode & 0o777
+    if not mode & 0o077:
+        return
+    try:
+        os.chmod(directory, 0o700)
+    except OSError as exc:
+        raise TraceDirError(
+            f"the trace directory {directory} is open to others (mode {mode:o}) and cannot be made private "
+            f"({exc.strerror}): choose another --trace-dir, or run chmod 700 on it"
+        ) from None
 
 
 class Tracer:
     def __init__(self, directory: str | os.PathLike[str], *, prefix: str | None = None) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_private(self.directory)
         self._prefix = prefix or f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self._files: dict[str, IO[bytes]] = {}
         self._secrets: list[bytes] = []
@@ -27,6 +49,7 @@ class Tracer:
     def add_secret(self, secret: str) -> None:
         if secret:
             self._secrets.append(json.dumps(secret)[1:-1].encode())
+            add_secret(secret)  # the same secret is masked in logs and agent stderr too
 
     def path_for(self, conn: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in conn)

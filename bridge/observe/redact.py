@@ -1,0 +1,44 @@
+"""Secrets kept out of what lmbridge writes: logs, traces, and the agent stderr it passes on to editors.
+
+Owns the rules, one set for all of them: values registered as secret (the daemon's token; the values of
+environment variables with secret-like names that an agent is given), and the shapes of well-known keys
+(``sk-…``, ``ghp_…``, ``AIza…``, ``xox…-``) and of ``token=…``-style assignments. What matches becomes ``***``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+__all__ = ["SECRET_NAME", "add_secret", "add_secrets_from_env", "redact"]
+
+SECRET_NAME = re.compile(r"(token|secret|password|passwd|authorization|api[_-]?key|credential)", re.IGNORECASE)
+_KEY_SHAPES = re.compile(
+    r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}|gh[opsru]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|AIza[0-9A-Za-z_\-]{30,}|xox[abpr]-[A-Za-z0-9\-]{10,})"
+)
+_ASSIGNED = re.compile(
+    r"(?i)\b((?:bearer|token|api[_-]?key|password|secret|authorization)[\"']?\s*[:=]?\s*[\"']?)([^\s\"',;]{8,})"
+)
+_MIN_SECRET_LENGTH = 6  # shorter values would mask ordinary words
+_values: set[str] = set()
+
+
+def add_secret(value: str) -> None:
+    if len(value) >= _MIN_SECRET_LENGTH:
+        _values.add(value)
+
+
+def add_secrets_from_env(env: Mapping[str, str]) -> None:
+    """The values of the variables whose names look secret (``ANTHROPIC_API_KEY``, ``GITHUB_TOKEN``, ...)."""
+    for name, value in env.items():
+        if SECRET_NAME.search(name):
+            add_secret(value)
+
+
+def redact(text: str) -> str:
+    for value in _values:
+        if value in text:
+            text = text.replace(value, "***")
+    text = _KEY_SHAPES.sub("***", text)
+    return _ASSIGNED.sub(lambda m: m.group(1) + "***", text)
