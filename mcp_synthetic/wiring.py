@@ -39,6 +39,22 @@ class _Served:
     socket_path: Path | None = None  # the unix socket to remove afterwards (stdio shim transport)
 
 
+def _remove_stale_runtime_dirs(parent: Path) -> None:
+    """Socket directories of lmbridge processes that no longer run (killed with SIGKILL) and were ours."""
+    for directory in parent.glob("lmbridge-*"):
+        pid_text = directory.name.split("-")[1]
+        if not pid_text.isdigit() or not directory.is_dir():
+            continue
+        try:
+            if directory.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(directory, ignore_errors=True)
+        except (OSError, OverflowError):
+            continue
+
+
 class EditorToolsSetup:
     """The router's ``SessionSetup``: gives each session that has editor tools its MCP server."""
 
@@ -179,8 +195,15 @@ class EditorToolsSetup:
             parent = self._runtime_parent or os.environ.get("XDG_RUNTIME_DIR")
             if not parent or not os.path.isdir(parent):
                 parent = None
-            # mkdtemp creates the directory 0700; socket paths must stay short (about 100 bytes on Linux).
-            self._runtime = Path(tempfile.mkdtemp(prefix="lmbridge-", dir=parent))
+            _remove_stale_runtime_dirs(Path(parent or tempfile.gettempdir()))
+            # 0700; socket paths must stay short (about 100 bytes on Linux). The pid in the name lets a later
+            # lmbridge remove it if this one is killed before it can.
+            base = Path(parent or tempfile.gettempdir())
+            try:
+                self._runtime = base / f"lmbridge-{os.getpid()}"
+                self._runtime.mkdir(mode=0o700)
+            except FileExistsError:  # a second setup in this process
+                self._runtime = Path(tempfile.mkdtemp(prefix=f"lmbridge-{os.getpid()}-", dir=base))
         return self._runtime / f"{secrets.token_hex(6)}.sock"
 
     async def _listen(

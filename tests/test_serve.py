@@ -22,9 +22,12 @@ from bridge.editor.client import EditorClient, connect_daemon
 
 
 class Daemon:
-    def __init__(self, process: trio.Process, url: str, token_file: Path, stderr_path: Path) -> None:
+    def __init__(
+        self, process: trio.Process, url: str, token_file: Path, stderr_path: Path, http_url: str | None = None
+    ) -> None:
         self.process = process
         self.url = url
+        self.http_url = http_url
         self.token_file = token_file
         self.token = token_file.read_text().strip()
         self.stderr_path = stderr_path
@@ -72,7 +75,7 @@ async def serving(tmp_path: Path, config: Path, *args: str) -> AsyncIterator[Dae
                     assert chunk, f"lmbridge serve exited: {stderr_path.read_text()}"
                     ready += chunk
             line = json.loads(ready)
-            yield Daemon(process, line["listening"], Path(line["tokenFile"]), stderr_path)
+            yield Daemon(process, line["listening"], Path(line["tokenFile"]), stderr_path, line.get("http"))
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)

@@ -24,6 +24,7 @@ import trio
 from bridge.config import AgentConfig
 from bridge.errors import AgentExitedError, AgentStartError, InvalidParams
 from bridge.observe.logs import get_logger
+from bridge.observe.redact import add_secrets_from_env, redact
 from bridge.rpc.connection import (
     ACP_CANCEL,
     ConnectionClosed,
@@ -35,6 +36,7 @@ from bridge.rpc.connection import (
 )
 
 from .handshake import AgentInfo, HandshakeError, handshake
+from .watchdog import forget_group, watch_group
 
 __all__ = [
     "AgentProcess",
@@ -120,6 +122,8 @@ class AgentProcess:
 
     async def run(self, *, task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
+        environment = agent_environment(config)
+        add_secrets_from_env(environment)  # so that they are masked if the agent prints them
         try:
             self._process = await trio.lowlevel.open_process(
                 config.argv,
@@ -127,7 +131,7 @@ class AgentProcess:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                env=agent_environment(config),
+                env=environment,
                 cwd=config.cwd,
             )
         except FileNotFoundError:
@@ -137,6 +141,7 @@ class AgentProcess:
         except OSError as exc:
             raise AgentStartError(config.id, f"cannot run {config.command!r}: {exc.strerror or exc}") from None
         process = self._process
+        watch_group(process.pid)  # start_new_session: the pid is the group's id
         self._log.info("agent process started", pid=process.pid, command=config.command)
         assert process.stdin is not None and process.stdout is not None
         methods = MethodTable()
@@ -242,7 +247,8 @@ class AgentProcess:
             self._stderr_done.set()
 
     def _stderr_line(self, raw: bytes) -> None:
-        line = raw.decode("utf-8", "replace").rstrip("\r")
+        # Masked before it is kept: the tail goes to the log and, in error data, to the editor.
+        line = redact(raw.decode("utf-8", "replace").rstrip("\r"))
         if line.strip():
             self.stderr.add(line)
             self._log.info("agent stderr", line=line)
@@ -267,6 +273,7 @@ class AgentProcess:
             self._log.warning("agent did not stop after SIGTERM; sending SIGKILL", grace=self._stop_grace)
 
         await stop_process_group(process, self._stop_grace, on_kill=killing)
+        forget_group(process.pid)
 
     @property
     def stop_requested(self) -> bool:

@@ -18,7 +18,7 @@ from bridge.core.service import BridgeService
 from bridge.http.app import HttpFront, HttpSettings
 from bridge.rpc.asgi import listening_socket, serve_asgi
 
-from .security import Refusal, ServeError, bearer, check_listen_address, check_origin, check_token
+from .security import Refusal, ServeError, bearer, check_listen_address, check_origin, check_token, origins_in
 
 __all__ = ["HttpListener"]
 
@@ -54,10 +54,10 @@ class HttpListener:
         secret = token.encode()
         allowed = settings.allowed_origins
 
-        def authorize(headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+        def authorize(raw_headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+            headers = {name.lower(): value for name, value in raw_headers}
             try:
-                origin = headers.get(b"origin")
-                check_origin([origin] if origin is not None else [], allowed)
+                check_origin(origins_in(raw_headers), allowed)
                 check_token(bearer(headers.get(b"authorization")) or headers.get(b"x-api-key"), secret)
             except Refusal as refusal:
                 return refusal.status, refusal.reason

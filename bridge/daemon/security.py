@@ -126,6 +126,11 @@ def bearer(authorization: bytes | None) -> bytes | None:
     return presented.strip() or None if scheme.lower() == b"bearer" else None
 
 
+def origins_in(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:
+    """Every ``Origin`` header of a request (a mapping would keep only the last of two)."""
+    return [value for name, value in headers if name.lower() == b"origin"]
+
+
 def check_origin(origins: Iterable[bytes], allowed: Iterable[str]) -> None:
     """Browsers send ``Origin``; other clients do not. A browser page may talk to lmbridge only from an origin the
     daemon was started with (``--allow-origin``)."""

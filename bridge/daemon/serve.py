@@ -29,6 +29,7 @@ import trio_websocket
 from bridge.config import Config
 from bridge.core.service import BridgeService
 from bridge.editor.connection import EditorConnection
+from bridge.observe.redact import add_secret
 from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
 from bridge.rpc.websocket import WebSocketWire
 
@@ -41,6 +42,7 @@ from .security import (
     check_token,
     default_token_path,
     load_token,
+    origins_in,
     ssl_context,
 )
 
@@ -157,8 +159,7 @@ class WebSocketDaemon:
     # -- connections --------------------------------------------------------------------------------------------
 
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        headers = {name.lower(): value for name, value in request.headers}
-        refusal = self._check(headers)
+        refusal = self._check(request.headers)
         if refusal is not None:
             status, why = refusal
             self._log.warning("refused a connection", reason=why)
@@ -206,15 +207,15 @@ class WebSocketDaemon:
             del self._connections[number]
             self._log.info("editor disconnected", conn=name, connections=len(self._connections))
 
-    def _check(self, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
+    def _check(self, raw_headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+        headers = {name.lower(): value for name, value in raw_headers}
         if not self._accepting:
             return 503, "lmbridge is shutting down"
         if self._admitted >= self._options.max_connections:
             return 503, f"too many connections (the limit is {self._options.max_connections})"
         try:
             check_token(bearer(headers.get(b"authorization")), self._token)
-            origin = headers.get(b"origin")
-            check_origin([origin] if origin is not None else [], self._options.allowed_origins)
+            check_origin(origins_in(raw_headers), self._options.allowed_origins)
         except Refusal as refusal:
             return refusal.status, refusal.reason
         return None
@@ -249,6 +250,7 @@ async def serve_daemon(
 ) -> int:
     token_path = Path(options.token_file).expanduser() if options.token_file else default_token_path()
     token = load_token(token_path)
+    add_secret(token)
     if tracer is not None:
         tracer.add_secret(token)
     service = BridgeService(config, log=log, tracer=tracer)

@@ -32,7 +32,7 @@ from .turns import ApiError, ParsedRequest, TurnResult, TurnRunner
 __all__ = ["Authorize", "HttpFront", "HttpSettings"]
 
 # The daemon's rules for a request's headers: None to let it in, else (HTTP status, reason).
-Authorize = Callable[[dict[bytes, bytes]], "tuple[int, str] | None"]
+Authorize = Callable[[list[tuple[bytes, bytes]]], "tuple[int, str] | None"]  # the raw headers: Origin may repeat
 
 CONVERSATION_HEADER = b"x-lmbridge-conversation"
 CWD_HEADER = b"x-lmbridge-cwd"
@@ -119,7 +119,7 @@ class HttpFront:
             if scope["method"] == "OPTIONS":  # a CORS preflight: it carries no token, and needs none
                 await _respond(send, 204, b"", extra=_PREFLIGHT)
                 return
-        refusal = self._authorize(headers)
+        refusal = self._authorize(scope["headers"])
         if refusal is not None:
             status, reason = refusal
             self.log.warning("refused an HTTP request", path=scope["path"], reason=reason)
