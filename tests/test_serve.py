@@ -4,6 +4,7 @@ reconnecting to a running conversation, and an orderly stop."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
 import subprocess
@@ -431,3 +432,50 @@ async def test_the_connection_limit_holds_when_handshakes_arrive_together(tmp_pa
                 await all_answered.wait()
                 release.set()
     assert len(accepted) == 5 and len(refused) == 20
+
+
+async def _log_says(daemon: Daemon, text: str, count: int = 1, seconds: float = 20) -> None:
+    with trio.fail_after(seconds):
+        while daemon.stderr.count(text) < count:
+            await trio.sleep(0.05)  # polling another process's log: there is no event to wait on
+
+
+async def test_fault_agent_sigkill_mid_turn(daemon: Daemon) -> None:
+    history = [user("/say working\n/sleep 20000")]
+    async with daemon.client() as client:
+        turn = await client.start_chat("scripted", history)
+        with trio.fail_after(30):
+            await turn.first_part.wait()
+        status = await client.request("daemon/status", {})
+        (agent,) = [a for a in status["agents"] if a["id"] == "scripted"]
+        os.kill(agent["pid"], signal.SIGKILL)
+        with trio.fail_after(30):
+            killed = await turn.result()
+        assert killed.error is not None and killed.error.code == -32002 and killed.error.data["retryable"]
+        assert killed.text == "working\n"  # what came before the kill was delivered
+        with trio.fail_after(30):
+            again = await client.chat("scripted", [*history, user("/say still here")])
+    assert again.error is None and again.text == "still here\n"
+
+
+async def test_fault_an_editor_silent_past_every_timeout(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+    # The editor receives a tool call and goes quiet: its connection is closed when idle, the session when idle
+    # (the agent's waiting MCP call is withdrawn), and nothing is left running; when it comes back with the
+    # result, its conversation goes on from the history.
+    config = tmp_path / "short.toml"
+    config.write_text(agents_toml.read_text().replace("[sessions]", "[sessions]\nidle_ttl = 0.5\ndetached_grace = 0.5"))
+    clock = {"name": "get_time", "description": "The time", "inputSchema": {"type": "object"}}
+    async with serving(tmp_path, config, "--idle-timeout", "0.5") as live:
+        history = [user("/tool get_time {}")]
+        async with live.client() as client:
+            first = await client.chat("scripted", history, tools=[clock])
+            (call,) = first.tool_calls
+            await _log_says(live, "closing an idle connection")
+        await _log_says(live, "closing an idle session")
+        result = {"type": "tool_result", "callId": call["callId"], "content": [{"type": "text", "value": "noon"}]}
+        history += [first.assistant_message(), {"role": "user", "content": [result]}]
+        async with live.client() as client:
+            with trio.fail_after(30):
+                back = await client.chat("scripted", [*history, user("/say back again")], tools=[clock])
+        assert back.error is None and back.text.endswith("back again\n"), back
+    assert processes_with_marker(marker) == []
