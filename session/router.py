@@ -173,8 +173,11 @@ class SessionRouter:
             index = self._indexes.setdefault((request.agent_id, request.scope), ConversationIndex())
             match = index.match(request.messages)
             if match.conversation is not None and not request.share_running:
+                # For clients that do not share (HTTP), a session busy with another request, or a history the
+                # session has already answered (nothing new in it), means another conversation that opens alike
+                # (or another completion of the same input): it gets a session of its own.
                 running = self._sessions.get(match.conversation.key)
-                if running is not None and running.serving:
+                if (running is not None and running.serving) or not match.new_messages:
                     match = index.unmatched(request.messages)
             if match.kind is MatchKind.NO_MATCH:
                 # Starting an agent can take a while: a cancel (or shutdown) must not wait for it.

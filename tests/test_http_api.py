@@ -512,6 +512,14 @@ def test_an_agent_that_fails_before_output_is_a_502(oai: openai.OpenAI, claude: 
     assert anthropic_caught.value.body["error"]["type"] == "api_error"
 
 
+def test_the_same_opening_twice_is_two_conversations(oai: openai.OpenAI) -> None:
+    # Issue 22 #4 on the HTTP front: the second request used to continue the first one's session and see its prompt.
+    messages = [{"role": "user", "content": "/say same opening\n/recall"}]
+    for _ in range(2):
+        reply = oai.chat.completions.create(model="demo", messages=messages)  # type: ignore[arg-type]
+        assert reply.choices[0].message.content == "same opening\nearlier prompts: []\n"
+
+
 def test_an_agent_that_exits_before_output_is_a_503_to_retry(daemon: HttpDaemon, oai: openai.OpenAI) -> None:
     # Issue 22 #10: the agent is started again at once (the official SDKs retry a 503 after its retry-after).
     body = {"model": "demo", "messages": [{"role": "user", "content": "/crash"}]}
