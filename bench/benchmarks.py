@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import uuid
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ class Plan:
     history_reps: int
     match_reps: int
     first_token_reps: int = 30
+    conversations: int = 200  # at once through one daemon (8. concurrency)
 
 
 FULL = Plan(
@@ -75,6 +77,7 @@ QUICK = Plan(
     history_reps=3,
     match_reps=20,
     first_token_reps=5,
+    conversations=20,
 )
 
 
@@ -83,9 +86,8 @@ def _tag() -> str:
 
 
 def _warm(bridge: BridgeClient) -> None:
-    """Start the bench agent behind the bridge and make sure the daemon's background import of the ACP schema
-    (started at ``initialize``, about a second of CPU) is over: rendering a ``plan`` update needs it, so this turn
-    ends only after it. Measuring meanwhile would measure the import."""
+    """Start the bench agent behind the bridge and render one of each kind of activity (a plan) once, so that
+    nothing measured afterwards pays a first time."""
     _parts, result = bridge.chat("bench", [user(f"#{_tag()}\nplan")])
     assert result["stopReason"] == "end_turn", result
 
@@ -855,6 +857,113 @@ def http_front(ws: Workspace, plan: Plan) -> list[Row]:
     ]
 
 
+# -- 8. many conversations at once --------------------------------------------------------------------------------
+
+
+def concurrency(ws: Workspace, plan: Plan) -> list[Row]:
+    """``plan.conversations`` conversations at once through one ``lmbridge serve`` (over 20 WebSocket connections),
+    each three user turns — a text turn, a turn with a tool call answered by the editor, a text turn — next to the
+    same conversation alone. Reports turn times, the peak RSS of the daemon with every process under it (agent, MCP
+    relays), and turns lost (an error, a wrong answer, or no answer)."""
+    import threading
+
+    import trio
+
+    from bridge.editor.client import connect_daemon
+
+    from .daemon import Daemon
+
+    script = Path(sys.executable).with_name("lmbridge")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "bridge"]
+    config = ws.config(max_sessions=plan.conversations * 2)
+    daemon = Daemon(
+        [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("concurrency"), token_file=ws.path / "t"
+    )
+    peak_kib = 0
+    sampling = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_kib
+        while not sampling.wait(0.05):
+            total = 0
+            pending = [daemon.process.pid]
+            while pending:
+                pid = pending.pop()
+                try:
+                    total += rss_kib(pid)
+                except (OSError, RuntimeError):
+                    continue
+                pending += children_of(pid)
+            peak_kib = max(peak_kib, total)
+
+    async def conversation(client: Any, n: int, times: list[float], lost: list[str]) -> None:
+        tag = f"#{_tag()} conversation {n}"
+        history: list[dict[str, Any]] = []
+        for word, expected in (("say hello", "hello"), ("tools 1", "timings:"), ("say bye", "bye")):
+            history.append(user(f"{tag}\n{word}"))
+            started = clock()
+            while True:
+                reply = await client.chat("bench", history, tools=[ECHO_TOOL])
+                if reply.error is not None:
+                    lost.append(f"{n}: {reply.error}")
+                    return
+                history.append(reply.assistant_message())
+                if reply.stop_reason != "tool_calls":
+                    break
+                results = [
+                    {"type": "tool_result", "callId": call["callId"], "content": _RESULT_TEXT}
+                    for call in reply.tool_calls
+                ]
+                history.append({"role": "user", "content": results})
+            times.append((clock() - started) * 1000)
+            if expected not in reply.text:
+                lost.append(f"{n}: {word!r} answered {reply.text[:80]!r}")
+                return
+
+    async def run(count: int, connections: int) -> tuple[list[float], list[str]]:
+        times: list[float] = []
+        lost: list[str] = []
+        async with AsyncExitStack() as stack:
+            clients = []
+            for _ in range(connections):
+                client = await stack.enter_async_context(connect_daemon(daemon.ws_url, daemon.token))
+                await client.initialize()
+                clients.append(client)
+            async with trio.open_nursery() as nursery:
+                for n in range(count):
+                    nursery.start_soon(conversation, clients[n % connections], n, times, lost)
+        return times, lost
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        alone: list[float] = []
+        trio.run(run, 1, 1)  # warm-up: the agent starts, the MCP SDK is imported
+        for _ in range(5):
+            alone += trio.run(run, 1, 1)[0]
+        sampler.start()
+        together, lost = trio.run(run, plan.conversations, min(20, plan.conversations))
+    finally:
+        sampling.set()
+        daemon.close()
+    expected = 3 * plan.conversations
+    return [
+        Row(
+            "8 concurrency",
+            f"turn time, {plan.conversations} conversations at once (3 turns each, one with a tool call)",
+            "ms",
+            summarize(together),
+            summarize(alone),
+            "the same turns, one conversation alone",
+            goal="lost = 0",
+            passed=not lost and len(together) == expected,
+            notes=f"turns answered {len(together)}/{expected}, lost {len(lost)}; peak RSS of the daemon and every "
+            f"process under it {peak_kib / 1024:.0f} MiB ({peak_kib / 1024 / plan.conversations:.1f} MiB per "
+            "conversation)",
+            extra={"lost": lost[:20], "peak_rss_kib": peak_kib},
+        )
+    ]
+
+
 BENCHMARKS = {
     "throughput": throughput,
     "latency": latency,
@@ -863,4 +972,5 @@ BENCHMARKS = {
     "memory": memory,
     "history": history,
     "http": http_front,
+    "concurrency": concurrency,
 }

@@ -48,7 +48,7 @@ from .machine import (
     ToolInvocation,
 )
 from .permissions import cancelled_outcome
-from .render import load_schema, needs_schema, prompt_usage, schema_loaded
+from .render import prompt_usage
 
 __all__ = ["AgentLink", "PartSink", "SessionActor", "TurnOutcome"]
 
@@ -158,12 +158,6 @@ class SessionActor:
             # updates becomes a few large parts and writes instead of one per update.
             actions: list[Action] = []
             while True:
-                if _needs_schema(event):
-                    await self._execute(actions)
-                    actions = []
-                    # The first update that needs the ACP schema models loads them (about 0.7 s) off the event
-                    # loop: other sessions carry on meanwhile; this one keeps its order.
-                    await trio.to_thread.run_sync(load_schema, abandon_on_cancel=True)
                 actions += self._handle(event)
                 if machine.closed or len(actions) > 1024:
                     break
@@ -395,10 +389,6 @@ def _coalesce_text(actions: list[Action]) -> list[Action]:
         out.append(action)
     close_run()
     return out
-
-
-def _needs_schema(event: object) -> bool:
-    return isinstance(event, AgentUpdates) and not schema_loaded() and any(map(needs_schema, event.updates))
 
 
 class _Flag:

@@ -10,8 +10,10 @@ Owns how the agent's work looks in an editor that only understands text, thinkin
 - ``plan`` → a Markdown checklist, only when it changed;
 - everything else (commands, modes, usage, unknown variants) → no text.
 
-Updates are parsed with the official ``acp.schema`` models; unknown variants stay raw dicts. Plain text chunks,
-the overwhelming majority, take a fast path that reads the two fields it needs from the dict.
+Updates are read from the dicts as they arrive, each field checked for the type ACP v1 gives it; an update with a
+field of the wrong type renders nothing (as the schema would reject it). The official ``acp.schema`` models are
+not built on this path: building them takes most of a second, which the first turn with a tool call used to wait
+for (``tests/test_render.py`` holds the renderer to the schema's verdicts).
 """
 
 from __future__ import annotations
@@ -19,55 +21,12 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .bridged import is_bridged_tool
 from .messages import ACP_UPDATE_MIME_TYPE
 
-__all__ = ["ActivityRenderer", "Usage", "acp_update_part", "parse_update", "prompt_usage"]
-
-_adapter: Any = None
-
-
-def _update_adapter() -> Any:
-    global _adapter
-    if _adapter is None:
-        from acp.schema import SessionNotification
-        from pydantic import TypeAdapter
-
-        update_type: Any = SessionNotification.model_fields["update"].annotation  # the union of update variants
-        _adapter = TypeAdapter(update_type)
-    return _adapter
-
-
-def schema_loaded() -> bool:
-    return _adapter is not None
-
-
-def load_schema() -> None:
-    """Build the ``acp.schema`` update model (about 0.7 s the first time: run it off the event loop)."""
-    _update_adapter()
-
-
-def needs_schema(update: dict[str, Any]) -> bool:
-    """Whether rendering this update parses it with the schema models (plain text and quiet updates do not)."""
-    kind = update.get("sessionUpdate")
-    if kind == "agent_message_chunk":
-        content = update.get("content")
-        return not (
-            isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str)
-        )
-    return kind not in _QUIET and kind != "usage_update"
-
-
-def parse_update(update: dict[str, Any]) -> Any:
-    """The ``acp.schema`` model for a known update variant; the raw dict for anything the schema rejects."""
-    from pydantic import ValidationError
-
-    try:
-        return _update_adapter().validate_python(update)
-    except ValidationError:
-        return update
+__all__ = ["ActivityRenderer", "Usage", "acp_update_part", "prompt_usage"]
 
 
 def acp_update_part(update: dict[str, Any]) -> dict[str, Any]:
@@ -131,19 +90,18 @@ class ActivityRenderer:
             if isinstance(used, int) and isinstance(size, int):
                 self.usage = Usage(used, size)
             return []
-        model = parse_update(update)
-        if isinstance(model, dict):
-            return []
-        name = type(model).__name__
-        if name == "AgentMessageChunk":
-            return self._content(model.content)
-        if name == "AgentThoughtChunk":
-            text = getattr(model.content, "text", None)
+        if kind == "agent_message_chunk":
+            return self._content(update.get("content"))
+        if kind == "agent_thought_chunk":
+            content = update.get("content")
+            if not _content_block(content):
+                return []
+            text = content.get("text") if content.get("type") == "text" else None
             return [{"type": "thinking", "value": text}] if text else []
-        if name in ("ToolCallStart", "ToolCallProgress"):
-            return self._tool(update, model)
-        if name == "AgentPlanUpdate":
-            return self._plan_update(model.entries)
+        if kind in ("tool_call", "tool_call_update"):
+            return self._tool(update, started=kind == "tool_call")
+        if kind == "plan":
+            return self._plan_update(update.get("entries"))
         return []
 
     # -- pieces ---------------------------------------------------------------------------------------------
@@ -162,47 +120,60 @@ class ActivityRenderer:
         return [{"type": "text", "value": f"{prefix}{line}\n"}]
 
     def _content(self, block: Any) -> list[dict[str, Any]]:
-        kind = getattr(block, "type", None)
+        if not _content_block(block):
+            return []
+        kind = block["type"]
         if kind == "text":
-            return self._text(block.text)
+            return self._text(block["text"])
         if kind == "image":
-            return [{"type": "data", "mimeType": block.mime_type, "data": block.data}]
+            return [{"type": "data", "mimeType": block["mimeType"], "data": block["data"]}]
         if kind == "resource_link":
-            return self._text(f"[{block.name}]({block.uri})")
+            return self._text(f"[{block['name']}]({block['uri']})")
         if kind == "resource":
-            text = getattr(block.resource, "text", None)
-            return self._text(text) if text else []
+            text = block["resource"].get("text")
+            return self._text(text) if isinstance(text, str) and text else []
         return []
 
-    def _tool(self, update: dict[str, Any], model: Any) -> list[dict[str, Any]]:
+    def _tool(self, update: dict[str, Any], *, started: bool) -> list[dict[str, Any]]:
         """One line when the tool starts running (``in_progress``: by then agents have replaced a provisional title
         such as "Terminal" with the command), one when it ends; nothing for the editor's own tools."""
-        tool_id = model.tool_call_id
+        tool_id = update.get("toolCallId")
+        title = update.get("title")
+        content = update.get("content")
+        if (
+            not isinstance(tool_id, str)
+            or not (isinstance(title, str) or (title is None and not started))
+            or not (content is None or isinstance(content, list))
+        ):
+            return []  # the schema rejects it: ``tool_call`` needs a title, ids are strings, content is a list
+        status = update.get("status")
+        if status not in _TOOL_STATUSES:
+            status = None  # as the SDK's models read a status they do not know
         view = self._tools.get(tool_id)
         if view is None:
-            view = self._tools[tool_id] = _ToolView(
-                model.title or f"tool {tool_id}", is_bridged_tool(update, self._server)
-            )
-        elif model.title:
-            view.title = model.title
+            view = self._tools[tool_id] = _ToolView(title or f"tool {tool_id}", is_bridged_tool(update, self._server))
+        elif title:
+            view.title = title
         if view.bridged:
             return []
-        status = model.status
         if status in _END_STATUSES:
             if view.ended:
                 return []
             view.ended = True
             if status == "completed":
                 return self._line(f"✓ {view.title}")
-            detail = _failure_detail(model.content, update.get("rawOutput"))
+            detail = _failure_detail(content, update.get("rawOutput"))
             return self._line(f"✗ {view.title} failed" + (f": {detail}" if detail else ""))
         if status == "in_progress" and not view.started and not view.ended:
             view.started = True
             return self._line(f"▸ {view.title}")
         return []
 
-    def _plan_update(self, entries: list[Any]) -> list[dict[str, Any]]:
-        plan = tuple((entry.content, entry.status) for entry in entries)
+    def _plan_update(self, entries: Any) -> list[dict[str, Any]]:
+        if not isinstance(entries, list):
+            return []
+        # Entries the schema does not know how to read are left out, as the SDK's models leave them out.
+        plan = tuple((entry["content"], entry["status"]) for entry in entries if _plan_entry(entry))
         if plan == self._plan:
             return []
         self._plan = plan
@@ -225,9 +196,43 @@ def _meaningful_line(text: Any) -> str:
     return ""
 
 
+_TOOL_STATUSES = (None, "pending", "in_progress", "completed", "failed")
+_PLAN_STATUSES = ("pending", "in_progress", "completed")
+_PLAN_PRIORITIES = ("high", "medium", "low")
+# What each content block needs (ACP v1 ``ContentBlock``), beside ``type``.
+_BLOCK_FIELDS: dict[str, tuple[str, ...]] = {
+    "text": ("text",),
+    "image": ("data", "mimeType"),
+    "audio": ("data", "mimeType"),
+    "resource_link": ("name", "uri"),
+}
+
+
+def _content_block(block: Any) -> TypeGuard[dict[str, Any]]:
+    """Is ``block`` a content block as the schema accepts it (the fields rendering reads, of the right types)?"""
+    if not isinstance(block, dict):
+        return False
+    kind = block.get("type")
+    if kind == "resource":
+        resource = block.get("resource")
+        return isinstance(resource, dict) and isinstance(resource.get("uri"), str)
+    fields = _BLOCK_FIELDS.get(kind) if isinstance(kind, str) else None
+    return fields is not None and all(isinstance(block.get(name), str) for name in fields)
+
+
+def _plan_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("content"), str)
+        and entry.get("status") in _PLAN_STATUSES
+        and entry.get("priority") in _PLAN_PRIORITIES
+    )
+
+
 def _failure_detail(content: Any, raw_output: Any) -> str:
     for item in content or ():
-        line = _meaningful_line(getattr(getattr(item, "content", None), "text", None))
+        inner = item.get("content") if isinstance(item, dict) and item.get("type") == "content" else None
+        line = _meaningful_line(inner.get("text") if isinstance(inner, dict) else None)
         if line:
             return line
     if isinstance(raw_output, dict):  # Codex: the command's output and exit code

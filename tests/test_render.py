@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
 from session.render import ActivityRenderer, acp_update_part
 
 
@@ -175,3 +177,78 @@ def test_raw_updates_as_data_parts_round_trip() -> None:
     part = acp_update_part(update)
     assert part["mimeType"] == "application/vnd.lmbridge.acp-update+json"
     assert json.loads(base64.b64decode(part["data"])) == update
+
+
+_SCHEMA_CASES = [
+    # (update, rendered text or "" when nothing is rendered)
+    ({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}}, "hmm"),
+    ({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text"}}, ""),
+    (
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "resource_link", "name": "a", "uri": "f:/a"}},
+        "[a](f:/a)",
+    ),
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "resource_link", "name": "a"}}, ""),
+    (
+        {
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "resource", "resource": {"uri": "f:/a", "text": "x"}},
+        },
+        "x",
+    ),
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "resource", "resource": {"text": "x"}}}, ""),
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "mimeType": "image/png"}}, ""),
+    (tool_call("t", "Build", "in_progress"), "▸ Build\n"),
+    ({"sessionUpdate": "tool_call", "toolCallId": "t", "status": "in_progress"}, ""),  # no title
+    (tool_call("t", "Build", "running"), ""),  # not a status: read as none, so no line yet
+    ({"sessionUpdate": "tool_call", "toolCallId": 7, "title": "Build", "status": "in_progress"}, ""),
+    (tool_call("t", "Build", "in_progress", content="not a list"), ""),
+    (
+        {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "pending", "priority": "high"}]},
+        "Plan:\n- [ ] a\n",
+    ),
+    (
+        {
+            "sessionUpdate": "plan",
+            "entries": [
+                {"content": "no priority", "status": "pending"},
+                {"content": "no such status", "status": "done", "priority": "high"},
+                {"content": "b", "status": "completed", "priority": "low"},
+            ],
+        },
+        "Plan:\n- [x] b\n",  # entries the schema cannot read are left out, as its models leave them out
+    ),
+    ({"sessionUpdate": "plan", "entries": "a; b"}, ""),
+]
+
+
+@pytest.mark.parametrize(("update", "expected"), _SCHEMA_CASES)
+def test_the_renderer_reads_updates_as_the_acp_schema_does(update: dict, expected: str) -> None:
+    # The renderer reads dicts (building the schema models cost the first tool turn most of a second): it must still
+    # render nothing for an update the official schema rejects.
+    from acp.schema import SessionNotification
+    from pydantic import TypeAdapter, ValidationError
+
+    adapter = TypeAdapter(SessionNotification.model_fields["update"].annotation)
+    try:
+        adapter.validate_python(update)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    rendered = "".join(p.get("value", "") for p in ActivityRenderer().render(update))
+    assert accepted or not expected, "the schema rejects it: nothing may be rendered"
+    assert rendered == expected
+
+
+def test_rendering_never_builds_the_acp_schema_models() -> None:
+    # Building them took ~0.4 s on the first update that needed them: the first tool turn of every lmbridge waited.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from session.render import ActivityRenderer; r = ActivityRenderer()\n"
+        "r.render({'sessionUpdate': 'tool_call', 'toolCallId': 't', 'title': 'x', 'status': 'in_progress'})\n"
+        "r.render({'sessionUpdate': 'plan', 'entries': [{'content': 'a', 'status': 'pending', 'priority': 'low'}]})\n"
+        "r.render({'sessionUpdate': 'agent_thought_chunk', 'content': {'type': 'text', 'text': 'hm'}})\n"
+        "assert 'acp.schema' not in sys.modules and 'pydantic' not in sys.modules, sorted(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
