@@ -545,6 +545,7 @@ class SessionMachine:
         self._detached_deadline = None
         self._buffer = []
         self._buffered_data_parts = 0
+        self._finished = None  # how the abandoned prompt ended is nobody's answer now
         if self._prompt_running:
             self._cancel_prompt(now, out, WITHDRAWN_MOVED_ON)
             return True

@@ -275,10 +275,6 @@ class AgentProcess:
         await stop_process_group(process, self._stop_grace, on_kill=killing)
         forget_group(process.pid)
 
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop_requested.is_set()
-
     def _notify_exit(self) -> None:
         error = AgentExitedError(self.id, self.exit_code, self.stderr.text())
         sessions, self._sessions = self._sessions, {}
