@@ -52,7 +52,8 @@ vscode-test: $(STAMP)
 # The extension's integration tests inside a real VS Code (editors/vscode/e2e/README.md): the packaged .vsix installed
 # as a user would, driven through vscode.lm by another extension, VS Code headless in Chromium on 127.0.0.1. The first
 # run installs Node 24, code-server (VS Code 1.139) and Chromium into ~/.cache/lmbridge/vscode-e2e (about two
-# minutes; apt needs root or sudo); later runs take ~20 s. It fails, never skips, when that cannot be installed.
+# minutes; apt needs root or sudo); later runs ~15 s (~35 s with the build). It fails, never skips, when that cannot
+# be installed.
 vscode-e2e: vscode-test
 	@$(HAVE_NODE) || { echo "vscode-e2e: the VS Code integration tests need Node.js 20+ and npm, not found" >&2; exit 1; }
 	cd $(VSCODE_DIR) && npm run compile:e2e
