@@ -51,16 +51,18 @@ class Daemon:
         self.process.stdout.close()  # type: ignore[union-attr]
 
 
-def _connect(url: str) -> tuple[socket.socket, str]:
+def _connect(url: str, timeout: float | None = None) -> tuple[socket.socket, str]:
     parts = urlsplit(url)
-    sock = socket.create_connection((parts.hostname, parts.port))
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock, parts.netloc
 
 
 class WsEditor:
-    def __init__(self, url: str, token: str) -> None:
-        self._sock, host = _connect(url)
+    """A blocking editor on one WebSocket connection, initialized. ``timeout`` (seconds) bounds every read."""
+
+    def __init__(self, url: str, token: str, *, timeout: float | None = None) -> None:
+        self._sock, host = _connect(url, timeout)
         self._ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
         headers = [(b"authorization", f"Bearer {token}".encode())]
         self._sock.sendall(self._ws.send(ws_events.Request(host=host, target="/", extra_headers=headers)))
@@ -97,7 +99,11 @@ class WsEditor:
         return result
 
     def send(self, message: dict[str, Any]) -> None:
-        self._sock.sendall(self._ws.send(ws_events.TextMessage(data=json.dumps(message))))
+        self.send_text(json.dumps(message))
+
+    def send_text(self, text: str) -> None:
+        """One text frame, as it is (for sending what is not a well-formed message)."""
+        self._sock.sendall(self._ws.send(ws_events.TextMessage(data=text)))
 
     def request(self, method: str, params: Any) -> Any:
         request_id = self.start(method, params)

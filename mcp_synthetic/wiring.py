@@ -75,6 +75,9 @@ class EditorToolsSetup:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                # Socket directories of killed lmbridges: cleaned at start, in a worker thread (a glob of the temp
+                # directory), off every turn's path.
+                nursery.start_soon(trio.to_thread.run_sync, _remove_stale_runtime_dirs, self._runtime_base())
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -190,15 +193,15 @@ class EditorToolsSetup:
         finally:
             loaded.set()
 
+    def _runtime_base(self) -> Path:
+        parent = self._runtime_parent or os.environ.get("XDG_RUNTIME_DIR")
+        return Path(parent) if parent and os.path.isdir(parent) else Path(tempfile.gettempdir())
+
     def _socket_path(self) -> Path:
         if self._runtime is None:
-            parent = self._runtime_parent or os.environ.get("XDG_RUNTIME_DIR")
-            if not parent or not os.path.isdir(parent):
-                parent = None
-            _remove_stale_runtime_dirs(Path(parent or tempfile.gettempdir()))
             # 0700; socket paths must stay short (about 100 bytes on Linux). The pid in the name lets a later
-            # lmbridge remove it if this one is killed before it can.
-            base = Path(parent or tempfile.gettempdir())
+            # lmbridge remove it if this one is killed before it can (see run()).
+            base = self._runtime_base()
             try:
                 self._runtime = base / f"lmbridge-{os.getpid()}"
                 self._runtime.mkdir(mode=0o700)

@@ -53,16 +53,6 @@ class _ToolView:
 
 _END_STATUSES = ("completed", "failed")
 _PLAN_MARK = {"completed": "x", "in_progress": "~", "pending": " "}
-# Updates that never produce text: answered from the dict, without loading the schema models.
-_QUIET = frozenset(
-    {
-        "available_commands_update",
-        "current_mode_update",
-        "config_option_update",
-        "session_info_update",
-        "user_message_chunk",
-    }
-)
 
 
 class ActivityRenderer:
@@ -82,16 +72,8 @@ class ActivityRenderer:
         if kind == "agent_message_chunk":
             content = update.get("content")
             if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
-                return self._text(content["text"])
-        elif kind in _QUIET:
-            return []
-        elif kind == "usage_update":
-            used, size = update.get("used"), update.get("size")
-            if isinstance(used, int) and isinstance(size, int):
-                self.usage = Usage(used, size)
-            return []
-        if kind == "agent_message_chunk":
-            return self._content(update.get("content"))
+                return self._text(content["text"])  # the hot path: plain text, the overwhelming majority
+            return self._content(content)
         if kind == "agent_thought_chunk":
             content = update.get("content")
             if not _content_block(content):
@@ -102,7 +84,11 @@ class ActivityRenderer:
             return self._tool(update, started=kind == "tool_call")
         if kind == "plan":
             return self._plan_update(update.get("entries"))
-        return []
+        if kind == "usage_update":
+            used, size = update.get("used"), update.get("size")
+            if isinstance(used, int) and isinstance(size, int):
+                self.usage = Usage(used, size)
+        return []  # commands, modes, session info, echoed user text, unknown variants: no text
 
     # -- pieces ---------------------------------------------------------------------------------------------
 

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import selectors
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
-import wsproto
-import wsproto.events as ws_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from bench.daemon import Daemon, WsEditor
 
 INPUTS_PER_WIRE = 5000
 _ids = itertools.count(1)
@@ -238,69 +236,24 @@ def test_stdio_survives_thousands_of_hostile_inputs(stdio_peer: StdioPeer) -> No
 # -- one WebSocket connection of the daemon --------------------------------------------------------------------
 
 
-class WebSocketPeer:
-    def __init__(self, url: str, token: str) -> None:
-        import socket
-
-        parts = urlsplit(url)
-        self.sock = socket.create_connection((parts.hostname, parts.port), timeout=20)
-        self.ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
-        auth = [(b"authorization", f"Bearer {token}".encode())]
-        self.sock.sendall(self.ws.send(ws_events.Request(host=parts.netloc, target="/", extra_headers=auth)))
-        self.messages: list[str] = []
-        self.partial: list[str] = []
-        while self.ws.state is not wsproto.connection.ConnectionState.OPEN:
-            self._fill()
-
-    def _fill(self) -> None:
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise EOFError("the daemon closed the connection")
-        self.ws.receive_data(data)
-        for event in self.ws.events():
-            if isinstance(event, ws_events.TextMessage):
-                self.partial.append(event.data)
-                if event.message_finished:
-                    self.messages.append("".join(self.partial))
-                    self.partial.clear()
-            elif isinstance(event, ws_events.Ping):
-                self.sock.sendall(self.ws.send(event.response()))
-            elif isinstance(event, ws_events.CloseConnection):
-                raise EOFError(f"the daemon closed the WebSocket: {event.code} {event.reason}")
-
-    def send_text(self, data: bytes) -> None:
-        # A text frame must be UTF-8: bytes that are not are sent as the text they decode to with replacements.
-        self.sock.sendall(self.ws.send(ws_events.TextMessage(data=data.decode("utf-8", "replace"))))
-
-    def message(self) -> dict[str, Any]:
-        while not self.messages:
-            self._fill()
-        message: dict[str, Any] = json.loads(self.messages.pop(0))
-        return message
-
-
 @pytest.fixture(scope="module")
-def ws_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebSocketPeer]:
+def ws_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WsEditor]:
     state = tmp_path_factory.mktemp("fuzz-daemon")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "serve", "--listen", "127.0.0.1:0", "--token-file", str(state / "token")],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env={**__import__("os").environ, "XDG_CONFIG_HOME": str(state)},
+    env = {**os.environ, "XDG_CONFIG_HOME": str(state)}
+    daemon = Daemon(
+        [sys.executable, "-m", "bridge", "serve"], env=env, stderr=subprocess.DEVNULL, token_file=state / "t"
     )
     try:
-        ready = json.loads(process.stdout.readline())  # type: ignore[union-attr]
-        peer = WebSocketPeer(ready["listening"], Path(ready["tokenFile"]).read_text().strip())
-        peer.send_text(
-            encode({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {"protocolVersion": 1}})
-        )
-        assert peer.message()["id"] == "init"
-        yield peer
-        assert process.poll() is None, "the daemon died"
+        yield WsEditor(daemon.ws_url, daemon.token, timeout=20)  # initialized
+        assert daemon.process.poll() is None, "the daemon died"
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        daemon.close()
+    assert daemon.process.returncode == 0
+
+
+def send_text(peer: WsEditor, data: bytes) -> None:
+    # A text frame must be UTF-8: bytes that are not are sent as the text they decode to with replacements.
+    peer.send_text(data.decode("utf-8", "replace"))
 
 
 @settings(
@@ -309,17 +262,17 @@ def ws_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebSocketPeer]
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(lines=st.lists(inputs, min_size=3, max_size=6))
-def _ws_round(ws_peer: WebSocketPeer, lines: list[bytes]) -> None:
+def _ws_round(ws_peer: WsEditor, lines: list[bytes]) -> None:
     def send(batch: list[bytes]) -> None:
         for line in batch:
-            ws_peer.send_text(line)
+            send_text(ws_peer, line)
 
     exchange(send, ws_peer.message, lines)
 
 
-def test_one_websocket_connection_survives_thousands_of_hostile_inputs(ws_peer: WebSocketPeer) -> None:
+def test_one_websocket_connection_survives_thousands_of_hostile_inputs(ws_peer: WsEditor) -> None:
     before = Counter.sent
     _ws_round(ws_peer)
     assert Counter.sent - before >= INPUTS_PER_WIRE
-    ws_peer.send_text(b'{"jsonrpc":"2.0","id":"last","method":"lm/models","params":{}}')
+    send_text(ws_peer, b'{"jsonrpc":"2.0","id":"last","method":"lm/models","params":{}}')
     assert ws_peer.message()["result"]["models"][0]["id"] == "demo"

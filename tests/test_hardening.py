@@ -17,15 +17,9 @@ import trio
 import trio_websocket
 from conftest import PYTHON, open_bridge, processes_with_marker
 from test_serve import serving
+from test_stdio import _gone_soon
 
 from mcp_synthetic.wiring import _remove_stale_runtime_dirs
-
-
-async def _gone(marker: str, seconds: float = 10) -> list[int]:
-    with trio.move_on_after(seconds):
-        while processes_with_marker(marker):
-            await trio.sleep(0.05)  # polling /proc: there is no event for another process's exit
-    return processes_with_marker(marker)
 
 
 async def test_a_trace_directory_open_to_others_is_made_private(tmp_path: Path, agents_toml: Path) -> None:
@@ -113,4 +107,4 @@ async def test_sigkill_of_lmbridge_leaves_no_agent_process_behind(tmp_path: Path
         live.process.send_signal(signal.SIGKILL)
         with trio.fail_after(10):
             await live.process.wait()
-        assert await _gone(marker) == []
+        assert await _gone_soon(marker)

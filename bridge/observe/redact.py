@@ -1,8 +1,10 @@
-"""Secrets kept out of what lmbridge writes: logs, traces, and the agent stderr it passes on to editors.
+"""Secrets kept out of the agent stderr lmbridge logs and passes on to editors, and out of its log fields.
 
-Owns the rules, one set for all of them: values registered as secret (the daemon's token; the values of
-environment variables with secret-like names that an agent is given), and the shapes of well-known keys
-(``sk-…``, ``ghp_…``, ``AIza…``, ``xox…-``) and of ``token=…``-style assignments. What matches becomes ``***``.
+Owns the rules: values registered as secret (the daemon's token, also registered with the trace writer; the values
+of environment variables with secret-like names that an agent is given), the shapes of well-known keys (``sk-…``,
+``ghp_…``, ``AIza…``, ``xox…-``) and ``token=…``-style assignments; what matches becomes ``***``. ``SECRET_NAME``
+is also what the log processor masks by field name. Traces mask the registered values only: they hold protocol
+messages, and matching shapes in every message would cost the streaming path.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ _KEY_SHAPES = re.compile(
     r"\b(?:sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}|gh[opsru]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|AIza[0-9A-Za-z_\-]{30,}|xox[abpr]-[A-Za-z0-9\-]{10,})"
 )
+# "Bearer X", or a secret-named key with ":" or "=" (not the word alone: "token refreshing" is not a secret).
 _ASSIGNED = re.compile(
-    r"(?i)\b((?:bearer|token|api[_-]?key|password|secret|authorization)[\"']?\s*[:=]?\s*[\"']?)([^\s\"',;]{8,})"
+    r"(?i)\b(bearer\s+|(?:token|api[_-]?key|password|secret|authorization)[\"']?\s*[:=]\s*[\"']?)([^\s\"',;]{8,})"
 )
 _MIN_SECRET_LENGTH = 6  # shorter values would mask ordinary words
 _values: set[str] = set()

@@ -101,6 +101,7 @@ class Run:
         self.state_file = root / "state.json"
         self.server: subprocess.Popen[bytes] | None = None
         self.chromium: Chromium | None = None
+        self.session: str | None = None  # the DevTools session of the workbench page
         self.console: list[str] = []
         self.sockets_before = set(Path("/tmp").glob("vscode-ipc-*.sock"))
 
@@ -119,12 +120,16 @@ class Run:
             json.dumps({"workbench.startupEditor": "none", "telemetry.telemetryLevel": "off"})
         )
         started = time.monotonic()
-        self._server_command(
-            "--install-extension",
-            str(self.vsix),
-            "--force",
-            check=True,
+        result = subprocess.run(
+            self._server_argv("--install-extension", str(self.vsix), "--force"),
+            check=False,
+            env=self._server_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
+        if result.returncode != 0:
+            raise RunError(f"installing {self.vsix} failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
         say(f"installed {self.vsix.name} in {time.monotonic() - started:.1f} s")
 
     def _server_env(self) -> dict[str, str]:
@@ -136,8 +141,9 @@ class Run:
         )
         return env
 
-    def _server_command(self, *args: str, check: bool = False) -> None:
-        command = [
+    def _server_argv(self, *args: str) -> list[str]:
+        """VS Code's server with this run's data and extensions folders."""
+        return [
             str(self.tools.node),
             str(self.tools.server_main),
             *args,
@@ -146,19 +152,12 @@ class Run:
             "--extensions-dir",
             str(self.extensions),
         ]
-        result = subprocess.run(
-            command, check=False, env=self._server_env(), capture_output=True, text=True, timeout=120
-        )
-        if check and result.returncode != 0:
-            raise RunError(f"`{' '.join(args)}` failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
 
     def start(self, timeout: float) -> dict[str, Any]:
         port = free_port()
         log = open(self.root / "server.log", "wb")  # noqa: SIM115 - kept open for the server's lifetime
         self.server = subprocess.Popen(
-            [
-                str(self.tools.node),
-                str(self.tools.server_main),
+            self._server_argv(
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -169,15 +168,11 @@ class Run:
                 "--enable-smoke-test-driver",
                 "--force-disable-user-env",
                 "--disable-workspace-trust",
-                "--server-data-dir",
-                str(self.data),
-                "--extensions-dir",
-                str(self.extensions),
                 "--default-folder",
                 str(self.workspace),
                 "--log",
                 "info",
-            ],
+            ),
             env=self._server_env(),
             stdin=subprocess.DEVNULL,
             stdout=log,
