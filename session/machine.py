@@ -345,10 +345,13 @@ class SessionMachine:
         self._buffer: list[dict[str, Any]] = []
         self._buffered_data_parts = 0
         self._window_deadline: float | None = None
-        # Calls of the client's tools the agent announced as pending (ACP ``tool_call``, as Claude Code does once
-        # the model's response is parsed) and how many calls arrived in the open batch: when every announced call
-        # has arrived, the batch ends at once instead of waiting for the idle timer.
+        # Calls of the client's tools the agent announced (an ACP ``tool_call``) and how many calls arrived in the
+        # open batch. Claude Code reports every call of the model's response as pending once it is parsed: when
+        # they have all arrived, the batch ends at once instead of waiting for the idle timer. Codex reports each
+        # as in progress just before making it, interleaved with the calls: that says another call is coming
+        # (the idle timer waits for it) but never that none is.
         self._announced_calls: set[str] = set()
+        self._started_calls: set[str] = set()
         self._batch_arrivals = 0
         self._drain_deadline: float | None = None
         self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
@@ -649,32 +652,44 @@ class SessionMachine:
         if self._turn is not None:
             pending.emitted = True
             self._emit(self._turn, pending.part, out)
-            self._arm_window(now)
             if pending.permission is None:
                 self._batch_arrivals += 1
-                announced = len(self._announced_calls)
-                if announced and self._batch_arrivals >= announced and self.state is State.STREAMING:
-                    self._close_batch(out)  # every call the agent announced is here: nothing more to wait for
+            self._arm_window(now)
+            complete = self._announced_calls and self._batch_arrivals >= self._expected_calls
+            if pending.permission is None and complete and self.state is State.STREAMING:
+                self._close_batch(out)  # every call the agent announced is here: nothing more to wait for
         # else: announced by the next turn's buffer flush
 
     def _note_tool_report(self, update: dict[str, Any]) -> None:
-        """Keep ``_announced_calls``: client-tool calls reported ``pending`` (the agent has them from the model and
-        will call them) until they arrive or end."""
+        """Keep ``_announced_calls`` (client-tool calls reported ``pending``: the agent has them from the model and
+        will call them) and ``_started_calls`` (reported ``in_progress``: being called) until they end."""
         kind = update.get("sessionUpdate")
-        if kind == "tool_call" and update.get("status", "pending") == "pending":
-            if is_bridged_tool(update, self._policy.server_name):
+        if kind == "tool_call":
+            status = update.get("status", "pending")
+            calls = self._announced_calls if status == "pending" else self._started_calls
+            if status in ("pending", "in_progress") and is_bridged_tool(update, self._policy.server_name):
                 call_id = update.get("toolCallId")
                 if isinstance(call_id, str):
-                    self._announced_calls.add(call_id)
+                    calls.add(call_id)
         elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
             self._announced_calls.discard(update.get("toolCallId"))
+            self._started_calls.discard(update.get("toolCallId"))
+
+    @property
+    def _expected_calls(self) -> int:
+        """How many client-tool calls the agent has told of in the open batch."""
+        return len(self._announced_calls | self._started_calls)
 
     def _arm_window(self, now: float) -> None:
         """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
-        latest ``batch_window`` after the first (agents issue parallel calls within a millisecond or two)."""
+        latest ``batch_window`` after the first (agents issue parallel calls within a millisecond or two). While a
+        call the agent announced has not arrived, only the window counts (Codex over HTTP: 20 ms between calls)."""
         if self._window_opened is None:
             self._window_opened = now
-        self._window_deadline = min(self._window_opened + self._batch_window, now + self._batch_idle)
+        closing = self._window_opened + self._batch_window
+        if self._expected_calls <= self._batch_arrivals:
+            closing = min(closing, now + self._batch_idle)
+        self._window_deadline = closing
 
     def _on_withdrawn(self, event: InvocationWithdrawn, now: float, out: list[Action]) -> None:
         call_id = self._by_key.get(event.invocation)
@@ -818,6 +833,7 @@ class SessionMachine:
         self._window_deadline = None
         self._window_opened = None
         self._announced_calls.clear()
+        self._started_calls.clear()
         self._batch_arrivals = 0
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
         if self._renderer.usage is not None:

@@ -112,30 +112,46 @@ def test_a_batch_ends_as_soon_as_every_announced_call_has_arrived() -> None:
     machine.handle(announced("toolu_2"), 9.0)
     machine.handle(announced("toolu_own", title="Bash"), 9.0)  # the agent's own tool: not a client call
     machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
-    assert machine.deadline == pytest.approx(10.015)  # one of two: the batch waits
+    assert machine.deadline == pytest.approx(10.05)  # one of two: the batch waits for it, up to the window
     actions = machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.001)
     (end,) = [a for a in actions if isinstance(a, EndTurn)]
     assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1", "lmb_2")  # at once, no timer
     assert machine.state is State.AWAITING_TOOL_RESULTS and machine.deadline is None
 
 
-def test_calls_announced_only_as_running_or_already_ended_do_not_end_a_batch_early() -> None:
+def test_calls_reported_running_hold_the_idle_timer_but_never_end_a_batch_early() -> None:
     machine = new_machine(batch_window=0.05, batch_idle=0.015)
     machine.handle(EditorTurn(1, PROMPT), 0)
     machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), 9.0)  # Codex's report
+    machine.handle(announced("c2", status="in_progress", title="Tool: editor/read_file"), 9.0)
     machine.handle(announced("toolu_9"), 9.0)
     machine.handle(AgentUpdate({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_9", "status": "failed"}), 9.1)
     actions = machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
     assert not [a for a in actions if isinstance(a, EndTurn)]
-    assert machine.deadline == pytest.approx(10.015)  # the idle timer decides, as before
-    (end,) = machine.handle(Tick(), 10.015)
-    assert end.pending_calls == ("lmb_1",)
+    assert machine.deadline == pytest.approx(10.05)  # a call reported running has yet to come: no idle timer
+    assert machine.handle(Tick(), 10.02) == []
+    actions = machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.021)
+    assert not [a for a in actions if isinstance(a, EndTurn)]  # Codex reports and calls interleaved: more may come
+    assert machine.deadline == pytest.approx(10.036)
+    (end,) = machine.handle(Tick(), 10.0365)
+    assert end.pending_calls == ("lmb_1", "lmb_2")  # 21 ms apart (Codex over HTTP): still one batch
+
+
+def test_an_announced_call_that_never_comes_holds_the_batch_only_until_the_window_ends() -> None:
+    machine = new_machine(batch_window=0.05, batch_idle=0.015)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(announced("toolu_1"), 9.0)
+    machine.handle(announced("toolu_2"), 9.0)
+    machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+    assert machine.handle(Tick(), 10.049) == []
+    (end,) = machine.handle(Tick(), 10.05)
+    assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1",)
 
 
 def test_tool_calls_are_batched_until_a_pause_or_the_window_ends() -> None:
     machine = new_machine(batch_window=0.05, batch_idle=0.005)
     machine.handle(EditorTurn(1, PROMPT), 0)
-    machine.handle(announced("c1", status="in_progress"), 9.0)  # only announced as running: not counted
+    machine.handle(announced("c1", status="completed"), 9.0)  # reported as already ended: not counted
     first = machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
     assert first == [Emit(1, {"type": "tool_call", "callId": "lmb_1", "name": "read_file", "input": {"path": "a"}})]
     assert machine.deadline == pytest.approx(10.005)  # a pause of 5 ms ends the batch...
