@@ -35,7 +35,7 @@ __all__ = [
 
 DEMO_AGENT_ID = "demo"
 PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
-MCP_TRANSPORTS = ("stdio", "http")
+MCP_TRANSPORTS = ("auto", "http", "stdio")  # auto: HTTP when the agent advertises mcpCapabilities.http
 ISOLATIONS = ("agent", "session")  # one process per agent, shared by its sessions; or one per session
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -66,7 +66,7 @@ class AgentConfig:
     cwd: str | None = None
     authenticate: str | None = None
     permission_policy: str | None = None  # None: the bridge-wide policy
-    mcp_transport: str = "stdio"
+    mcp_transport: str = "auto"
     isolation: str = "agent"
     max_input_tokens: int = 200_000
     max_output_tokens: int = 32_000
@@ -272,7 +272,7 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         raise locate.error(f"must be one of {', '.join(PERMISSION_POLICIES)}", f"{table}.permission_policy")
     if values.get("isolation", "agent") not in ISOLATIONS:
         raise locate.error(f"must be one of {', '.join(ISOLATIONS)}", f"{table}.isolation")
-    if values.get("mcp_transport", "stdio") not in MCP_TRANSPORTS:
+    if values.get("mcp_transport", "auto") not in MCP_TRANSPORTS:
         raise locate.error(f"must be one of {', '.join(MCP_TRANSPORTS)}", f"{table}.mcp_transport")
     cwd = values.get("cwd")
     if cwd is not None:

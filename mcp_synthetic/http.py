@@ -1,15 +1,17 @@
 """The synthetic MCP server over streamable HTTP on 127.0.0.1, for agents that advertise ``mcpCapabilities.http``
-(chosen with ``[agents.<id>] mcp_transport = "http"``): no shim process, the agent connects directly.
+(the default with ``[agents.<id>] mcp_transport = "auto"``): no relay process, the agent connects directly.
 
-Owns running the official SDK's streamable-HTTP session manager (an ASGI application) for one session's tools on
-the project's HTTP server (``bridge.rpc.asgi``: Hypercorn's Trio worker), and the checks in front of it: the
-per-session bearer token (401 without it) and the SDK's DNS-rebinding protection (the Host header must be this
-listener's address).
+Owns one listener for every session of an lmbridge process (``HttpEndpoints``): each session gets its own path
+(``/mcp/<route>``), its own bearer token (401 without it) and its own official-SDK streamable-HTTP session manager,
+all served by the project's HTTP server (``bridge.rpc.asgi``: Hypercorn's Trio worker). The SDK's DNS-rebinding
+protection stays on (the Host header must be this listener's address). A closed session's path answers 404.
 """
 
 from __future__ import annotations
 
 import hmac
+import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -18,57 +20,105 @@ from bridge.rpc.asgi import listening_socket, serve_asgi
 
 from .server import SessionTools
 
-__all__ = ["MAX_BODY", "serve_http"]
+__all__ = ["MAX_BODY", "HttpEndpoints"]
 
 MAX_BODY = 16 * 1024 * 1024
+_PREFIX = "/mcp/"
 
 
-async def serve_http(
-    tools: SessionTools,
-    token: str,
-    log: Any,
-    *,
-    task_status: trio.TaskStatus[tuple[str, trio.CancelScope]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Listen on 127.0.0.1 (a free port); ``task_status`` gets the endpoint URL and the scope that stops it."""
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    from mcp.server.transport_security import TransportSecuritySettings
+@dataclass(slots=True, frozen=True)
+class _Route:
+    tools: SessionTools
+    manager: Any  # mcp.server.streamable_http_manager.StreamableHTTPSessionManager
+    authorization: bytes  # b"Bearer <token>"
 
-    sock = listening_socket("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    manager = StreamableHTTPSessionManager(
-        app=tools.server,
-        max_request_body_size=MAX_BODY,
-        security_settings=TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{port}"], allowed_origins=[]),
-    )
-    expected = f"Bearer {token}".encode()
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        authorization = dict(scope["headers"]).get(b"authorization", b"")
-        if not hmac.compare_digest(authorization, expected):
-            log.warning("refused an HTTP MCP request: wrong or missing token")
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")],
-                }
-            )
-            await send({"type": "http.response.body", "body": b"missing or wrong token"})
-            return
-        if tools.tracer is None:
-            await manager.handle_request(scope, receive, send)
-            return
-        await manager.handle_request(scope, _traced_receive(receive, tools), _traced_send(send, tools))
+class HttpEndpoints:
+    """The shared streamable-HTTP listener: ``run`` it in a nursery, then ``add`` a session's tools."""
 
-    try:
-        with trio.CancelScope() as scope:
-            async with manager.run(), trio.open_nursery() as nursery:
-                await nursery.start(serve_asgi, app, [sock])
-                task_status.started((f"http://127.0.0.1:{port}/mcp", scope))
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self._routes: dict[str, _Route] = {}
+        self._port = 0
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on a free port of 127.0.0.1 until cancelled; ``OSError`` when no socket can be opened."""
+        sock = listening_socket("127.0.0.1", 0)
+        self._port = sock.getsockname()[1]
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(serve_asgi, self._app, [sock])
+                self._log.debug("MCP endpoints listening", port=self._port)
+                task_status.started()
                 await trio.sleep_forever()
-    finally:
-        sock.close()
+        finally:
+            self._nursery = None
+            sock.close()
+
+    async def add(self, tools: SessionTools, token: str) -> tuple[str, trio.CancelScope]:
+        """Serve ``tools`` at a new path; returns its URL and the scope that stops serving it."""
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        assert self._nursery is not None, "HttpEndpoints.add before run"
+        manager = StreamableHTTPSessionManager(
+            app=tools.server,
+            max_request_body_size=MAX_BODY,
+            # The MCP session lives as long as lmbridge's session (its route): the SDK's 30-minute idle reaping
+            # would make an agent's next tool call after a long pause a 404.
+            session_idle_timeout=None,
+            security_settings=TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{self._port}"], allowed_origins=[]),
+        )
+        route = secrets.token_hex(8)
+        entry = _Route(tools, manager, f"Bearer {token}".encode())
+        scope: trio.CancelScope = await self._nursery.start(self._serve_route, route, entry)
+        return f"http://127.0.0.1:{self._port}{_PREFIX}{route}", scope
+
+    @property
+    def routes(self) -> int:
+        return len(self._routes)
+
+    async def _serve_route(
+        self, route: str, entry: _Route, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with trio.CancelScope() as scope:
+            try:
+                async with entry.manager.run():  # the SDK's task group for this session's MCP connections
+                    self._routes[route] = entry
+                    task_status.started(scope)
+                    await trio.sleep_forever()
+            finally:
+                self._routes.pop(route, None)
+
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path: str = scope.get("path", "")
+        entry = self._routes.get(path[len(_PREFIX) :]) if path.startswith(_PREFIX) else None
+        if entry is None:
+            await _plain(send, 404, b"no such MCP endpoint: the session it served has closed")
+            return
+        authorization = dict(scope["headers"]).get(b"authorization", b"")
+        if not hmac.compare_digest(authorization, entry.authorization):
+            self._log.warning("refused an HTTP MCP request: wrong or missing token")
+            await _plain(send, 401, b"missing or wrong token", [(b"www-authenticate", b"Bearer")])
+            return
+        tools = entry.tools
+        if tools.tracer is None:
+            await entry.manager.handle_request(scope, receive, send)
+        else:
+            await entry.manager.handle_request(scope, _traced_receive(receive, tools), _traced_send(send, tools))
+
+
+async def _plain(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"text/plain"), *(headers or [])],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def _traced_receive(receive: Any, tools: SessionTools) -> Any:

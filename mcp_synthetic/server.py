@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,20 @@ def load_sdk() -> None:
     import mcp_types  # noqa: F401
     from mcp.server.lowlevel import NotificationOptions, Server  # noqa: F401
     from mcp.shared.message import SessionMessage  # noqa: F401
+
+
+@functools.cache
+def _editor_server_class() -> type:
+    """The SDK's low-level ``Server``, announcing ``tools.listChanged`` on every transport (the streamable-HTTP
+    manager builds its initialization options itself, with the SDK's defaults: no list changes)."""
+    from mcp.server.lowlevel import NotificationOptions, Server
+
+    class EditorServer(Server):
+        def create_initialization_options(self, notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+            options = notification_options or NotificationOptions(tools_changed=True)
+            return super().create_initialization_options(options, *args, **kwargs)
+
+    return EditorServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +182,8 @@ class SessionTools:
         """The SDK's low-level ``Server`` for these tools (made on first use)."""
         if self._server is None:
             import mcp_types as types
-            from mcp.server.lowlevel import Server
 
-            self._server = Server(
+            self._server = _editor_server_class()(
                 SERVER_NAME,
                 version="1",
                 instructions="Tools of the user's editor. Calls run in the editor.",
@@ -188,7 +202,6 @@ class SessionTools:
         """Run the MCP server on one connection (newline-delimited JSON-RPC) until either side closes it."""
         import anyio
         import mcp_types as types
-        from mcp.server.lowlevel import NotificationOptions
         from mcp.shared.message import SessionMessage
 
         server = self.server
@@ -232,7 +245,7 @@ class SessionTools:
             await server.run(
                 to_server,
                 from_server,
-                server.create_initialization_options(NotificationOptions(tools_changed=True)),
+                server.create_initialization_options(),
                 raise_exceptions=False,
             )
             nursery.cancel_scope.cancel()

@@ -1,8 +1,10 @@
-"""Wiring the synthetic MCP server into sessions: the per-session unix socket and the ``mcpServers`` entry that
-makes the agent start the shim.
+"""Wiring the synthetic MCP server into sessions: the ``mcpServers`` entry each session's agent gets — a URL on the
+shared streamable-HTTP listener (``http.py``) when the agent takes HTTP MCP servers, else the stdio relay
+(``shim.py``) it starts, which reaches a per-session unix socket.
 
-Owns the runtime directory (0700, removed at exit), one listening socket per session (0600) with its own token,
-checked before a single byte is relayed, and the session hooks the router calls (``SessionSetup``): the servers for
+Owns the choice of transport (``mcp_transport``: auto, http, stdio), the runtime directory (0700, removed at exit),
+one listening socket per stdio session (0600) with its own token, checked before a single byte is relayed, and the
+session hooks the router calls (``SessionSetup``): the servers for
 ``session/new``, the tool list at each turn, and clean-up when the session closes.
 """
 
@@ -17,11 +19,14 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
+
+if TYPE_CHECKING:
+    from .http import HttpEndpoints
 
 __all__ = ["HANDSHAKE", "SHIM_PATH", "EditorToolsSetup"]
 
@@ -35,8 +40,8 @@ class _Served:
     """What serves one session's tools."""
 
     tools: SessionTools
-    listener: trio.CancelScope | None = None  # stops the session's listener
-    socket_path: Path | None = None  # the unix socket to remove afterwards (stdio shim transport)
+    listener: trio.CancelScope | None = None  # stops serving the session (its unix socket, or its HTTP route)
+    socket_path: Path | None = None  # the unix socket to remove afterwards (stdio relay)
 
 
 def _remove_stale_runtime_dirs(parent: Path) -> None:
@@ -70,6 +75,9 @@ class EditorToolsSetup:
         self._sdk_loaded: trio.Event | None = None
         self._sdk_error: BaseException | None = None
         self._served: dict[str, _Served] = {}  # by session key
+        self._http: HttpEndpoints | None = None  # one streamable-HTTP listener for every session, started on demand
+        self._http_lock = trio.Lock()
+        self._http_failed = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -125,25 +133,16 @@ class EditorToolsSetup:
             self._tracer.add_secret(token)
         served = self._served[session.key] = _Served(tools)
         assert self._nursery is not None
-        agent = session.agent
-        wanted = getattr(getattr(agent, "config", None), "mcp_transport", "stdio")
-        if wanted == "http":
-            if agent.info is not None and agent.info.mcp("http"):
-                from .http import serve_http
-
-                url, served.listener = await self._nursery.start(serve_http, tools, token, self._log)
-                return [
-                    {
-                        "type": "http",
-                        "name": SERVER_NAME,
-                        "url": url,
-                        "headers": [{"name": "Authorization", "value": f"Bearer {token}"}],
-                    }
-                ]
-            self._log.warning(
-                "mcp_transport is http but the agent does not advertise mcpCapabilities.http; using the stdio shim",
-                agent=getattr(agent, "id", None),
-            )
+        url = await self._http_url(session.agent, tools, token, served)
+        if url is not None:
+            return [
+                {
+                    "type": "http",
+                    "name": SERVER_NAME,
+                    "url": url,
+                    "headers": [{"name": "Authorization", "value": f"Bearer {token}"}],
+                }
+            ]
         path = self._socket_path()
         served.listener = await self._nursery.start(self._listen, path, token, tools)
         served.socket_path = path
@@ -158,6 +157,44 @@ class EditorToolsSetup:
                 ],
             }
         ]
+
+    async def _http_url(self, agent: Any, tools: SessionTools, token: str, served: _Served) -> str | None:
+        """The session's URL on the shared streamable-HTTP listener, when the agent takes HTTP MCP servers and the
+        configuration allows; ``None``: use the stdio relay."""
+        wanted = getattr(getattr(agent, "config", None), "mcp_transport", "auto")
+        if wanted == "stdio":
+            return None
+        if not (agent.info is not None and agent.info.mcp("http")):
+            if wanted == "http":
+                self._log.warning(
+                    "mcp_transport is http but the agent does not advertise mcpCapabilities.http: stdio relay used",
+                    agent=getattr(agent, "id", None),
+                )
+            return None
+        endpoints = await self._http_endpoints()
+        if endpoints is None:
+            return None
+        url, served.listener = await endpoints.add(tools, token)
+        return url
+
+    async def _http_endpoints(self) -> HttpEndpoints | None:
+        """The shared listener, started by the first session that needs it (``None`` when it cannot listen)."""
+        async with self._http_lock:
+            if self._http is None and not self._http_failed:
+                from .http import HttpEndpoints
+
+                endpoints = HttpEndpoints(self._log)
+                assert self._nursery is not None
+                try:
+                    await self._nursery.start(endpoints.run)
+                except OSError as exc:
+                    self._http_failed = True
+                    self._log.warning(
+                        "cannot listen on 127.0.0.1 for MCP over HTTP; using the stdio relay", error=str(exc)
+                    )
+                else:
+                    self._http = endpoints
+        return self._http
 
     def turn_started(self, session: Any, request: Any) -> None:
         served = self._served.get(session.key)

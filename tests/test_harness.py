@@ -163,7 +163,9 @@ async def test_a_recorded_session_replays_to_the_same_editor_visible_output(tmp_
     assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
     # Normalised and redacted: no run-specific ids, paths or secrets are left.
     assert not re.search(r"demo-[0-9a-f]{12}|lmb_[0-9a-f]{32}|run-[0-9a-f]{8}|\.sock|/tmp/", text)
-    assert '"name":"LMBRIDGE_MCP_TOKEN","value":"<redacted>"' in text and "<workspace>" in text
+    # The demo agent takes HTTP MCP servers: lmbridge's endpoint, its token redacted and its URL normalised.
+    assert '"name":"Authorization","value":"<redacted>"' in text and "<workspace>" in text
+    assert '"url":"<lmbridge-mcp-url>"' in text and "127.0.0.1" not in text
 
     replay = f"{sys.executable} -m bridge replay {transcript}"
     code, out, err = await lmbridge(

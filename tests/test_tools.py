@@ -1,5 +1,7 @@
-"""Editor tools through the real wire: the demo agent (its MCP side on the official ``mcp`` client, spawning the
-real shim) calls the editor's tools through ``lmbridge stdio``; the editor answers in its next request."""
+"""Editor tools through the real wire: the demo agent (its MCP side on the official ``mcp`` client) calls the
+editor's tools through ``lmbridge stdio``, over each transport lmbridge offers — the shared streamable-HTTP listener
+(the default for an agent that advertises ``mcpCapabilities.http``, as the demo agent does) and the stdio relay it
+starts; the editor answers in its next request."""
 
 from __future__ import annotations
 
@@ -8,6 +10,10 @@ import json
 import os
 import socket
 import stat
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,25 @@ def result(call: dict[str, Any], text: str, *, error: bool = False) -> dict[str,
     if error:
         part["isError"] = True
     return part
+
+
+def with_transport(agents_toml: Path, transport: str) -> Path:
+    """The test config with ``mcp_transport`` set on the scripted (demo) agent."""
+    text = agents_toml.read_text()
+    marker = "[agents.scripted]\n"
+    assert marker in text
+    agents_toml.write_text(text.replace(marker, f'{marker}mcp_transport = "{transport}"\n', 1))
+    return agents_toml
+
+
+@pytest.fixture(params=["auto", "stdio"], ids=["http", "stdio-relay"])
+async def bridge(
+    request: pytest.FixtureRequest, tmp_path: Path, agents_toml: Path, marker: str
+) -> AsyncIterator[Bridge]:
+    async with open_bridge(tmp_path, with_transport(agents_toml, request.param)) as live:
+        yield live
+    assert live.process.returncode == 0, live.stderr[-3000:]
+    assert processes_with_marker(marker) == [], "an agent process outlived the bridge"
 
 
 async def turn(bridge: Bridge, history: list[dict[str, Any]], *, tools: list[dict[str, Any]] = TOOLS):
@@ -215,7 +240,8 @@ async def test_the_mcp_socket_is_private_and_refuses_a_process_without_the_token
 ) -> None:
     runtime = tmp_path / "run"
     runtime.mkdir()
-    async with open_bridge(tmp_path, agents_toml, env={"XDG_RUNTIME_DIR": str(runtime)}) as live:
+    config = with_transport(agents_toml, "stdio")
+    async with open_bridge(tmp_path, config, env={"XDG_RUNTIME_DIR": str(runtime)}) as live:
         reply = await live.chat([user("/tool get_time {}")], tools=[CLOCK])
         assert reply.tool_calls
         (directory,) = runtime.iterdir()
@@ -243,7 +269,7 @@ def _talk(path: str, data: bytes) -> bytes:
         return received
 
 
-async def test_editor_tools_over_streamable_http(tmp_path: Path, marker: str) -> None:
+async def test_sessions_share_one_http_listener_each_with_its_own_path_and_token(tmp_path: Path, marker: str) -> None:
     from conftest import PYTHON
 
     config = tmp_path / "http.toml"
@@ -252,31 +278,50 @@ async def test_editor_tools_over_streamable_http(tmp_path: Path, marker: str) ->
 command = "{PYTHON}"
 args = ["-m", "bridge.demo"]
 env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
-mcp_transport = "http"
+
+[sessions]
+max_sessions = 1
 """)
     traces = tmp_path / "traces"
-    async with open_bridge(tmp_path, config, "--trace-dir", str(traces)) as live:
-        history = [user('/tool get_weather {"city": "Paris"}')]
-        first = await live.chat(history, model="direct", tools=TOOLS)
-        (call,) = first.tool_calls
-        history += [first.assistant_message(), {"role": "user", "content": [result(call, "sunny over http")]}]
-        second = await live.chat(history, model="direct", tools=TOOLS)
-        assert second.text == "tool get_weather returned: sunny over http\n"
-    agent_trace = next(traces.glob("*agent_direct.ndjson")).read_text()
-    new_session = next(
-        json.loads(line)["msg"]
-        for line in agent_trace.splitlines()
-        if '"session/new"' in line and '"dir":"out"' in line
-    )
-    mcp_trace = next(traces.glob("*mcp_*.ndjson")).read_text()
-    assert '"method":"tools/call"' in mcp_trace and "sunny over http" in mcp_trace
-    assert '"readOnlyHint":true' in mcp_trace  # the agent may run the editor's tools concurrently (docs/tools.md)
-    (server,) = new_session["params"]["mcpServers"]
-    assert server["type"] == "http" and server["url"].startswith("http://127.0.0.1:")
-    assert server["headers"] == [{"name": "Authorization", "value": "Bearer ***"}]  # the token never reaches a trace
-    # Without the token, the endpoint refuses.
-    import urllib.error
-    import urllib.request
 
-    with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(urllib.request.Request(server["url"], data=b"{}", method="POST"), timeout=5)
+    def post(url: str, token: str | None = None) -> int:
+        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(url, data=b"{}", method="POST", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    async with open_bridge(tmp_path, config, "--trace-dir", str(traces)) as live:
+        for city in ("Paris", "Oslo"):  # the second conversation's turn ends over max_sessions: the first closes
+            history = [user(f'/tool get_weather {{"city": "{city}"}}')]
+            first = await live.chat(history, model="direct", tools=TOOLS)
+            (call,) = first.tool_calls
+            history += [first.assistant_message(), {"role": "user", "content": [result(call, f"sunny in {city}")]}]
+            second = await live.chat(history, model="direct", tools=TOOLS)
+            assert second.text == f"tool get_weather returned: sunny in {city}\n"
+        agent_trace = next(traces.glob("*agent_direct.ndjson")).read_text()
+        servers = [
+            server
+            for line in agent_trace.splitlines()
+            if '"session/new"' in line and '"dir":"out"' in line
+            for server in json.loads(line)["msg"]["params"]["mcpServers"]
+        ]
+        assert [server["type"] for server in servers] == ["http", "http"]
+        closed, open_ = (urllib.parse.urlsplit(server["url"]) for server in servers)
+        assert closed.netloc == open_.netloc and closed.hostname == "127.0.0.1"  # one listener
+        assert closed.path != open_.path and closed.path.startswith("/mcp/")
+        # The token never reaches a trace; without it the open session's endpoint refuses, a closed one is gone.
+        assert all(server["headers"] == [{"name": "Authorization", "value": "Bearer ***"}] for server in servers)
+        assert await trio.to_thread.run_sync(post, open_.geturl()) == 401
+        assert await trio.to_thread.run_sync(post, open_.geturl(), "wrong") == 401
+        assert await trio.to_thread.run_sync(post, closed.geturl()) == 404
+        assert await trio.to_thread.run_sync(post, f"http://{open_.netloc}/mcp/") == 404
+    mcp_trace = "".join(path.read_text() for path in traces.glob("*mcp_*.ndjson"))
+    assert '"method":"tools/call"' in mcp_trace and "sunny in Oslo" in mcp_trace
+    assert '"readOnlyHint":true' in mcp_trace  # the agent may run the editor's tools concurrently (docs/tools.md)
+    assert '"listChanged":true' in mcp_trace  # as on stdio: the agent is told when the editor's tools change
+    assert live.stderr.count("refused an HTTP MCP request: wrong or missing token") == 2

@@ -424,6 +424,8 @@ class Replayer:
             if request is None or request.refused:
                 return
             message["id"] = request.live_id
+            if request.method == "initialize" and item.conn == "acp":
+                message = _without_http_mcp(message)
         if item.conn != "acp":
             if item.conn in self._mcp_dead:
                 return
@@ -485,6 +487,19 @@ class Replayer:
         for item in self.script:
             if item.conn == conn:
                 item.matched.set()
+
+
+def _without_http_mcp(response: dict[str, Any]) -> dict[str, Any]:
+    """The recorded ``initialize`` answer, saying the agent takes no HTTP MCP servers: a replay reconnects MCP over
+    stdio only, so lmbridge (``mcp_transport = "auto"``) gives it the stdio relay, whichever transport recorded."""
+    result = response.get("result")
+    capabilities = result.get("agentCapabilities") if isinstance(result, dict) else None
+    mcp = capabilities.get("mcpCapabilities") if isinstance(capabilities, dict) else None
+    if not isinstance(mcp, dict) or not mcp.get("http"):
+        return response
+    assert isinstance(result, dict) and isinstance(capabilities, dict)
+    capabilities = {**capabilities, "mcpCapabilities": {**mcp, "http": False}}
+    return {**response, "result": {**result, "agentCapabilities": capabilities}}
 
 
 async def _cancel_on_signal(signals: Any, scope: trio.CancelScope) -> None:

@@ -58,6 +58,7 @@ _SECRET_KEYS = {
 }
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|AUTH|CREDENTIAL|COOKIE|SOCKET)", re.IGNORECASE)
 REDACTED = "<redacted>"
+_LMBRIDGE_MCP_URL = re.compile(r"^http://127\.0\.0\.1:\d+/mcp/[0-9a-f]+$")  # lmbridge's HTTP MCP endpoint
 
 
 def build_transcript(
@@ -198,6 +199,8 @@ class _Normaliser:
                 elif isinstance(v, str) and k.lower() in _SECRET_KEYS:
                     self.redacted.add(k)
                     out[k] = REDACTED
+                elif k == "url" and isinstance(v, str) and _LMBRIDGE_MCP_URL.match(v):  # this run's port and path
+                    out[k] = "<lmbridge-mcp-url>"
                 elif k == "toolCallId" and isinstance(v, str):
                     out[k] = self._tool_calls.setdefault(v, f"tool-{len(self._tool_calls) + 1}")
                 else:

@@ -150,8 +150,9 @@ class LiveBridge:
 
 @pytest.fixture
 def mcp_transport() -> str:
-    """How the editor's tools reach the agent (``[agents.<id>] mcp_transport``); a test may parametrize it."""
-    return "stdio"
+    """How the editor's tools reach the agent (``[agents.<id>] mcp_transport``; ``auto``, lmbridge's default, is HTTP
+    for all of them); a test may parametrize it."""
+    return "auto"
 
 
 @pytest.fixture
@@ -174,7 +175,7 @@ async def live(
     home.mkdir()
     project.mkdir()
     table = kit.agent_table(model_url=model.base_url, home=home, project=project, marker=marker)
-    if mcp_transport != "stdio":
+    if mcp_transport != "auto":
         table["mcp_transport"] = mcp_transport
     if prestart:
         table["prestart"] = True

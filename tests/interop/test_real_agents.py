@@ -115,11 +115,14 @@ async def test_editor_tool_round_trip(live: LiveBridge) -> None:
     assert final.stop_reason == "end_turn"
     assert final.text.endswith("It is sunny in Paris.")
     assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results), model.turns[1].text
+    # lmbridge's default for an agent that advertises mcpCapabilities.http: its shared HTTP listener, no relay
+    assert '"type":"http"' in "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
 
 
-@pytest.mark.parametrize("mcp_transport", ["http"])
-async def test_editor_tool_round_trip_over_http(live: LiveBridge) -> None:
-    """The same round trip with the MCP server on streamable HTTP (all three advertise mcpCapabilities.http)."""
+@pytest.mark.parametrize("mcp_transport", ["stdio"])
+async def test_editor_tool_round_trip_over_the_stdio_relay(live: LiveBridge) -> None:
+    """The same round trip with ``mcp_transport = "stdio"``: the agent starts lmbridge's relay as a stdio MCP server
+    (every other scenario runs on the default, the shared HTTP listener)."""
     kit, model = live.kit, live.model
     model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
     tools = [WEATHER_TOOL, live.permission_tool]
@@ -130,7 +133,8 @@ async def test_editor_tool_round_trip_over_http(live: LiveBridge) -> None:
     final = await live.chat(tool_results({weather["callId"]: "Sunny, 22 degrees"}), tools=tools)
     assert final.stop_reason == "end_turn" and final.text.endswith("It is sunny in Paris."), live.evidence()
     assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results)
-    assert '"type":"http"' in "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
+    agent_traces = "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
+    assert "shim.py" in agent_traces and '"type":"http"' not in agent_traces
 
 
 @pytest.mark.parametrize("prestart", [True])
