@@ -12,23 +12,26 @@ directive:
     say TEXT         one chunk with TEXT
     plan             one ``plan`` update (the bridge renders it with the ACP SDK's models, importing them if needed:
                      a warm-up turn with it returns only once that import is done)
-    tools N          connect to the session's first MCP server (stdio), then call its tool ``echo`` N + 1 times in
-                     a row (the first is a warm-up) timing each call; the last chunk is ``timings:`` + a JSON list
-                     of the N round trips in microseconds
+    tools N          connect to the session's first MCP server (stdio, or streamable HTTP), then call its tool
+                     ``echo`` N + 1 times in a row (the first is a warm-up) timing each call; the last chunk is
+                     ``timings:`` + a JSON list of the N round trips in microseconds
     tools N announce the same, each call first reported as a pending ``tool_call`` (as Claude Code reports the
                      calls of the model's response before making them)
     anything else    one chunk "ok"
 
-then answers the prompt with ``end_turn``. Run as ``python bench/agent.py``.
+then answers the prompt with ``end_turn``. Run as ``python bench/agent.py``; with ``--mcp-http`` it advertises
+``mcpCapabilities.http`` (as Claude Code, Codex and Gemini CLI do), so lmbridge gives it an HTTP MCP server.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections import deque
 from typing import Any
 
@@ -75,6 +78,70 @@ def chunk_line(session_id: str, text: str) -> bytes:
     )
 
 
+def mcp_client(server: dict[str, Any]) -> McpClient | HttpMcpClient:
+    return HttpMcpClient(server) if server.get("url") else McpClient(server)
+
+
+def _initialize(client: McpClient | HttpMcpClient) -> None:
+    client.request(
+        "initialize",
+        {
+            "protocolVersion": MCP_PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "lmbridge-bench-agent", "version": "1"},
+        },
+    )
+    client.notify("notifications/initialized")
+    client.request("tools/list", {})
+
+
+class HttpMcpClient:
+    """Just enough of an MCP client (streamable HTTP, one keep-alive connection) to time ``tools/call``."""
+
+    def __init__(self, server: dict[str, Any]) -> None:
+        url = urllib.parse.urlsplit(server["url"])
+        self._path = url.path
+        self._connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80, timeout=60)
+        self._headers = {item["name"]: item["value"] for item in server.get("headers") or ()}
+        self._headers.update({"content-type": "application/json", "accept": "application/json, text/event-stream"})
+        self._next_id = 1
+        _initialize(self)
+
+    def _post(self, message: dict[str, Any]) -> tuple[http.client.HTTPResponse, bytes]:
+        self._connection.request("POST", self._path, json.dumps(message, separators=(",", ":")), self._headers)
+        response = self._connection.getresponse()
+        body = response.read()
+        if response.status >= 400:
+            raise RuntimeError(f"MCP over HTTP: {response.status} {body[:200]!r}")
+        return response, body
+
+    def notify(self, method: str) -> None:
+        self._post({"jsonrpc": "2.0", "method": method})
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = self._next_id
+        self._next_id += 1
+        response, body = self._post({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        session = response.getheader("mcp-session-id")
+        if session:
+            self._headers["mcp-session-id"] = session
+            self._headers["mcp-protocol-version"] = MCP_PROTOCOL_VERSION
+        if (response.getheader("content-type") or "").startswith("text/event-stream"):
+            lines = [line[5:].strip() for line in body.split(b"\n") if line.startswith(b"data:")]
+        else:
+            lines = [body]
+        for line in lines:
+            message = json.loads(line)
+            if message.get("id") == request_id and "method" not in message:
+                if "error" in message:
+                    raise RuntimeError(f"MCP error: {message['error']}")
+                return dict(message["result"])
+        raise RuntimeError(f"MCP over HTTP: no answer to {method} in {body[:200]!r}")
+
+    def close(self) -> None:
+        self._connection.close()
+
+
 class McpClient:
     """Just enough of an MCP client (stdio transport) to time ``tools/call``."""
 
@@ -92,16 +159,10 @@ class McpClient:
         self._in = self.process.stdin.fileno()
         self._lines = Lines(self.process.stdout.fileno())
         self._next_id = 1
-        self.request(
-            "initialize",
-            {
-                "protocolVersion": MCP_PROTOCOL_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "lmbridge-bench-agent", "version": "1"},
-            },
-        )
-        write_all(self._in, b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        self.request("tools/list", {})
+        _initialize(self)
+
+    def notify(self, method: str) -> None:
+        write_all(self._in, json.dumps({"jsonrpc": "2.0", "method": method}).encode() + b"\n")
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         request_id = self._next_id
@@ -136,9 +197,10 @@ class McpClient:
 
 
 class Agent:
-    def __init__(self) -> None:
+    def __init__(self, *, mcp_http: bool = False) -> None:
+        self.mcp_http = mcp_http
         self.sessions: dict[str, list[Any]] = {}  # session id → its mcpServers
-        self.mcp: dict[str, McpClient] = {}
+        self.mcp: dict[str, McpClient | HttpMcpClient] = {}
         self._count = 0
 
     def handle(self, message: dict[str, Any]) -> None:
@@ -153,7 +215,7 @@ class Agent:
                 "agentCapabilities": {
                     "loadSession": False,
                     "promptCapabilities": {"image": False},
-                    "mcpCapabilities": {"http": False},
+                    "mcpCapabilities": {"http": self.mcp_http},
                     "sessionCapabilities": {"close": {}},
                 },
                 "agentInfo": {"name": "lmbridge-bench-agent", "version": "1"},
@@ -242,11 +304,11 @@ class Agent:
     def tools(self, session_id: str, count: int, *, announce: bool = False) -> None:
         client = self.mcp.get(session_id)
         if client is None:
-            servers = [s for s in self.sessions.get(session_id, []) if s.get("command")]
+            servers = [s for s in self.sessions.get(session_id, []) if s.get("command") or s.get("url")]
             if not servers:
-                write_all(1, chunk_line(session_id, "error: no stdio MCP server in session/new"))
+                write_all(1, chunk_line(session_id, "error: no MCP server in session/new"))
                 return
-            client = self.mcp[session_id] = McpClient(servers[0])
+            client = self.mcp[session_id] = mcp_client(servers[0])
         clock = time.perf_counter_ns
         timings = []
         for index in range(count + 1):
@@ -272,7 +334,7 @@ class Agent:
 
 
 def main() -> int:
-    agent = Agent()
+    agent = Agent(mcp_http="--mcp-http" in sys.argv[1:])
     lines = Lines(0)
     try:
         while True:

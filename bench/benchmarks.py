@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .common import Row, Workspace, children_of, rss_kib, summarize
+from .common import Row, Workspace, children_of, rss_kib, summarize, tree_memory
 from .mcp_server import ECHO_TOOL
 from .wire import MCP_SERVER, BridgeClient, assistant_message, clock, user
 
@@ -43,6 +43,7 @@ class Plan:
     match_reps: int
     first_token_reps: int = 30
     conversations: int = 200  # at once through one daemon (8. concurrency)
+    tool_memory_counts: tuple[int, int] = (10, 100)  # open conversations with editor tools (5. memory)
 
 
 FULL = Plan(
@@ -78,6 +79,7 @@ QUICK = Plan(
     match_reps=20,
     first_token_reps=5,
     conversations=20,
+    tool_memory_counts=(2, 12),
 )
 
 
@@ -505,6 +507,58 @@ def memory(ws: Workspace, plan: Plan) -> list[Row]:
     return rows
 
 
+def tool_memory(ws: Workspace, plan: Plan) -> list[Row]:
+    """Memory per open conversation with editor tools, every process counted (lmbridge, the agent, MCP relays):
+    conversations each through one tool turn and left open, at two counts; the slope between them, in PSS (shared
+    pages split between the processes sharing them) and RSS. For each transport lmbridge offers: the shared
+    streamable-HTTP listener (the bench agent advertises ``mcpCapabilities.http``, as the real agents do) and the
+    stdio relay (a process per conversation)."""
+    low, high = plan.tool_memory_counts
+    readings: dict[str, dict[int, tuple[int, int, int]]] = {}
+    for transport, mcp_http in (("http", True), ("stdio relay", False)):
+        bridge = ws.bridge(ws.config(mcp_http=mcp_http, max_sessions=high + 100), f"tool-memory-{mcp_http}")
+        readings[transport] = {}
+        try:
+            bridge.initialize()
+            _warm(bridge)
+            opened = 0
+            for target in (low, high):
+                while opened < target:
+                    _bridged_tool_timings(bridge, 1)
+                    opened += 1
+                readings[transport][target] = tree_memory(bridge.pid)
+        finally:
+            bridge.close()
+    rows = []
+    for transport, by_count in readings.items():
+        (pss_low, rss_low, procs_low), (pss_high, rss_high, procs_high) = by_count[low], by_count[high]
+        per_pss = (pss_high - pss_low) / (high - low)
+        per_rss = (rss_high - rss_low) / (high - low)
+        default = transport == "http"
+        rows.append(
+            Row(
+                "5 memory",
+                f"per open conversation with editor tools, every process counted (PSS), MCP over {transport}",
+                "KiB",
+                summarize([per_pss], p99=False),
+                None,
+                "",
+                goal="≤ 1024 KiB" if default else "",
+                passed=per_pss <= 1024 if default else None,
+                notes=f"{low} → {high} conversations: PSS {pss_low / 1024:.1f} → {pss_high / 1024:.1f} MiB, RSS "
+                f"{rss_low / 1024:.1f} → {rss_high / 1024:.1f} MiB ({per_rss:,.0f} KiB per conversation), "
+                f"processes {procs_low} → {procs_high}"
+                + ("; the default for agents advertising mcpCapabilities.http" if default else ""),
+                extra={
+                    "pss_kib": {c: r[0] for c, r in by_count.items()},
+                    "rss_kib": {c: r[1] for c, r in by_count.items()},
+                    "processes": {c: r[2] for c, r in by_count.items()},
+                },
+            )
+        )
+    return rows
+
+
 # -- 6. history matching -------------------------------------------------------------------------------------------
 
 
@@ -875,7 +929,7 @@ def concurrency(ws: Workspace, plan: Plan) -> list[Row]:
 
     script = Path(sys.executable).with_name("lmbridge")
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "bridge"]
-    config = ws.config(max_sessions=plan.conversations * 2)
+    config = ws.config(mcp_http=True, max_sessions=plan.conversations * 2)
     daemon = Daemon(
         [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("concurrency"), token_file=ws.path / "t"
     )
@@ -970,6 +1024,7 @@ BENCHMARKS = {
     "tools": tools,
     "cold": cold_start,
     "memory": memory,
+    "tool-memory": tool_memory,
     "history": history,
     "http": http_front,
     "concurrency": concurrency,

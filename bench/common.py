@@ -16,7 +16,17 @@ from typing import Any
 
 from .wire import AGENT, ROOT, BridgeClient, DirectAgent
 
-__all__ = ["RESULTS", "Row", "Summary", "Workspace", "children_of", "percentile", "rss_kib", "summarize"]
+__all__ = [
+    "RESULTS",
+    "Row",
+    "Summary",
+    "Workspace",
+    "children_of",
+    "percentile",
+    "rss_kib",
+    "summarize",
+    "tree_memory",
+]
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -104,15 +114,16 @@ class Workspace:
         self._logs: list[Any] = []
         self._count = 0
 
-    def config(self, **sessions: Any) -> Path:
-        """A config file with the bench agent (``bench``); ``sessions`` go to ``[sessions]``."""
+    def config(self, *, mcp_http: bool = False, **sessions: Any) -> Path:
+        """A config file with the bench agent (``bench``; ``mcp_http``: it advertises HTTP MCP servers, so it gets
+        one); ``sessions`` go to ``[sessions]``."""
         self._count += 1
         path = self.path / f"config-{self._count}.toml"
         lines = [
             "[agents.bench]",
             'name = "bench agent"',
             f"command = {json.dumps(sys.executable)}",
-            f"args = [{json.dumps(AGENT)}]",
+            f"args = {json.dumps([AGENT, '--mcp-http'] if mcp_http else [AGENT])}",
             "",
             "[sessions]",
             "stop_grace = 2",
@@ -146,6 +157,24 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def tree_memory(pid: int) -> tuple[int, int, int]:
+    """PSS and RSS (KiB) of a process and every process under it, and how many processes that is."""
+    pss = rss = count = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            with open(f"/proc/{current}/smaps_rollup") as handle:
+                fields = dict(line.split(":", 1) for line in handle if line[0].isupper() and ":" in line)
+        except OSError:
+            continue
+        pss += int(fields["Pss"].split()[0])
+        rss += int(fields["Rss"].split()[0])
+        count += 1
+        pending += children_of(current)
+    return pss, rss, count
 
 
 def children_of(pid: int) -> list[int]:

@@ -23,3 +23,12 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     report = json.loads(output.read_text())
     assert not report["errors"]
     assert "throughput" in done.stdout.lower()
+    # Memory per conversation with editor tools is measured for both transports, every process counted.
+    memory = {
+        row["metric"].rsplit("MCP over ", 1)[-1]: row for row in report["rows"] if "editor tools" in row["metric"]
+    }
+    assert set(memory) == {"http", "stdio relay"}
+    # The relay is a process per conversation; the shared HTTP listener none.
+    low, high = report["plan"]["tool_memory_counts"]
+    relay, http = (sorted(memory[name]["extra"]["processes"].values()) for name in ("stdio relay", "http"))
+    assert relay[1] - relay[0] == high - low and http[1] == http[0]
