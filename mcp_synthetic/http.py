@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +21,11 @@ from bridge.rpc.asgi import listening_socket, serve_asgi
 
 from .server import SessionTools
 
-__all__ = ["MAX_BODY", "HttpEndpoints"]
+__all__ = ["MAX_BODY", "HttpEndpoints", "load_http"]
 
 MAX_BODY = 16 * 1024 * 1024
 _PREFIX = "/mcp/"
+_START_TIMEOUT = 30.0  # seconds a request may wait for its route's session manager to start
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,12 +35,29 @@ class _Route:
     authorization: bytes  # b"Bearer <token>"
 
 
-class HttpEndpoints:
-    """The shared streamable-HTTP listener: ``run`` it in a nursery, then ``add`` a session's tools."""
+def load_http() -> None:
+    """Import what serving over HTTP needs besides the SDK's core (slow: run it in a worker thread)."""
+    import mcp.server.streamable_http_manager
+    import mcp.server.transport_security  # noqa: F401
 
-    def __init__(self, log: Any) -> None:
+    from bridge.rpc.asgi import load_server
+
+    load_server()
+
+
+class HttpEndpoints:
+    """The shared streamable-HTTP listener: ``run`` it in a nursery, then ``add`` a session's tools.
+
+    The socket is bound, and URLs handed out, before the MCP SDK is imported (``ready`` waits for that import,
+    which a worker thread does): an agent's first connection waits in the socket's backlog for the few hundred
+    milliseconds the import may still take, while the agent starts its session, instead of lmbridge holding back
+    ``session/new`` for it."""
+
+    def __init__(self, log: Any, ready: Callable[[], Awaitable[None]]) -> None:
         self._log = log
+        self._ready = ready
         self._routes: dict[str, _Route] = {}
+        self._starting: dict[str, trio.Event] = {}  # routes handed out whose SDK session manager is not running yet
         self._port = 0
         self._nursery: trio.Nursery | None = None
 
@@ -49,52 +68,68 @@ class HttpEndpoints:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                task_status.started()
+                try:
+                    await self._ready()
+                except Exception as exc:  # the SDK cannot be imported: refuse connections rather than hold them
+                    self._log.error("cannot serve MCP over HTTP", error=str(exc))
+                    nursery.cancel_scope.cancel()
+                    return
                 await nursery.start(serve_asgi, self._app, [sock])
                 self._log.debug("MCP endpoints listening", port=self._port)
-                task_status.started()
                 await trio.sleep_forever()
         finally:
             self._nursery = None
             sock.close()
 
-    async def add(self, tools: SessionTools, token: str) -> tuple[str, trio.CancelScope]:
-        """Serve ``tools`` at a new path; returns its URL and the scope that stops serving it."""
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-        from mcp.server.transport_security import TransportSecuritySettings
-
-        assert self._nursery is not None, "HttpEndpoints.add before run"
-        manager = StreamableHTTPSessionManager(
-            app=tools.server,
-            max_request_body_size=MAX_BODY,
-            # The MCP session lives as long as lmbridge's session (its route): the SDK's 30-minute idle reaping
-            # would make an agent's next tool call after a long pause a 404.
-            session_idle_timeout=None,
-            security_settings=TransportSecuritySettings(allowed_hosts=[f"127.0.0.1:{self._port}"], allowed_origins=[]),
-        )
+    def add(self, tools: SessionTools, token: str) -> tuple[str, trio.CancelScope]:
+        """Serve ``tools`` at a new path; returns its URL at once and the scope that stops serving it.
+        ``RuntimeError`` when the listener is not running (not started, or it gave up)."""
+        if self._nursery is None:
+            raise RuntimeError("the MCP endpoints are not running")
         route = secrets.token_hex(8)
-        entry = _Route(tools, manager, f"Bearer {token}".encode())
-        scope: trio.CancelScope = await self._nursery.start(self._serve_route, route, entry)
+        scope = trio.CancelScope()
+        self._starting[route] = trio.Event()
+        self._nursery.start_soon(self._serve_route, route, tools, f"Bearer {token}".encode(), scope)
         return f"http://127.0.0.1:{self._port}{_PREFIX}{route}", scope
 
-    @property
-    def routes(self) -> int:
-        return len(self._routes)
-
     async def _serve_route(
-        self, route: str, entry: _Route, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
+        self, route: str, tools: SessionTools, authorization: bytes, scope: trio.CancelScope
     ) -> None:
-        with trio.CancelScope() as scope:
+        with scope:
             try:
-                async with entry.manager.run():  # the SDK's task group for this session's MCP connections
-                    self._routes[route] = entry
-                    task_status.started(scope)
+                await self._ready()
+                from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+                from mcp.server.transport_security import TransportSecuritySettings
+
+                manager = StreamableHTTPSessionManager(
+                    app=tools.server,
+                    max_request_body_size=MAX_BODY,
+                    # The MCP session lives as long as lmbridge's session (its route): the SDK's 30-minute idle
+                    # reaping would make an agent's next tool call after a long pause a 404.
+                    session_idle_timeout=None,
+                    security_settings=TransportSecuritySettings(
+                        allowed_hosts=[f"127.0.0.1:{self._port}"], allowed_origins=[]
+                    ),
+                )
+                async with manager.run():  # the SDK's task group for this session's MCP connections
+                    self._routes[route] = _Route(tools, manager, authorization)
+                    self._starting.pop(route).set()
                     await trio.sleep_forever()
             finally:
                 self._routes.pop(route, None)
+                started = self._starting.pop(route, None)
+                if started is not None:
+                    started.set()
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
-        entry = self._routes.get(path[len(_PREFIX) :]) if path.startswith(_PREFIX) else None
+        route = path[len(_PREFIX) :] if path.startswith(_PREFIX) else ""
+        starting = self._starting.get(route)
+        if starting is not None:  # handed out a moment ago: its session manager is starting
+            with trio.move_on_after(_START_TIMEOUT):
+                await starting.wait()
+        entry = self._routes.get(route)
         if entry is None:
             await _plain(send, 404, b"no such MCP endpoint: the session it served has closed")
             return

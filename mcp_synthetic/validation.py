@@ -11,7 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ArgumentCheck", "ToolSchema"]
+__all__ = ["ArgumentCheck", "ToolSchema", "warm_up_schemas"]
+
+
+def warm_up_schemas() -> None:
+    """Import jsonschema and build its Draft 2020-12 meta-schema checker (about 70 ms the first time): done in a
+    worker thread before the first tool list needs it."""
+    ToolSchema("warm-up", {"type": "object", "properties": {"x": {"type": "string"}}})
 
 
 @dataclass(frozen=True, slots=True)

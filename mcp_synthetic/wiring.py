@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
+from .validation import warm_up_schemas
 
 if TYPE_CHECKING:
     from .http import HttpEndpoints
@@ -58,6 +59,16 @@ def _remove_stale_runtime_dirs(parent: Path) -> None:
             shutil.rmtree(directory, ignore_errors=True)
         except (OSError, OverflowError):
             continue
+
+
+def _load_everything() -> None:
+    """What serving a session's tools needs, soonest first: the schema checker (each session's ``session/new``
+    compiles its tools' schemas), then the SDK and the HTTP server (its MCP connections)."""
+    warm_up_schemas()
+    load_sdk()
+    from .http import load_http
+
+    load_http()
 
 
 class EditorToolsSetup:
@@ -95,24 +106,30 @@ class EditorToolsSetup:
     # -- SessionSetup -------------------------------------------------------------------------------------------
 
     def prepare(self, request: Any) -> None:
-        """Start importing the MCP SDK (about a second) as soon as a request with tools arrives."""
+        """Start importing the MCP SDK (about half a second) as soon as a request with tools arrives."""
         if request.tools:
             self.preload()
 
     def preload(self) -> None:
-        """Start importing the MCP SDK in a worker thread, once."""
+        """Start importing the MCP SDK and the HTTP server in a worker thread, once."""
         if self._sdk_loaded is None and self._nursery is not None:
             self._sdk_loaded = trio.Event()
             self._nursery.start_soon(self._load_sdk, self._sdk_loaded)
 
-    async def mcp_servers(self, session: Any, request: Any) -> list[dict[str, Any]]:
-        if not request.tools:
-            return []
-        self.prepare(request)
+    async def sdk_ready(self) -> None:
+        """Wait for the import ``preload`` started (starting it if need be); ``RuntimeError`` when it failed."""
+        self.preload()
         assert self._sdk_loaded is not None
         await self._sdk_loaded.wait()
         if self._sdk_error is not None:
             raise RuntimeError(f"the MCP SDK failed to load: {self._sdk_error}")
+
+    async def mcp_servers(self, session: Any, request: Any) -> list[dict[str, Any]]:
+        """The session's server entry, at once: the import runs on while the agent starts its session; the MCP
+        connections wait for it (``sdk_ready``), not ``session/new``."""
+        if not request.tools:
+            return []
+        self.prepare(request)
 
         async def invoke(name: str, arguments: Any, cancel: trio.Event) -> Any:
             actor = session.actor
@@ -174,7 +191,11 @@ class EditorToolsSetup:
         endpoints = await self._http_endpoints()
         if endpoints is None:
             return None
-        url, served.listener = await endpoints.add(tools, token)
+        try:
+            url, served.listener = endpoints.add(tools, token)
+        except RuntimeError as exc:  # the listener gave up (the SDK could not be imported): the relay says why
+            self._log.warning("MCP over HTTP is not available; using the stdio relay", error=str(exc))
+            return None
         return url
 
     async def _http_endpoints(self) -> HttpEndpoints | None:
@@ -183,7 +204,7 @@ class EditorToolsSetup:
             if self._http is None and not self._http_failed:
                 from .http import HttpEndpoints
 
-                endpoints = HttpEndpoints(self._log)
+                endpoints = HttpEndpoints(self._log, self.sdk_ready)
                 assert self._nursery is not None
                 try:
                     await self._nursery.start(endpoints.run)
@@ -223,7 +244,7 @@ class EditorToolsSetup:
 
     async def _load_sdk(self, loaded: trio.Event) -> None:
         try:
-            await trio.to_thread.run_sync(load_sdk)
+            await trio.to_thread.run_sync(_load_everything)
         except Exception as exc:
             self._sdk_error = exc
             self._log.error("cannot import the mcp SDK", error=str(exc))
@@ -278,6 +299,11 @@ class EditorToolsSetup:
             expected = HANDSHAKE + token.encode()
             if not hmac.compare_digest(first, expected):
                 self._log.warning("refused a connection to an MCP socket: wrong or missing token")
+                return
+            try:
+                await self.sdk_ready()
+            except RuntimeError as exc:
+                self._log.error("cannot serve an MCP connection", error=str(exc))
                 return
             await tools.serve(_Prefixed(stream, rest))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -166,3 +167,97 @@ def autojump_clock():
 )
 def test_the_agent_sees_the_clients_annotations_and_read_only_unless_told_otherwise(client, parallel, seen) -> None:
     assert agent_annotations(client, parallel=parallel) == seen
+
+
+# -- the shared HTTP listener: URLs before the SDK is imported ------------------------------------------------------
+
+
+def _post_initialize(url: str) -> int:
+    import json
+    import urllib.request
+
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "authorization": "Bearer secret-token",
+    }
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        response.read()
+        return int(response.status)
+
+
+def _endpoints(ready: Any) -> tuple[Any, Any]:
+    from mcp_synthetic.http import HttpEndpoints
+    from mcp_synthetic.server import SessionTools
+
+    class Log:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: self if name == "bind" else None
+
+    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+        return {"content": [{"type": "text", "value": "ok"}]}, ""
+
+    tools = SessionTools(invoke, log=Log())
+    tools.update([{"name": "t", "description": "d", "inputSchema": {"type": "object"}}])
+    return HttpEndpoints(Log(), ready), tools
+
+
+async def test_a_session_gets_its_url_before_the_sdk_is_ready_and_is_served_once_it_is() -> None:
+    import trio
+
+    sdk_imported = trio.Event()
+    endpoints, tools = _endpoints(sdk_imported.wait)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoints.run)
+        url, _stop = endpoints.add(tools, "secret-token")  # at once: the SDK is not "imported" yet
+        assert url.startswith("http://127.0.0.1:") and "/mcp/" in url
+        statuses: list[int] = []
+        answered = trio.Event()
+
+        async def agent_connects() -> None:
+            statuses.append(await trio.to_thread.run_sync(_post_initialize, url))
+            answered.set()
+
+        nursery.start_soon(agent_connects)
+        sdk_imported.set()  # the agent's request, wherever it is by now, is answered once serving starts
+        with trio.fail_after(30):
+            await answered.wait()
+        assert statuses == [200]
+        nursery.cancel_scope.cancel()
+
+
+async def test_when_the_sdk_cannot_be_imported_connections_are_refused_not_held() -> None:
+    import urllib.error
+
+    import trio
+
+    import_ends = trio.Event()
+
+    async def broken() -> None:
+        await import_ends.wait()
+        raise RuntimeError("the MCP SDK failed to load: No module named 'mcp'")
+
+    endpoints, tools = _endpoints(broken)
+    gave_up = trio.Event()
+
+    async def listen(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        await endpoints.run(task_status=task_status)
+        gave_up.set()  # it logged why and closed its socket
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listen)
+        url, _stop = endpoints.add(tools, "secret-token")
+        import_ends.set()
+        with trio.fail_after(30):
+            await gave_up.wait()
+        with pytest.raises(urllib.error.URLError):
+            await trio.to_thread.run_sync(_post_initialize, url)
+        with pytest.raises(RuntimeError, match="not running"):
+            endpoints.add(tools, "secret-token")  # lmbridge then uses the stdio relay

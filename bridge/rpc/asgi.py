@@ -16,9 +16,17 @@ from typing import Any
 
 import trio
 
-__all__ = ["listening_socket", "serve_asgi"]
+__all__ = ["listening_socket", "load_server", "serve_asgi"]
 
 _HEADER_BYTES = 64 * 1024
+
+
+def load_server() -> None:
+    """Import the HTTP server (about 0.1 s): callers that must not pay it on a request's path do it in advance, in
+    a worker thread."""
+    import hypercorn.config
+    import hypercorn.trio.run
+    import hypercorn.utils  # noqa: F401
 
 
 async def serve_asgi(
