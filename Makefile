@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint pytest vscode-test vscode-e2e vscode-package bench interop clean
+.PHONY: demo test lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -67,6 +67,13 @@ vscode-package: $(STAMP)
 BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The real agents (Claude Code, Codex, Gemini CLI; installed as for `make interop`) driven directly and through
+# lmbridge, offline against a local fake model: about 5 minutes; results in bench/results/agents.json.
+# BENCH_AGENTS_ARGS=--reps 3 for a quicker run; --agents codex,gemini to choose.
+BENCH_AGENTS_ARGS ?=
+bench-agents: $(STAMP)
+	$(BIN)/python -m bench.agents $(BENCH_AGENTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,486 @@
+"""The real agents, direct and through lmbridge: what lmbridge adds to what a user waits for (``make bench-agents``).
+
+Each agent of the interop suite (Claude Code, Codex, Gemini CLI at their pinned releases, installed by
+``tests/interop/installs.py``) runs offline against the interop suite's fake model on 127.0.0.1, which answers at
+once. Paired runs, the side that goes first alternating:
+
+- direct: a minimal ACP client (raw JSON-RPC over the agent's stdio, Trio) drives the agent; the editor's tool is
+  served by an MCP server on the official SDK in this process, over streamable HTTP, answering at once;
+- through lmbridge: ``lmbridge stdio`` with the agent configured as a user would, driven as an editor drives it;
+  the editor answers each tool call at once, in its next request.
+
+Figures (each a median over the runs; added = through lmbridge − direct, and the ratio):
+
+    cold first chat   spawn → first text of the first chat (lmbridge gets initialize and lm/chat at once)
+    prestart chat     an editor connected (lmbridge: ``prestart``) and the user typed for a second, the agent is ready
+                      → first text of a new chat (direct: the agent started and initialized)
+    text turn         a later turn of the same conversation: request → end of the answer
+    first tool turn   the first turn of the process with a tool call: request → call → result → end of the answer
+    later tool turn   the same, a later turn of that conversation
+
+    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bench.common import RESULTS, Row, summarize
+from bench.run import table
+from bench.wire import ROOT
+
+sys.path.insert(0, str(ROOT / "tests"))  # the interop suite's fake model, agent kits and installs
+
+from interop.fake_models import FakeModel, call, open_fake_model, say
+from interop.installs import ensure_installed, npm_missing
+from interop.kits import KITS, AgentKit, write_config
+
+from bridge.editor.client import EditorClient, spawn_stdio
+
+TYPING = 1.0  # seconds between an editor connecting and its first chat, in the prestart figure
+STEP_TIMEOUT = 90.0  # seconds: one chat, including an agent's cold start
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
+_FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX|LMBRIDGE_)")
+clock = time.perf_counter
+
+
+def _environment(extra: dict[str, str]) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not _FOREIGN_ENV.match(name)}
+    return {**env, **extra}
+
+
+# -- the direct side: a minimal ACP client -------------------------------------------------------------------------
+
+
+class DirectAgent:
+    """An ACP agent process driven over raw newline-delimited JSON-RPC; permission requests are allowed at once."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self._next_id = 0
+        self._answers: dict[int, Any] = {}
+        self._answered: dict[int, trio.Event] = {}
+        self.on_update: Callable[[dict[str, Any]], None] | None = None
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(json.dumps(message).encode() + b"\n")
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        self._next_id += 1
+        request_id = self._next_id
+        self._answered[request_id] = trio.Event()
+        await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        await self._answered[request_id].wait()
+        answer = self._answers.pop(request_id)
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return answer.get("result")
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        rest = b""
+        async for data in self.process.stdout:
+            lines = (rest + data).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                if line.strip():
+                    await self._receive(json.loads(line))
+
+    async def _receive(self, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        if method is None:
+            request_id = message.get("id")
+            if request_id in self._answered:
+                self._answers[request_id] = message
+                self._answered.pop(request_id).set()
+            return
+        if "id" in message:
+            result: Any = None
+            if method == "session/request_permission":
+                options = message.get("params", {}).get("options") or []
+                allow = next((o for o in options if str(o.get("kind", "")).startswith("allow")), options[0])
+                result = {"outcome": {"outcome": "selected", "optionId": allow["optionId"]}}
+                await self._send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            else:
+                error = {"code": -32601, "message": f"not offered: {method}"}
+                await self._send({"jsonrpc": "2.0", "id": message["id"], "error": error})
+            return
+        if method == "session/update" and self.on_update is not None:
+            self.on_update(message.get("params", {}).get("update") or {})
+
+    async def prompt(self, session_id: str, text: str) -> tuple[float | None, float]:
+        """Send a prompt; returns (first text chunk, end of the turn) as clock() readings."""
+        first: list[float] = []
+
+        def update(update: dict[str, Any]) -> None:
+            if update.get("sessionUpdate") == "agent_message_chunk" and not first:
+                first.append(clock())
+
+        self.on_update = update
+        await self.request("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]})
+        return (first[0] if first else None), clock()
+
+
+@asynccontextmanager
+async def direct_agent(table_: dict[str, Any], cwd: Path) -> AsyncIterator[DirectAgent]:
+    process = await trio.lowlevel.open_process(
+        [table_["command"], *table_.get("args", [])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_environment(table_.get("env") or {}),
+        cwd=table_.get("cwd") or str(cwd),
+        start_new_session=True,
+    )
+    agent = DirectAgent(process)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.read)
+            try:
+                yield agent
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            if process.returncode is None:
+                os.killpg(process.pid, 15)
+                with trio.move_on_after(5):
+                    await process.wait()
+            if process.returncode is None:
+                os.killpg(process.pid, 9)
+                await process.wait()
+
+
+async def _open_direct(agent: DirectAgent, table_: dict[str, Any]) -> None:
+    await agent.request(
+        "initialize",
+        {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "lmbridge-bench", "version": "1"}},
+    )
+    if table_.get("authenticate"):
+        await agent.request("authenticate", {"methodId": table_["authenticate"]})
+
+
+# -- one round per side --------------------------------------------------------------------------------------------
+
+
+class Round:
+    """The fake model, the agent's files and the tool server of one agent's runs."""
+
+    def __init__(self, kit: AgentKit, model: FakeModel, scratch: Path, tool_server: dict[str, Any]) -> None:
+        self.kit = kit
+        self.model = model
+        self.scratch = scratch
+        self.tool_server = tool_server
+        self._count = 0
+
+    def table(self) -> tuple[dict[str, Any], Path]:
+        self._count += 1
+        base = self.scratch / f"run-{self._count}"
+        home, project = base / "home", base / "project"
+        home.mkdir(parents=True)
+        project.mkdir()
+        marker = f"bench-agents-{os.getpid()}-{self._count}"
+        return self.kit.agent_table(model_url=self.model.base_url, home=home, project=project, marker=marker), project
+
+    def tool_turns(self, city: str) -> None:
+        self.model.add(call(self.kit.editor_tool("get_weather", {"city": city})), say(f"Weather told for {city}."))
+
+    async def direct(self, samples: dict[str, list[float]]) -> None:
+        table_, project = self.table()
+        self.model.add(say("Hello there, ready."), say("Fine, thanks."))
+        started = clock()
+        async with direct_agent(table_, project) as agent:
+            with trio.fail_after(STEP_TIMEOUT):
+                await _open_direct(agent, table_)
+                new = await agent.request("session/new", {"cwd": str(project), "mcpServers": [self.tool_server]})
+                first, _ = await agent.prompt(new["sessionId"], "Hello?")
+            assert first is not None, "no text from the agent"
+            samples["cold first chat"].append(first - started)
+            with trio.fail_after(STEP_TIMEOUT):
+                begun = clock()
+                await agent.prompt(new["sessionId"], "How are you?")
+                samples["text turn"].append(clock() - begun)
+            for figure, city in (("first tool turn", "Paris"), ("later tool turn", "Oslo")):
+                self.tool_turns(city)
+                with trio.fail_after(STEP_TIMEOUT):
+                    begun = clock()
+                    await agent.prompt(new["sessionId"], f"What is the weather in {city}?")
+                    samples[figure].append(clock() - begun)
+        # prestart: the agent started and initialized; a new chat
+        table_, project = self.table()
+        self.model.add(say("Ready when you are."))
+        async with direct_agent(table_, project) as agent:
+            with trio.fail_after(STEP_TIMEOUT):
+                await _open_direct(agent, table_)
+                begun = clock()
+                new = await agent.request("session/new", {"cwd": str(project), "mcpServers": [self.tool_server]})
+                first, _ = await agent.prompt(new["sessionId"], "Are you there?")
+            assert first is not None, "no text from the agent"
+            samples["prestart chat"].append(first - begun)
+
+    async def bridged(self, samples: dict[str, list[float]]) -> None:
+        table_, project = self.table()
+        config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
+        self.model.add(say("Hello there, ready."), say("Fine, thanks."))
+        started = clock()
+        async with _lmbridge(config, project) as client:
+            assert client.connection is not None
+            init = await client.connection.start_request(
+                "initialize",
+                {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-bench", "version": "1"},
+                 "workspaceFolders": [str(project)]},
+            )  # fmt: skip
+            tools = [WEATHER_TOOL]
+            history: list[dict[str, Any]] = [_user("Hello?")]
+            with trio.fail_after(STEP_TIMEOUT):
+                first = await _first_text(client, self.kit.id, history, tools)
+                samples["cold first chat"].append(first[0] - started)
+                tools.append((await init.result())["permissionTool"])
+                history.append(first[1])
+            history.append(_user("How are you?"))
+            with trio.fail_after(STEP_TIMEOUT):
+                begun = clock()
+                history += await _turn(client, self.kit.id, history, tools)
+                samples["text turn"].append(clock() - begun)
+            for figure, city in (("first tool turn", "Paris"), ("later tool turn", "Oslo")):
+                self.tool_turns(city)
+                history.append(_user(f"What is the weather in {city}?"))
+                with trio.fail_after(STEP_TIMEOUT):
+                    begun = clock()
+                    history += await _turn(client, self.kit.id, history, tools)
+                    samples[figure].append(clock() - begun)
+        table_, project = self.table()
+        table_["prestart"] = True
+        config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
+        self.model.add(say("Ready when you are."))
+        stderr = project.parent / "lmbridge.stderr"
+        async with _lmbridge(config, project, stderr) as client:
+            with trio.fail_after(STEP_TIMEOUT):
+                connected = trio.current_time()
+                info = await client.initialize(workspaceFolders=[str(project)])
+                # The prestarted agent answered initialize: a line in lmbridge's log, written by another process.
+                while "agent ready" not in stderr.read_text():  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                await trio.sleep_until(connected + TYPING)  # what the scenario models, not a synchronisation
+                begun = clock()
+                first = await _first_text(
+                    client, self.kit.id, [_user("Are you there?")], [WEATHER_TOOL, info["permissionTool"]]
+                )
+                samples["prestart chat"].append(first[0] - begun)
+
+
+@asynccontextmanager
+async def _lmbridge(config: Path, project: Path, stderr: Path | None = None) -> AsyncIterator[EditorClient]:
+    log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
+    try:
+        env = _environment({"XDG_STATE_HOME": str(project.parent / "state")})
+        async with spawn_stdio(["--config", str(config)], env=env, cwd=str(project), stderr=log) as (
+            client,
+            _process,
+        ):
+            yield client
+    finally:
+        log.close()
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "value": text}]}
+
+
+async def _first_text(
+    client: EditorClient, model: str, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[float, dict[str, Any]]:
+    """Start a chat; returns when its first text part came, and (once it ended) the assistant message."""
+    first: list[float] = []
+
+    def part(part: dict[str, Any]) -> None:
+        if part.get("type") == "text" and not first:
+            first.append(clock())
+
+    turn = await client.start_chat(model, history, tools=tools, on_part=part)
+    result = await turn.result()
+    if result.error is not None or not first:
+        raise RuntimeError(f"lmbridge: {result.error or 'no text'}")
+    return first[0], result.assistant_message()
+
+
+async def _turn(
+    client: EditorClient, model: str, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One user turn to its end, the editor answering each tool call at once; returns the messages it added."""
+    added: list[dict[str, Any]] = []
+    while True:
+        result = await client.chat(model, history + added, tools=tools)
+        if result.error is not None:
+            raise RuntimeError(f"lmbridge: {result.error}")
+        added.append(result.assistant_message())
+        if result.stop_reason != "tool_calls":
+            return added
+        answers = [
+            {"type": "tool_result", "callId": c["callId"], "content": [{"type": "text", "value": "Sunny, 22 degrees"}]}
+            for c in result.tool_calls
+        ]
+        added.append({"role": "user", "content": answers})
+
+
+# -- the tool server of the direct side ----------------------------------------------------------------------------
+
+
+class _QuietLog:
+    """A logger that keeps the table clean: errors still go to stderr."""
+
+    def bind(self, **_: Any) -> _QuietLog:
+        return self
+
+    def debug(self, *_: Any, **__: Any) -> None:
+        pass
+
+    info = warning = debug
+
+    def error(self, event: str, **fields: Any) -> None:
+        print(f"tool server: {event} {fields}", file=sys.stderr)
+
+    exception = error
+
+
+@asynccontextmanager
+async def tool_server() -> AsyncIterator[dict[str, Any]]:
+    """An MCP server named ``editor`` with ``get_weather`` on streamable HTTP in this process, answering at once."""
+    from mcp_synthetic.http import HttpEndpoints, load_http
+    from mcp_synthetic.server import SessionTools, load_sdk
+
+    async def invoke(name: str, arguments: Any, cancel: trio.Event) -> Any:
+        return {"content": [{"type": "text", "value": "Sunny, 22 degrees"}]}, ""  # as an editor's tool_result
+
+    async def ready() -> None:
+        pass
+
+    load_sdk()
+    load_http()
+    log = _QuietLog()
+    tools = SessionTools(invoke, log=log)
+    tools.update([WEATHER_TOOL])
+    endpoints = HttpEndpoints(log, ready)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoints.run)
+        url, _scope = endpoints.add(tools, "bench-token")
+        yield {
+            "type": "http",
+            "name": "editor",
+            "url": url,
+            "headers": [{"name": "Authorization", "value": "Bearer bench-token"}],
+        }
+        nursery.cancel_scope.cancel()
+
+
+# -- the run -------------------------------------------------------------------------------------------------------
+
+
+async def measure(agent: str, reps: int, scratch: Path) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    direct: dict[str, list[float]] = {figure: [] for figure in FIGURES}
+    bridged: dict[str, list[float]] = {figure: [] for figure in FIGURES}
+    async with open_fake_model() as model, tool_server() as server:
+        runs = Round(KITS[agent], model, scratch / agent, server)
+        await runs.direct({figure: [] for figure in FIGURES})  # untimed: page cache, compile caches, the model
+        await runs.bridged({figure: [] for figure in FIGURES})
+        for rep in range(reps):
+            order = (runs.direct, runs.bridged) if rep % 2 == 0 else (runs.bridged, runs.direct)
+            for run in order:
+                await run(direct if run == runs.direct else bridged)
+            print(f"  {agent}: {rep + 1}/{reps}", file=sys.stderr, flush=True)
+        if model.errors:
+            raise RuntimeError(f"the fake model saw unscripted requests: {model.errors[:3]}")
+    return direct, bridged
+
+
+def rows_for(agent: str, direct: dict[str, list[float]], bridged: dict[str, list[float]]) -> list[Row]:
+    goals = {"first tool turn": 10.0, "later tool turn": 3.0, "cold first chat": 100.0, "prestart chat": 5.0}
+    rows = []
+    for figure in FIGURES:
+        b = summarize([s * 1000 for s in bridged[figure]])
+        d = summarize([s * 1000 for s in direct[figure]])
+        added = {"median": b.median - d.median, "p99": (b.p99 or 0) - (d.p99 or 0)}
+        goal = goals.get(figure)
+        rows.append(
+            Row(
+                f"{agent}",
+                figure,
+                "ms",
+                b,
+                d,
+                f"{agent} driven directly over ACP",
+                goal=f"added ≤ {goal:g} ms" if goal is not None else "",
+                passed=added["median"] <= goal if goal is not None else None,
+                added=added,
+                notes=f"{b.n} paired runs, alternating",
+            )
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.agents", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=10, help="paired runs per agent (default 10)")
+    parser.add_argument("--agents", default=",".join(KITS), help="comma-separated (default: all)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "agents.json")
+    args = parser.parse_args(argv)
+    agents = [a for a in args.agents.split(",") if a]
+    unknown = [a for a in agents if a not in KITS]
+    if unknown:
+        parser.error(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(KITS)}")
+    problem = npm_missing()
+    if problem:
+        print(f"bench-agents: {problem}", file=sys.stderr)
+        return 2
+    ensure_installed(agents)
+    started = time.monotonic()
+    rows: list[Row] = []
+    errors: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="lmbridge-bench-agents-") as scratch:
+        for agent in agents:
+            print(f"running {agent} …", file=sys.stderr, flush=True)
+            try:
+                direct, bridged = trio.run(measure, agent, args.reps, Path(scratch))
+            except Exception as exc:
+                errors[agent] = f"{type(exc).__name__}: {exc}"
+                print(f"  {agent} FAILED: {errors[agent]}", file=sys.stderr)
+                continue
+            rows += rows_for(agent, direct, bridged)
+    text = table(rows)
+    print(text)
+    report = {
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "seconds": round(time.monotonic() - started, 1),
+        "reps": args.reps,
+        "rows": [row.to_json() for row in rows],
+        "errors": errors,
+        "table": text,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=1))
+    print(f"written: {args.output}", file=sys.stderr)
+    return 2 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
