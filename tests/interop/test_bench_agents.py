@@ -1,0 +1,33 @@
+"""`make bench-agents` keeps working: one paired run with one real agent (the figures live in docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .installs import Installed
+
+pytestmark = pytest.mark.interop
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path: Path) -> None:
+    output = tmp_path / "agents.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.agents", "--reps", "1", "--agents", "codex", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report["errors"] == {}
+    figures = {row["metric"]: row for row in report["rows"]}
+    assert set(figures) == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
+    assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
