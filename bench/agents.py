@@ -18,7 +18,10 @@ Figures (each a median over the runs; added = through lmbridge − direct, and t
     first tool turn   the first turn of the process with a tool call: request → call → result → end of the answer
     later tool turn   the same, a later turn of that conversation
 
-    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE]
+    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR]
+
+``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
+commits with the same benchmark; the benchmark's own code (the direct side) stays this one.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ WEATHER_TOOL = {
     "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
+LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
 _FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX|LMBRIDGE_)")
 clock = time.perf_counter
 
@@ -294,6 +298,8 @@ async def _lmbridge(config: Path, project: Path, stderr: Path | None = None) -> 
     log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
     try:
         env = _environment({"XDG_STATE_HOME": str(project.parent / "state")})
+        if LMBRIDGE_TREE is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LMBRIDGE_TREE), env.get("PYTHONPATH")]))
         async with spawn_stdio(["--config", str(config)], env=env, cwd=str(project), stderr=log) as (
             client,
             _process,
@@ -443,7 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=10, help="paired runs per agent (default 10)")
     parser.add_argument("--agents", default=",".join(KITS), help="comma-separated (default: all)")
     parser.add_argument("--output", type=Path, default=RESULTS / "agents.json")
+    parser.add_argument("--lmbridge-tree", type=Path, help="run lmbridge from this source tree (compare commits)")
     args = parser.parse_args(argv)
+    if args.lmbridge_tree is not None:
+        if not (args.lmbridge_tree / "bridge" / "__main__.py").is_file():
+            parser.error(f"{args.lmbridge_tree} is not an lmbridge source tree (no bridge/__main__.py)")
+        global LMBRIDGE_TREE
+        LMBRIDGE_TREE = args.lmbridge_tree.resolve()
     agents = [a for a in args.agents.split(",") if a]
     unknown = [a for a in agents if a not in KITS]
     if unknown:

@@ -1,4 +1,4 @@
-"""The seven benchmarks. Each runs the bridge path and its baseline in the same run, alternating repetitions (this
+"""The eight benchmarks. Each runs the bridge path and its baseline in the same run, alternating repetitions (this
 machine may be busy with other work: interleaving spreads that noise over both sides), and returns table rows.
 
 Every bridge path goes through ``lmbridge stdio`` as a subprocess, the way an editor runs it; the far end is the raw

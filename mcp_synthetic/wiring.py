@@ -10,6 +10,7 @@ session hooks the router calls (``SessionSetup``): the servers for
 
 from __future__ import annotations
 
+import gc
 import hmac
 import os
 import secrets
@@ -245,6 +246,9 @@ class EditorToolsSetup:
     async def _load_sdk(self, loaded: trio.Event) -> None:
         try:
             await trio.to_thread.run_sync(_load_everything)
+            # The modules just imported live as long as the process: out of the garbage collector's scans, as
+            # bridge.core.service does for everything imported at start (else every full collection walks them).
+            gc.freeze()
         except Exception as exc:
             self._sdk_error = exc
             self._log.error("cannot import the mcp SDK", error=str(exc))
