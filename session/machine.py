@@ -836,12 +836,11 @@ class SessionMachine:
         self._started_calls.clear()
         self._batch_arrivals = 0
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
-        if self._renderer.usage is not None:
-            usage = {
-                **(usage or {}),
-                "contextUsed": self._renderer.usage.used,
-                "contextSize": self._renderer.usage.size,
-            }
+        context = self._renderer.usage
+        if context is not None:
+            usage = {**(usage or {}), "contextUsed": context.used, "contextSize": context.size}
+            if context.cost is not None:
+                usage["cost"] = context.cost
         out.append(
             EndTurn(
                 turn.turn,

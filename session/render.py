@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -39,6 +40,7 @@ def acp_update_part(update: dict[str, Any]) -> dict[str, Any]:
 class Usage:
     used: int
     size: int
+    cost: dict[str, Any] | None = None  # {"amount": number, "currency": "USD"}: the session's cost so far
 
 
 class _ToolView:
@@ -87,7 +89,7 @@ class ActivityRenderer:
         if kind == "usage_update":
             used, size = update.get("used"), update.get("size")
             if isinstance(used, int) and isinstance(size, int):
-                self.usage = Usage(used, size)
+                self.usage = Usage(used, size, _cost(update.get("cost")))
         return []  # commands, modes, session info, echoed user text, unknown variants: no text
 
     # -- pieces ---------------------------------------------------------------------------------------------
@@ -230,6 +232,18 @@ def _failure_detail(content: Any, raw_output: Any) -> str:
             return f"exit code {raw_output['exit_code']}"
         return ""
     return _meaningful_line(raw_output)
+
+
+def _cost(value: Any) -> dict[str, Any] | None:
+    """ACP ``Cost`` (a number and an ISO 4217 code), or None when absent or malformed."""
+    if not isinstance(value, dict):
+        return None
+    amount, currency = value.get("amount"), value.get("currency")
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(amount):
+        return None
+    if not isinstance(currency, str) or not currency:
+        return None
+    return {"amount": amount, "currency": currency}
 
 
 def prompt_usage(result: dict[str, Any]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from bridge.cli.chat import run_example_tool
+from bridge.cli.chat import run_example_tool, status_line
 
 
 async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:
@@ -41,6 +41,22 @@ async def test_text_tools_and_permissions_from_the_keyboard(tmp_path: Path, agen
     assert "tool read_file returned: remember the milk" in out
     assert "⚠ the agent asks: rm -rf build  (execute)" in out and "permission outcome: reject-once" in out
     assert "permission outcome: allow-always" in out
+
+
+async def test_each_answer_ends_with_a_status_line(tmp_path: Path, agents_toml: Path) -> None:
+    with trio.fail_after(60):
+        out = await chat(
+            tmp_path, agents_toml, "/usage 1200 200000 0.0525 USD\n/say hi\n:quit\n", "--agent", "scripted"
+        )
+    assert "⏎ end_turn · 1,200 in / 1 out · context 1,200 of 200,000 (0%) · 0.0525 USD" in out
+
+
+def test_the_status_line_shows_only_what_was_reported() -> None:
+    assert status_line("end_turn", None) == "end_turn"
+    assert status_line("max_tokens", {"contextUsed": 150000, "contextSize": 200000}) == (
+        "max_tokens · context 150,000 of 200,000 (75%)"
+    )
+    assert status_line("end_turn", {"inputTokens": 3, "outputTokens": 4, "contextSize": 0}) == "end_turn · 3 in / 4 out"
 
 
 def test_example_tools_stay_inside_the_workspace(tmp_path: Path) -> None:

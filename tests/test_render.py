@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 
@@ -151,7 +152,25 @@ def test_thoughts_images_and_quiet_updates() -> None:
     ):
         assert renderer.render(quiet) == []
     renderer.render({"sessionUpdate": "usage_update", "used": 10, "size": 100})
-    assert (renderer.usage.used, renderer.usage.size) == (10, 100)
+    assert (renderer.usage.used, renderer.usage.size, renderer.usage.cost) == (10, 100, None)
+
+
+@pytest.mark.parametrize(
+    ("cost", "kept"),
+    [
+        ({"amount": 0.0525, "currency": "USD"}, {"amount": 0.0525, "currency": "USD"}),
+        ({"amount": 3, "currency": "EUR", "_meta": {}}, {"amount": 3, "currency": "EUR"}),
+        ({"amount": "0.05", "currency": "USD"}, None),
+        ({"amount": True, "currency": "USD"}, None),
+        ({"amount": float("nan"), "currency": "USD"}, None),
+        ({"amount": 1.0}, None),
+        ("1 USD", None),
+    ],
+)
+def test_usage_keeps_the_session_cost_when_it_is_well_formed(cost: Any, kept: Any) -> None:
+    renderer = ActivityRenderer()
+    assert renderer.render({"sessionUpdate": "usage_update", "used": 5, "size": 50, "cost": cost}) == []
+    assert renderer.usage is not None and renderer.usage.cost == kept
 
 
 def test_prompt_usage_takes_both_shapes() -> None:

@@ -206,6 +206,23 @@ async def test_agent_crash_mid_turn_is_agent_exited_then_the_next_turn_starts_af
     assert bridge.stderr.count("session opened") == 2
 
 
+async def test_usage_and_context_and_cost_reach_the_editor_in_the_answer(bridge: Bridge) -> None:
+    first = await bridge.chat([user("/usage 1200 200000 0.0525 USD\n/say done")])
+    assert first.text == "done\n" and first.stop_reason == "end_turn"
+    assert first.usage == {
+        "inputTokens": 1200,
+        "outputTokens": 1,
+        "totalTokens": 1201,
+        "contextUsed": 1200,
+        "contextSize": 200000,
+        "cost": {"amount": 0.0525, "currency": "USD"},
+    }
+    # The context figure is the session's latest: a later turn without an update still reports it.
+    history = [user("/usage 1200 200000 0.0525 USD\n/say done"), first.assistant_message(), user("/say again")]
+    second = await bridge.chat(history)
+    assert second.usage == {"contextUsed": 1200, "contextSize": 200000, "cost": {"amount": 0.0525, "currency": "USD"}}
+
+
 async def test_count_tokens_is_an_estimate(bridge: Bridge) -> None:
     assert await bridge.client.count_tokens("scripted", text="") == 0
     assert await bridge.client.count_tokens("scripted", text="abcd" * 25) == 25

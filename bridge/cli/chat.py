@@ -24,7 +24,7 @@ import trio
 
 from bridge.editor.client import ChatResult, EditorClient, connect_daemon, spawn_stdio
 
-__all__ = ["EXAMPLE_TOOLS", "run_chat", "run_example_tool"]
+__all__ = ["EXAMPLE_TOOLS", "run_chat", "run_example_tool", "status_line"]
 
 EXAMPLE_TOOLS = [
     {
@@ -150,9 +150,26 @@ async def _turn(
             return
         history.append(result.assistant_message())
         if result.stop_reason != "tool_calls":
-            terminal.line(f"  ⏎ {result.stop_reason}")
+            terminal.line(f"  ⏎ {status_line(result.stop_reason, result.usage)}")
             return
         history.append(await _answer_tools(terminal, result, permission["name"], root))
+
+
+def status_line(stop_reason: str | None, usage: dict[str, Any] | None) -> str:
+    """What a turn ended with and what it cost, on one line: "end_turn · 1,200 in / 35 out · context 1,235 of
+    200,000 (1%) · 0.0525 USD" (each figure only when the agent reported it)."""
+    pieces = [str(stop_reason)]
+    usage = usage or {}
+    tokens_in, tokens_out = usage.get("inputTokens"), usage.get("outputTokens")
+    if isinstance(tokens_in, int) and isinstance(tokens_out, int):
+        pieces.append(f"{tokens_in:,} in / {tokens_out:,} out")
+    used, size = usage.get("contextUsed"), usage.get("contextSize")
+    if isinstance(used, int) and isinstance(size, int) and size > 0:
+        pieces.append(f"context {used:,} of {size:,} ({used * 100 // size}%)")
+    cost = usage.get("cost")
+    if isinstance(cost, dict) and isinstance(cost.get("amount"), int | float):
+        pieces.append(f"{cost['amount']:.4f} {cost.get('currency', '')}".rstrip())
+    return " · ".join(pieces)
 
 
 async def _cancel_on_interrupt(interrupts: Any, turn: Any, terminal: _Terminal) -> None:

@@ -55,6 +55,7 @@ class _Session:
     later: set[asyncio.Task[Any]] = field(default_factory=set)
     tools: Any = None  # the MCP client connection, opened on first use
     ignore_cancel: bool = False  # /ignorecancel: this turn does not react to session/cancel
+    turn_usage: dict[str, int] | None = None  # /usage: the token counts this turn's answer reports
 
 
 class _Cancelled(Exception):
@@ -194,6 +195,7 @@ class DemoAgent:
             raise RequestError.invalid_params({"sessionId": f"unknown session {session_id}"})
         session.cancelled = asyncio.Event()
         session.ignore_cancel = False
+        session.turn_usage = None
         self._turn_ended[session_id] = turn_ended = asyncio.Event()
         own_texts: list[str] = []
         others: list[str] = []
@@ -217,7 +219,10 @@ class DemoAgent:
             self._save(session)
         if stop_reason not in STOP_REASONS:  # /badstop: not something PromptResponse can hold
             return {"stopReason": stop_reason}
-        return PromptResponse.model_validate({"stopReason": stop_reason})
+        answer: dict[str, Any] = {"stopReason": stop_reason}
+        if session.turn_usage is not None:
+            answer["usage"] = session.turn_usage
+        return PromptResponse.model_validate(answer)
 
     async def _run(self, session: _Session, text: str, turn_ended: asyncio.Event) -> str:
         try:
@@ -254,6 +259,17 @@ class DemoAgent:
         from acp import update_agent_thought_text
 
         await self._conn.session_update(session.id, update_agent_thought_text(step.arg))
+
+    async def _do_usage(self, session: _Session, step: Step, _: Any) -> None:
+        from acp.schema import UsageUpdate
+
+        figures = dict(step.calls)
+        update = {"sessionUpdate": "usage_update", "used": figures["used"], "size": figures["size"]}
+        if figures["cost"] is not None:
+            update["cost"] = figures["cost"]
+        await self._conn.session_update(session.id, UsageUpdate.model_validate(update))
+        # The prompt's answer reports the turn's tokens too (ACP's ``usage``, still unstable): USED in, 1 out.
+        session.turn_usage = {"inputTokens": figures["used"], "outputTokens": 1, "totalTokens": figures["used"] + 1}
 
     async def _do_plan(self, session: _Session, step: Step, _: Any) -> None:
         from acp import plan_entry, update_plan

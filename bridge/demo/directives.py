@@ -162,6 +162,19 @@ def _variable(name: str, arg: str) -> Step:
     return Step(name, arg)
 
 
+def _usage(name: str, arg: str) -> Step:
+    words = arg.split()
+    if len(words) not in (2, 4) or not words[0].isdigit() or not words[1].isdigit():
+        raise ScriptError(f"/{name} needs USED SIZE [AMOUNT CURRENCY], e.g. /{name} 1200 200000 0.05 USD")
+    cost = None
+    if len(words) == 4:
+        try:
+            cost = {"amount": float(words[2]), "currency": words[3]}
+        except ValueError:
+            raise ScriptError(f"/{name}: the cost amount must be a number, got {words[2]!r}") from None
+    return Step(name, calls=(("used", int(words[0])), ("size", int(words[1])), ("cost", cost)))
+
+
 def _badstop(name: str, arg: str) -> Step:
     return Step(name, arg or "finished")
 
@@ -200,6 +213,12 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("recall", "", "say the texts of the earlier prompts of this session", _nothing),
         Directive("env", "NAME", 'say the value of an environment variable of the agent (or "(unset)")', _variable),
         Directive("stop", "REASON", f"end the turn with this stopReason ({', '.join(FINAL_STOP_REASONS)})", _stop),
+        Directive(
+            "usage",
+            "USED SIZE [AMOUNT CUR]",
+            "a usage_update: USED of SIZE context tokens, the session's cost so far; the answer reports tokens",
+            _usage,
+        ),
         Directive("crash", "", "exit abruptly, mid-turn", _nothing),
         Directive("help", "", "say this table", _nothing),
         Directive(

@@ -36,6 +36,9 @@ class AgentKit:
     # Runs the MCP calls of one model response concurrently (given readOnlyHint), so the editor gets them in one
     # response. Gemini CLI runs MCP calls one after the other, always: one response per call is right for it.
     parallel_mcp_calls: bool = True
+    # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
+    # the prompt's answer, context fill and the session's cost from ``usage_update``.
+    usage_fields: tuple[str, ...] = ()
 
     @property
     def executable(self) -> Path:
@@ -185,10 +188,14 @@ class GeminiKit(AgentKit):
 
 
 KITS: dict[str, AgentKit] = {
-    "claude": ClaudeKit("claude", "anthropic"),
+    "claude": ClaudeKit(
+        "claude", "anthropic", usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost")
+    ),
     # Codex offers "abort" as its reject option: the whole turn ends cancelled.
-    "codex": CodexKit("codex", "openai", rejected_shell_stop_reason="cancelled"),
-    "gemini": GeminiKit("gemini", "gemini", parallel_mcp_calls=False),
+    "codex": CodexKit(
+        "codex", "openai", rejected_shell_stop_reason="cancelled", usage_fields=("contextUsed", "contextSize")
+    ),
+    "gemini": GeminiKit("gemini", "gemini", parallel_mcp_calls=False, usage_fields=("inputTokens", "outputTokens")),
 }
 
 

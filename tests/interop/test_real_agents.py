@@ -52,6 +52,8 @@ async def test_text_turn(live: LiveBridge) -> None:
     assert result.error is None, f"{result.error!r}" + live.evidence()
     assert result.stop_reason == "end_turn"
     assert result.text == answer
+    # What the agent reports of usage (tokens, context fill, cost) reaches the editor in the answer.
+    assert set(live.kit.usage_fields) <= set(result.usage or {}), result.usage
     # (How many parts depends on how the deltas arrived: the bridge merges text that arrives together.)
     assert result.parts and all(part["type"] == "text" for part in result.parts), result.parts
     assert "What is the answer?" in live.model.turns[0].text
