@@ -21,9 +21,11 @@ from bridge.errors import MessageError
 __all__ = [
     "ACP_UPDATE_MIME_TYPE",
     "IGNORABLE_DATA_MIME_TYPES",
+    "MAX_IMAGE_BYTES",
     "PART_TYPES",
     "ROLES",
     "MessageError",
+    "check_image_size",
     "check_message",
     "check_part",
     "digest",
@@ -37,6 +39,9 @@ __all__ = [
 ROLES = ("user", "assistant", "system")
 PART_TYPES = ("text", "thinking", "tool_call", "tool_result", "data")
 ACP_UPDATE_MIME_TYPE = "application/vnd.lmbridge.acp-update+json"
+# The largest image (decoded) a message may carry: the model APIs behind the agents take 5 to 20 MB per image, and
+# a larger one would fail there, after the agent's whole turn was set up, with a less clear message.
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
 # Data parts that carry no conversation content: prompt-cache hints and stateful markers editors attach.
 IGNORABLE_DATA_MIME_TYPES = frozenset(
     {
@@ -113,9 +118,24 @@ def check_part(part: Any, where: str) -> bool:
     elif kind == "data":
         _string(part, "mimeType", where, nonempty=True)
         _string(part, "data", where)
+        if part["mimeType"].startswith("image/"):
+            check_image_size(part["data"], f"{where}.data")
     else:
         return False
     return True
+
+
+def check_image_size(data: str, where: str) -> None:
+    """``MessageError`` when base64 ``data`` decodes to more than ``MAX_IMAGE_BYTES`` (estimated from its length:
+    the history is re-sent with every request, and decoding it each time would cost more than the check is worth)."""
+    size = len(data) * 3 // 4
+    if size > MAX_IMAGE_BYTES:
+        limit = MAX_IMAGE_BYTES // 1024 // 1024
+        raise MessageError(
+            where,
+            f"an image of {size / 1024 / 1024:.1f} MB is over lmbridge's limit of {limit} MB; "
+            "send it smaller (scaled down or compressed)",
+        )
 
 
 def _string(part: dict[str, Any], key: str, where: str, *, nonempty: bool = False) -> None:

@@ -284,6 +284,20 @@ def test_malformed_new_messages_name_the_field() -> None:
     assert error.value.field == "messages[0].content[0].callId"
 
 
+def test_an_image_over_the_limit_is_refused_naming_the_part_and_the_limit() -> None:
+    from session.messages import MAX_IMAGE_BYTES
+
+    fits = "A" * (MAX_IMAGE_BYTES * 4 // 3)
+    image = {"role": "user", "content": [{"type": "text", "value": "look"}, {"type": "data", "mimeType": "image/png"}]}
+    image["content"][1]["data"] = fits
+    assert ConversationIndex().match([image]).kind is MatchKind.NO_MATCH  # at the limit: accepted
+    image["content"][1]["data"] = fits + "AAAA"
+    with pytest.raises(MessageError) as error:
+        ConversationIndex().match([image])
+    assert error.value.field == "messages[0].content[1].data"
+    assert "20.0 MB is over lmbridge's limit of 20 MB" in error.value.problem
+
+
 def test_normalisation_treats_renderings_alike() -> None:
     a = {
         "role": "assistant",

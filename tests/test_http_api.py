@@ -501,6 +501,38 @@ def test_a_malformed_tool_result_history_is_a_400(oai: openai.OpenAI) -> None:
     assert "data: URL" in caught.value.body["message"]
 
 
+def test_an_image_over_the_limit_is_a_400_naming_it(oai: openai.OpenAI, claude: anthropic.Anthropic) -> None:
+    from session.messages import MAX_IMAGE_BYTES
+
+    huge = "A" * (MAX_IMAGE_BYTES * 4 // 3 + 8)  # a little over 20 MB decoded
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(
+            model="demo",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{huge}"}}],
+                }
+            ],
+        )
+    assert "over lmbridge's limit of 20 MB" in caught.value.body["message"]
+    assert caught.value.body["param"] == "messages[0].content[0].image_url"
+    with pytest.raises(anthropic.BadRequestError) as anthropic_caught:
+        claude.messages.create(
+            model="demo",
+            max_tokens=10,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": huge}}
+                    ],
+                }
+            ],
+        )
+    assert "over lmbridge's limit of 20 MB" in str(anthropic_caught.value)
+
+
 def test_an_agent_that_fails_before_output_is_a_502(oai: openai.OpenAI, claude: anthropic.Anthropic) -> None:
     for stream in (False, True):
         with pytest.raises(openai.APIStatusError) as caught:

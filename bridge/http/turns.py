@@ -18,7 +18,8 @@ import trio
 
 from bridge.acp.vocabulary import TOOL_CALLS
 from bridge.core.service import BridgeService
-from bridge.errors import AgentError, InvalidParams, RpcError, TooManyRequests, UnknownModel
+from bridge.errors import AgentError, InvalidParams, MessageError, RpcError, TooManyRequests, UnknownModel
+from session.messages import check_image_size
 from session.permissions import PermissionQuestions
 
 __all__ = ["ApiError", "ParsedRequest", "TurnResult", "TurnRunner"]
@@ -175,6 +176,10 @@ def image_part(url: str, where: str) -> dict[str, Any]:
     mime_type, _, encoding = header.partition(";")
     if encoding != "base64" or not mime_type:
         raise ApiError.bad_request("an image data: URL must be base64, e.g. data:image/png;base64,...", where)
+    try:
+        check_image_size(data, where)
+    except MessageError as exc:
+        raise ApiError.bad_request(exc.problem, where) from None
     return {"type": "data", "mimeType": mime_type, "data": data}
 
 

@@ -139,6 +139,29 @@ async def test_editor_tool_round_trip_over_the_stdio_relay(live: LiveBridge) -> 
     assert "shim.py" in agent_traces and '"type":"http"' not in agent_traces
 
 
+# A 2×2 red PNG.
+RED_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEElEQVR4nGP4z8AARAwQCgAf7gP9i18U1AAAAABJRU5ErkJggg=="
+
+
+async def test_a_pasted_image_reaches_the_model(live: LiveBridge) -> None:
+    """An image part from the editor becomes an ACP image block (all three accept images) and the agent passes it
+    to its model: the fake model's request carries the same bytes."""
+    live.model.add(say("A small red square."))
+    image = {"type": "data", "mimeType": "image/png", "data": RED_PNG}
+    result = await live.chat({"role": "user", "content": [{"type": "text", "value": "What is this?"}, image]})
+    assert result.error is None and result.text == "A small red square.", f"{result!r}" + live.evidence()
+    assert RED_PNG in json.dumps(live.model.turns[0].body), live.evidence()
+    prompts = [
+        line["msg"]["params"]["prompt"]
+        for path in live.trace_dir.glob("*agent_*.ndjson")
+        for line in map(json.loads, path.read_text().splitlines())
+        if line["dir"] == "out" and line["msg"].get("method") == "session/prompt"
+    ]
+    assert [block for block in prompts[0] if block["type"] == "image"] == [
+        {"type": "image", "mimeType": "image/png", "data": RED_PNG}
+    ]
+
+
 @pytest.mark.parametrize("prestart", [True])
 async def test_prestarted_agent_serves_the_first_chat(live: LiveBridge) -> None:
     """With ``prestart`` the agent starts when the editor connects; the first chat (with tools, as editors send
