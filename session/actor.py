@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from bridge.acp.vocabulary import STOP_REASONS
-from bridge.errors import AgentError, AgentReplyError, InternalError, RpcError
+from bridge.errors import AgentError, AgentReplyError, InternalError, InvalidParams, RpcError
 
 from .machine import (
     Action,
@@ -47,6 +47,7 @@ from .machine import (
     Tick,
     ToolInvocation,
 )
+from .options import SessionOptions
 from .permissions import cancelled_outcome
 from .render import prompt_usage
 
@@ -55,6 +56,8 @@ __all__ = ["AgentLink", "PartSink", "SessionActor", "TurnOutcome"]
 T = TypeVar("T")
 _SESSION_ENDED = "The session ended; the tool call was withdrawn."
 _UPDATE_SLOTS = 256
+_OPTION_UPDATES = ("config_option_update", "current_mode_update")
+OPTION_TIMEOUT = 30.0  # seconds for the agent to answer session/set_config_option or session/set_mode
 
 PartSink = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -126,6 +129,8 @@ class SessionActor:
         self.closed = False
         self.finished = trio.Event()
         self.last_active = trio.current_time()
+        self.options = SessionOptions()  # what the session can be set to (the router takes it from session/new)
+        self._configuring: _Configuring | None = None  # options being set before a prompt
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -202,15 +207,13 @@ class SessionActor:
                             self._inbox_send.send_nowait(EditorGone(turn_id))
                 case EndTurn():
                     self._finish_turn(action)
-                case SendPrompt(blocks=blocks):
-                    # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
-                    reply = self.agent.send_request("session/prompt", {"sessionId": self.session_id, "prompt": blocks})
-                    # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
-                    answered = _Flag()
-                    reply.on_answer(lambda result, error, flag=answered: self._prompt_answered(flag, result, error))
-                    self._nursery.start_soon(self._prompt_lost, reply, answered)
+                case SendPrompt(blocks=blocks, settings=settings):
+                    self._prompt_with(blocks, settings)
                 case SendCancel():
-                    self.agent.notify("session/cancel", {"sessionId": self.session_id})
+                    if self._configuring is not None:  # the prompt has not gone out: it will not
+                        self._configuring.cancelled = True
+                    else:
+                        self.agent.notify("session/cancel", {"sessionId": self.session_id})
                 case AnswerPermission(request=waiter, outcome=outcome, unreadable=unreadable):
                     if unreadable is not None:
                         self._log.warning(
@@ -223,6 +226,58 @@ class SessionActor:
                     self._log.info("session closed", reason=reason)
                     self.closed = True
         self.last_active = trio.current_time()
+
+    def _prompt_with(self, blocks: list[dict[str, Any]], settings: tuple[tuple[str, Any], ...]) -> None:
+        """Send the prompt, first setting the session's options where the client chose other values."""
+        if settings:
+            try:
+                requests = self.options.requests(self.session_id, dict(settings))
+            except InvalidParams as exc:
+                self._send_nowait(PromptFailed(exc))
+                return
+            if requests:
+                self._configuring = _Configuring()
+                self._nursery.start_soon(self._configure_then_prompt, requests, blocks, self._configuring)
+                return
+        self._send_prompt(blocks)
+
+    def _send_prompt(self, blocks: list[dict[str, Any]]) -> None:
+        # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
+        reply = self.agent.send_request("session/prompt", {"sessionId": self.session_id, "prompt": blocks})
+        # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
+        answered = _Flag()
+        reply.on_answer(lambda result, error, flag=answered: self._prompt_answered(flag, result, error))
+        self._nursery.start_soon(self._prompt_lost, reply, answered)
+
+    async def _configure_then_prompt(
+        self, requests: list[tuple[str, dict[str, Any]]], blocks: list[dict[str, Any]], configuring: _Configuring
+    ) -> None:
+        """The option requests one after the other, each answered before the next (agents handle requests
+        concurrently); then the prompt, unless the turn was cancelled meanwhile."""
+        try:
+            for method, params in requests:
+                with trio.fail_after(OPTION_TIMEOUT):
+                    result = await self.agent.send_request(method, params).result()
+                self.options.answered(method, params, result)
+                self._log.info("session option set", method=method, option=params.get("configId", "mode"))
+        except Exception as exc:
+            self._configuring = None
+            what = f"{params.get('configId', 'mode')} = {params.get('value', params.get('modeId'))!r}"
+            if isinstance(exc, trio.TooSlowError):
+                failure = f"no answer within {OPTION_TIMEOUT:g} s"
+            else:
+                failure = exc.message if isinstance(exc, RpcError) else str(exc) or type(exc).__name__
+            self._send_nowait(
+                PromptFailed(
+                    AgentReplyError(f"the agent did not set {what} ({method}): {failure}", agent=self.agent.id)
+                )
+            )
+            return
+        self._configuring = None
+        if configuring.cancelled:
+            self._send_nowait(PromptFinished("cancelled", None))
+        else:
+            self._send_prompt(blocks)
 
     def _finish_turn(self, action: EndTurn) -> None:
         turn = self._turns.pop(action.turn, None)
@@ -299,6 +354,8 @@ class SessionActor:
             update = params.get("update")
             if isinstance(update, dict):
                 updates.append(update)
+                if update.get("sessionUpdate") in _OPTION_UPDATES:
+                    self.options.observe(update)
             else:
                 self._log.warning("session/update without an update object; ignored")
         if not updates:
@@ -389,6 +446,15 @@ def _coalesce_text(actions: list[Action]) -> list[Action]:
         out.append(action)
     close_run()
     return out
+
+
+class _Configuring:
+    """Options being set before a prompt: a cancel meanwhile means the prompt is not sent at all."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
 
 
 class _Flag:

@@ -109,6 +109,7 @@ class TurnOptions:
     acp_updates: bool = False  # the editor wants raw ACP updates as data parts
     permission_tool: bool = True  # the editor offers the permission tool in this request
     activity_as_thinking: bool = False  # the agent's tool and plan lines go out as thinking parts, not text
+    settings: tuple[tuple[str, Any], ...] = ()  # the client's choices of the agent's session options, for its prompts
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +209,7 @@ Event = (
 @dataclass(frozen=True, slots=True)
 class SendPrompt:
     blocks: list[dict[str, Any]]
+    settings: tuple[tuple[str, Any], ...] = ()  # session options that must hold before the prompt goes out
 
 
 @dataclass(frozen=True, slots=True)
@@ -801,7 +803,7 @@ class SessionMachine:
 
     def _send_prompt(self, blocks: list[dict[str, Any]], out: list[Action]) -> None:
         self._prompt_running = True
-        out.append(SendPrompt(blocks))
+        out.append(SendPrompt(blocks, self._options.settings))
 
     def _emit(self, turn: _OpenTurn, part: dict[str, Any], out: list[Action]) -> None:
         kind = part["type"]

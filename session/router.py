@@ -24,6 +24,7 @@ from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
 from .actor import AgentLink, PartSink, SessionActor, TurnOutcome
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
+from .options import SessionOptions
 from .permissions import PermissionPolicy
 from .store import SessionStore, StoredSession
 from .transcript import prompt_blocks, trailing_input, transcript
@@ -336,12 +337,13 @@ class SessionRouter:
         servers = await self._setup.mcp_servers(session, request)
         known: int | None = None
         session_id: Any = None
+        opened: Any = None  # the agent's answer that opened the session (its options are in it)
         if stored is not None and agent.info is not None and (agent.info.can_resume or agent.info.can_load):
             length, entry = stored
             method = "session/resume" if agent.info.can_resume else "session/load"
             try:
                 params = {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers}
-                await self._ask(agent, request.agent_id, method, params)
+                opened = await self._ask(agent, request.agent_id, method, params)
             except AgentTimeoutError:
                 raise
             except Exception as exc:
@@ -357,7 +359,7 @@ class SessionRouter:
                 session_id, known = entry.session_id, length
                 self._log.info("stored session reopened", method=method, session=session_id, known_messages=length)
         if session_id is None:
-            result = await self._ask(
+            opened = result = await self._ask(
                 agent, request.agent_id, "session/new", {"cwd": request.cwd, "mcpServers": servers}
             )
             session_id = result.get("sessionId") if isinstance(result, dict) else None
@@ -377,6 +379,7 @@ class SessionRouter:
             detached_grace=settings.detached_grace,
         )
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
+        actor.options = SessionOptions.from_session(opened)
         session.actor = actor
         await self._nursery.start(self._run_actor, session)
         early = agent.attach(session_id, actor)

@@ -223,6 +223,29 @@ async def test_usage_and_context_and_cost_reach_the_editor_in_the_answer(bridge:
     assert second.usage == {"contextUsed": 1200, "contextSize": 200000, "cost": {"amount": 0.0525, "currency": "USD"}}
 
 
+async def test_the_clients_choice_of_session_options_holds_before_each_prompt(bridge: Bridge) -> None:
+    history = [user("/options")]
+    first = await bridge.chat(history, modelOptions={"mode": "plan", "verbose": True})
+    assert first.text == 'options: effort="medium" mode="plan" verbose=true\n', first.error
+    history += [first.assistant_message(), user("/options")]
+    second = await bridge.chat(history, modelOptions={"mode": "plan", "verbose": True})  # already so: nothing sent
+    history += [second.assistant_message(), user("/options")]
+    third = await bridge.chat(history, modelOptions={"effort": "high"})  # the others stay as they are
+    assert third.text == 'options: effort="high" mode="plan" verbose=true\n'
+    assert bridge.stderr.count("session option set") == 3 and bridge.stderr.count("session opened") == 1
+    # A value the agent does not offer: the turn fails naming it; the conversation goes on.
+    history += [third.assistant_message(), user("/options")]
+    refused = await bridge.chat(history, modelOptions={"mode": "fly"})
+    assert refused.error is not None and refused.error.code == -32602
+    assert refused.error.message == "Invalid params: options.modelOptions.mode: must be one of ask, code, plan"
+    again = await bridge.chat(history, modelOptions={"mode": "ask"})
+    assert again.text == 'options: effort="high" mode="ask" verbose=true\n'
+    wrong_type = await bridge.chat(history, modelOptions={"mode": 3})
+    assert wrong_type.error is not None and "options.modelOptions.mode: must be a string or a boolean" in str(
+        wrong_type.error.message
+    )
+
+
 async def test_count_tokens_is_an_estimate(bridge: Bridge) -> None:
     assert await bridge.client.count_tokens("scripted", text="") == 0
     assert await bridge.client.count_tokens("scripted", text="abcd" * 25) == 25

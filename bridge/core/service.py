@@ -139,10 +139,12 @@ class BridgeService:
         activity_as_thinking: bool = False,
         scope: str = "",
         share_running: bool = True,
+        settings: tuple[tuple[str, Any], ...] = (),
     ) -> Any:
         """Run one turn (see ``session.router.SessionRouter.chat``). ``tools`` are the client's, the permission tool
         among them when the client offers it; the options say how the client shows the agent's activity, and where
-        (``scope``) and how (``share_running``) its history is matched."""
+        (``scope``) and how (``share_running``) its history is matched; ``settings`` are the client's choices of
+        the agent's session options (``session.options``)."""
         from session.machine import TurnOptions
         from session.router import ChatRequest
 
@@ -154,6 +156,7 @@ class BridgeService:
             acp_updates=acp_updates,
             permission_tool=offered,
             activity_as_thinking=activity_as_thinking,
+            settings=settings,
         )
         request = ChatRequest(model_id, messages, cwd, options, bridged, scope, share_running)
         return await self.router.chat(request, sink, cancel_requested)

@@ -56,6 +56,27 @@ class _Session:
     tools: Any = None  # the MCP client connection, opened on first use
     ignore_cancel: bool = False  # /ignorecancel: this turn does not react to session/cancel
     turn_usage: dict[str, int] | None = None  # /usage: the token counts this turn's answer reports
+    options: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_OPTIONS))  # session/set_config_option
+
+
+# The session options the demo agent offers (ACP configOptions), with their defaults.
+DEFAULT_OPTIONS: dict[str, Any] = {"mode": "code", "effort": "medium", "verbose": False}
+_OPTION_VALUES = {"mode": ("ask", "code", "plan"), "effort": ("low", "medium", "high")}
+
+
+def _config_options(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """ACP ``SessionConfigOption`` list of a session: two selects and a boolean."""
+
+    def select(option: str, name: str, category: str) -> dict[str, Any]:
+        choices = [{"value": v, "name": v.capitalize()} for v in _OPTION_VALUES[option]]
+        return {"id": option, "name": name, "category": category, "type": "select", "currentValue": values[option],
+                "options": choices}  # fmt: skip
+
+    return [
+        select("mode", "Mode", "mode"),
+        select("effort", "Effort", "thought_level"),
+        {"id": "verbose", "name": "Verbose", "type": "boolean", "currentValue": values["verbose"]},
+    ]
 
 
 class _Cancelled(Exception):
@@ -125,8 +146,23 @@ class DemoAgent:
         from acp.schema import NewSessionResponse
 
         session_id = f"demo-{uuid.uuid4().hex[:12]}"
-        self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []))
-        return NewSessionResponse(session_id=session_id)
+        session = self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []))
+        return NewSessionResponse.model_validate(
+            {"sessionId": session_id, "configOptions": _config_options(session.options)}
+        )
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool, **_: Any) -> Any:
+        from acp import RequestError
+        from acp.schema import SetSessionConfigOptionResponse
+
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RequestError.resource_not_found(session_id)
+        allowed = _OPTION_VALUES.get(config_id, (True, False) if config_id in DEFAULT_OPTIONS else ())
+        if value not in allowed or isinstance(value, bool) != isinstance(DEFAULT_OPTIONS.get(config_id), bool):
+            raise RequestError.invalid_params({"configId": config_id, "value": value})
+        session.options[config_id] = value
+        return SetSessionConfigOptionResponse.model_validate({"configOptions": _config_options(session.options)})
 
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None, **_: Any
@@ -137,15 +173,15 @@ class DemoAgent:
         session = self._reopen(session_id, cwd, mcp_servers)
         for text in session.prompts:
             await self._conn.session_update(session_id, update_user_message_text(text))
-        return LoadSessionResponse()
+        return LoadSessionResponse.model_validate({"configOptions": _config_options(session.options)})
 
     async def resume_session(
         self, session_id: str, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: Any
     ) -> Any:
         from acp.schema import ResumeSessionResponse
 
-        self._reopen(session_id, cwd, mcp_servers)
-        return ResumeSessionResponse()
+        session = self._reopen(session_id, cwd, mcp_servers)
+        return ResumeSessionResponse.model_validate({"configOptions": _config_options(session.options)})
 
     def _reopen(self, session_id: str, cwd: str, mcp_servers: Any) -> _Session:
         from acp import RequestError
@@ -259,6 +295,10 @@ class DemoAgent:
         from acp import update_agent_thought_text
 
         await self._conn.session_update(session.id, update_agent_thought_text(step.arg))
+
+    async def _do_options(self, session: _Session, step: Step, _: Any) -> None:
+        values = " ".join(f"{key}={json.dumps(value)}" for key, value in sorted(session.options.items()))
+        await self._say(session, f"options: {values}")
 
     async def _do_usage(self, session: _Session, step: Step, _: Any) -> None:
         from acp.schema import UsageUpdate

@@ -134,8 +134,7 @@ class EditorConnection:
         tool_mode = options.get("toolMode")
         if tool_mode not in (None, "auto", "required"):
             raise InvalidParams("options.toolMode", 'must be "auto" or "required"')
-        if "modelOptions" in options and not isinstance(options["modelOptions"], dict):
-            raise InvalidParams("options.modelOptions", "must be an object")
+        settings = _settings(options.get("modelOptions"))
         conversation = options.get("conversationId")
         if conversation is not None and (not isinstance(conversation, str) or not 0 < len(conversation) <= 256):
             raise InvalidParams("options.conversationId", "must be a string of 1 to 256 characters")
@@ -162,6 +161,7 @@ class EditorConnection:
                 thinking=self.thinking,
                 acp_updates=self.acp_updates,
                 scope=scope,
+                settings=settings,
             )
         finally:
             self._turn_events.discard(cancel)
@@ -245,3 +245,20 @@ def _as_rpc_error(error: Exception) -> RpcError:
     if isinstance(error, RpcError):
         return error
     return InternalError(f"Internal error: {type(error).__name__}: {error}")
+
+
+def _settings(value: Any) -> tuple[tuple[str, Any], ...]:
+    """``options.modelOptions``: the agent's session options the client chose (option id → a string or a boolean);
+    checked against what the agent offers when the session's next prompt starts."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise InvalidParams("options.modelOptions", "must be an object")
+    if len(value) > 64:
+        raise InvalidParams("options.modelOptions", "has more than 64 options")
+    for key, choice in value.items():
+        if not key or len(key) > 128:
+            raise InvalidParams("options.modelOptions", "option ids are 1 to 128 characters")
+        if not isinstance(choice, str | bool):
+            raise InvalidParams(f"options.modelOptions.{key}", "must be a string or a boolean")
+    return tuple(value.items())

@@ -127,10 +127,12 @@ class LiveBridge:
         """The agent processes lmbridge started (each leads its own process group)."""
         return [int(pid) for pid in re.findall(r"agent process started .*?pid=(\d+)", self.stderr)]
 
-    async def start(self, *messages: dict[str, Any] | str, tools: list[dict[str, Any]] = ()) -> ChatTurn:
-        """Send the conversation so far plus ``messages`` as one ``lm/chat``."""
+    async def start(
+        self, *messages: dict[str, Any] | str, tools: list[dict[str, Any]] = (), **options: Any
+    ) -> ChatTurn:
+        """Send the conversation so far plus ``messages`` as one ``lm/chat`` (``options``: more of its options)."""
         self.history += [user(m) if isinstance(m, str) else m for m in messages]
-        return await self.client.start_chat(self.kit.id, list(self.history), tools=tools)
+        return await self.client.start_chat(self.kit.id, list(self.history), tools=tools, **options)
 
     async def finish(self, turn: ChatTurn, timeout: float | None = None) -> ChatResult:
         """The turn's result (bounded), added to the history as the editor would."""
@@ -140,8 +142,10 @@ class LiveBridge:
         self.history.append(result.assistant_message())
         return result
 
-    async def chat(self, *messages: dict[str, Any] | str, tools: list[dict[str, Any]] = ()) -> ChatResult:
-        return await self.finish(await self.start(*messages, tools=tools))
+    async def chat(
+        self, *messages: dict[str, Any] | str, tools: list[dict[str, Any]] = (), **options: Any
+    ) -> ChatResult:
+        return await self.finish(await self.start(*messages, tools=tools, **options))
 
     def evidence(self) -> str:
         """What to read when a scenario fails: the bridge's log tail and where the wire traces are."""

@@ -39,6 +39,10 @@ class AgentKit:
     # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
     # the prompt's answer, context fill and the session's cost from ``usage_update``.
     usage_fields: tuple[str, ...] = ()
+    # A session option to choose through lmbridge (options.modelOptions), and the ACP method that sets it. When the
+    # option is the model, the fake model sees the chosen id in its requests.
+    session_option: tuple[str, str] = ("model", "")
+    sets_option_with: str = "session/set_config_option"
 
     @property
     def executable(self) -> Path:
@@ -113,7 +117,8 @@ class CodexKit(AgentKit):
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)  # Codex exits 1 when CODEX_HOME does not exist
         catalog = codex_home / "fake-models.json"
-        catalog.write_text(json.dumps({"models": [self.MODEL]}))
+        large = {**self.MODEL, "slug": "fake-model-large", "display_name": "Fake model (large)", "priority": 1}
+        catalog.write_text(json.dumps({"models": [self.MODEL, large]}))
         (codex_home / "config.toml").write_text(f"""\
 model = "fake-model"
 model_provider = "fake"
@@ -189,13 +194,27 @@ class GeminiKit(AgentKit):
 
 KITS: dict[str, AgentKit] = {
     "claude": ClaudeKit(
-        "claude", "anthropic", usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost")
+        "claude",
+        "anthropic",
+        usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
+        session_option=("model", "sonnet"),
     ),
     # Codex offers "abort" as its reject option: the whole turn ends cancelled.
     "codex": CodexKit(
-        "codex", "openai", rejected_shell_stop_reason="cancelled", usage_fields=("contextUsed", "contextSize")
+        "codex",
+        "openai",
+        rejected_shell_stop_reason="cancelled",
+        usage_fields=("contextUsed", "contextSize"),
+        session_option=("model", "fake-model-large"),
     ),
-    "gemini": GeminiKit("gemini", "gemini", parallel_mcp_calls=False, usage_fields=("inputTokens", "outputTokens")),
+    "gemini": GeminiKit(
+        "gemini",
+        "gemini",
+        parallel_mcp_calls=False,
+        usage_fields=("inputTokens", "outputTokens"),
+        session_option=("mode", "plan"),  # Gemini CLI has modes and no configOptions
+        sets_option_with="session/set_mode",
+    ),
 }
 
 

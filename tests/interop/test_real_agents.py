@@ -162,6 +162,33 @@ async def test_a_pasted_image_reaches_the_model(live: LiveBridge) -> None:
     ]
 
 
+async def test_a_session_option_chosen_by_the_client_is_set_before_the_prompt(live: LiveBridge) -> None:
+    """options.modelOptions → session/set_config_option (Claude Code, Codex) or session/set_mode (Gemini CLI),
+    answered before the prompt goes out; a model choice shows in the model's requests."""
+    key, value = live.kit.session_option
+    live.model.add(say("As you wish."), say("Still as you wish."))
+    first = await live.chat("Hello?", modelOptions={key: value})
+    # (Gemini CLI says "[MODE_UPDATE] plan" as text of the turn after the mode changes.)
+    assert first.error is None and first.text.endswith("As you wish."), f"{first!r}" + live.evidence()
+    second = await live.chat("Again?", modelOptions={key: value})  # already set: nothing is sent again
+    assert second.error is None and second.text == "Still as you wish.", f"{second!r}" + live.evidence()
+    lines = [
+        line
+        for path in live.trace_dir.glob("*agent_*.ndjson")
+        for line in map(json.loads, path.read_text().splitlines())
+    ]
+    sets = [line["msg"] for line in lines if line["msg"].get("method") == live.kit.sets_option_with]
+    assert len(sets) == 1 and value in sets[0]["params"].values(), sets
+    answer = next(line["msg"] for line in lines if line["dir"] == "in" and line["msg"].get("id") == sets[0]["id"])
+    assert "error" not in answer, answer
+    order = [line["msg"].get("method") for line in lines if line["dir"] == "out"]
+    assert order.index(live.kit.sets_option_with) < order.index("session/prompt")
+    if key == "model":
+        assert all(value in json.dumps(turn.body.get("model")) for turn in live.model.turns), [
+            turn.body.get("model") for turn in live.model.turns
+        ]
+
+
 @pytest.mark.parametrize("prestart", [True])
 async def test_prestarted_agent_serves_the_first_chat(live: LiveBridge) -> None:
     """With ``prestart`` the agent starts when the editor connects; the first chat (with tools, as editors send

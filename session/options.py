@@ -1,0 +1,159 @@
+"""A session's configurable options as the agent announced them, and what to send so that a request's choices hold
+before its prompt starts (sans-IO).
+
+Owns reading the agent's ``configOptions`` (ACP ``SessionConfigOption``: select or boolean, from ``session/new``,
+``/load``, ``/resume``, the answer to ``session/set_config_option`` and ``config_option_update``) and its older
+``modes`` (``current_mode_update``), checking a client's choices against them (an unknown option or value is an
+``InvalidParams`` that lists what the agent offers), and turning the choices that differ from the current values
+into the ACP requests to send: ``session/set_config_option``, or ``session/set_mode`` for a ``mode`` the agent only
+offers as a mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.errors import InvalidParams
+
+__all__ = ["OPTIONS_FIELD", "SessionOptions"]
+
+OPTIONS_FIELD = "options.modelOptions"  # where a client's choices are, for error messages
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    id: str
+    kind: str  # "select" or "boolean"
+    current: Any
+    values: tuple[str, ...]  # the select's values (flattened from groups); () for a boolean
+
+
+class SessionOptions:
+    """What one ACP session can be set to, and what it is set to now."""
+
+    def __init__(self) -> None:
+        self._options: dict[str, _Option] = {}
+        self._mode: str | None = None  # the session's current mode (ACP ``modes``), when it has modes
+        self._modes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_session(cls, result: Any) -> SessionOptions:
+        """From the answer to ``session/new`` (or ``/load``, ``/resume``)."""
+        options = cls()
+        if isinstance(result, dict):
+            options._take_config(result.get("configOptions"))
+            modes = result.get("modes")
+            if isinstance(modes, dict):
+                available = modes.get("availableModes")
+                if isinstance(available, list):
+                    options._modes = tuple(
+                        m["id"] for m in available if isinstance(m, dict) and isinstance(m.get("id"), str)
+                    )
+                current = modes.get("currentModeId")
+                options._mode = current if isinstance(current, str) else None
+        return options
+
+    def observe(self, update: Mapping[str, Any]) -> None:
+        """Follow an agent's ``config_option_update`` or ``current_mode_update``; other updates are ignored."""
+        kind = update.get("sessionUpdate")
+        if kind == "config_option_update":
+            self._take_config(update.get("configOptions"))
+        elif kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
+            self._mode = update["currentModeId"]
+            mode = self._options.get("mode")
+            if mode is not None and mode.kind == "select" and self._mode in mode.values:
+                self._options["mode"] = _Option(mode.id, mode.kind, self._mode, mode.values)
+
+    def answered(self, method: str, params: Mapping[str, Any], result: Any) -> None:
+        """Take the agent's answer to a request ``requests`` made: the option now holds the value asked for (and
+        ``session/set_config_option`` answers with the full set of options, which may have changed with it)."""
+        if method == "session/set_mode":
+            self._mode = params["modeId"]
+            return
+        option = self._options.get(params["configId"])
+        if option is not None:
+            self._options[option.id] = _Option(option.id, option.kind, params["value"], option.values)
+        if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
+            self._take_config(result["configOptions"])
+
+    def requests(self, session_id: str, wanted: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """The requests that make the session hold ``wanted`` (option id → value), in order; none for values it
+        already holds. ``InvalidParams`` naming the option when the agent does not offer it or that value."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for key, value in wanted.items():
+            option = self._options.get(key)
+            if option is not None:
+                self._check(option, value)
+                if value != option.current:
+                    params: dict[str, Any] = {"sessionId": session_id, "configId": key, "value": value}
+                    if option.kind == "boolean":
+                        params["type"] = "boolean"
+                    out.append(("session/set_config_option", params))
+            elif key == "mode" and self._modes:
+                if value not in self._modes:
+                    raise InvalidParams(f"{OPTIONS_FIELD}.mode", f"must be one of {', '.join(self._modes)}")
+                if value != self._mode:
+                    out.append(("session/set_mode", {"sessionId": session_id, "modeId": value}))
+            else:
+                raise InvalidParams(f"{OPTIONS_FIELD}.{key}", f"the agent offers no such option; {self.describe()}")
+        return out
+
+    def describe(self) -> str:
+        """What the agent offers, for error messages."""
+        pieces = [
+            f"{o.id} ({', '.join(o.values)})" if o.kind == "select" else f"{o.id} (true, false)"
+            for o in self._options.values()
+        ]
+        if self._modes and "mode" not in self._options:
+            pieces.append(f"mode ({', '.join(self._modes)})")
+        return "it offers: " + "; ".join(pieces) if pieces else "it offers none"
+
+    def current(self) -> dict[str, Any]:
+        """Option id → current value (``mode`` included when the agent has modes only)."""
+        values = {o.id: o.current for o in self._options.values()}
+        if self._modes and "mode" not in values and self._mode is not None:
+            values["mode"] = self._mode
+        return values
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def _take_config(self, config: Any) -> None:
+        if not isinstance(config, list):
+            return
+        options: dict[str, _Option] = {}
+        for item in config:
+            option = _read_option(item)
+            if option is not None:
+                options[option.id] = option
+        self._options = options
+
+    @staticmethod
+    def _check(option: _Option, value: Any) -> None:
+        where = f"{OPTIONS_FIELD}.{option.id}"
+        if option.kind == "boolean":
+            if not isinstance(value, bool):
+                raise InvalidParams(where, "must be true or false")
+        elif not isinstance(value, str) or value not in option.values:
+            raise InvalidParams(where, f"must be one of {', '.join(option.values)}")
+
+
+def _read_option(item: Any) -> _Option | None:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        return None
+    if item.get("type") == "boolean":
+        current = item.get("currentValue")
+        return _Option(item["id"], "boolean", current if isinstance(current, bool) else None, ())
+    if item.get("type") != "select":
+        return None  # a kind this version does not know: not settable through lmbridge
+    values: list[str] = []
+    for entry in item.get("options") or ():
+        if not isinstance(entry, dict):
+            continue
+        if isinstance(entry.get("value"), str):
+            values.append(entry["value"])
+        for grouped in entry.get("options") or ():  # SessionConfigSelectGroup
+            if isinstance(grouped, dict) and isinstance(grouped.get("value"), str):
+                values.append(grouped["value"])
+    return _Option(item["id"], "select", item.get("currentValue"), tuple(values))
