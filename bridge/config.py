@@ -73,6 +73,9 @@ class AgentConfig:
     image_input: bool = False
     initialize_timeout: float = 60.0
     prestart: bool = False  # start (and initialize) the agent as soon as an editor connects, not at its first chat
+    # The agent's session options lmbridge chooses for every session (model, mode, effort: its ACP configOptions);
+    # a client's options.modelOptions win over them.
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def argv(self) -> list[str]:
@@ -224,6 +227,7 @@ _AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
     "image_input": bool,
     "initialize_timeout": (int, float),
     "prestart": bool,
+    "options": dict,
 }
 # Upper bounds: anything larger is a mistake, and floats and timers cannot hold what JSON can write.
 MAX_SECONDS = 7 * 24 * 3600
@@ -274,6 +278,13 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         raise locate.error(f"must be one of {', '.join(ISOLATIONS)}", f"{table}.isolation")
     if values.get("mcp_transport", "auto") not in MCP_TRANSPORTS:
         raise locate.error(f"must be one of {', '.join(MCP_TRANSPORTS)}", f"{table}.mcp_transport")
+    options = values.get("options", {})
+    for key, value in options.items():
+        if not isinstance(value, str | bool) or not 0 < len(key) <= 128:
+            raise locate.error(
+                'must map option ids to strings or booleans, e.g. { model = "sonnet", mode = "plan" }',
+                f"{table}.options.{key}",
+            )
     cwd = values.get("cwd")
     if cwd is not None:
         cwd = os.path.expanduser(cwd)
@@ -291,6 +302,7 @@ def _agent(agent_id: str, raw: Any, locate: _Locator, prefix: str = "agents") ->
         env=dict(env),
         unset_env=tuple(unset_env),
         cwd=cwd,
+        options=tuple(options.items()),
     )
     if "initialize_timeout" in values:
         values["initialize_timeout"] = float(values["initialize_timeout"])

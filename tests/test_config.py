@@ -48,6 +48,7 @@ authenticate = "api-key"
 permission_policy = "allow_reads"
 max_input_tokens = 100000
 prestart = true
+options = { model = "sonnet", fast = false }
 
 [sessions]
 idle_ttl = 60
@@ -61,6 +62,7 @@ tool_name = "confirm_agent_action"
     assert claude.argv == ["npx", "-y", "@agentclientprotocol/claude-agent-acp@0.49.0"]
     assert claude.env == {"IS_SANDBOX": "1"} and claude.cwd == "/tmp" and claude.authenticate == "api-key"
     assert claude.permission_policy == "allow_reads" and claude.max_input_tokens == 100000 and claude.prestart
+    assert claude.options == (("model", "sonnet"), ("fast", False))
     assert config.agents["demo"].prestart is False
     assert config.sessions.idle_ttl == 60.0 and config.sessions.max_sessions == 8
     assert config.permissions.policy == "deny" and config.permissions.tool_name == "confirm_agent_action"
@@ -80,6 +82,7 @@ tool_name = "confirm_agent_action"
         ('[agents.a]\ncommand = "x"\nenv = { K = 1 }\n', 3, "agents.a.env", "strings"),
         ('[agent.a]\ncommand = "x"\n', 1, "agent", "unknown table"),
         ('[agents.a]\ncommand = "x"\nprestart = "yes"\n', 3, "agents.a.prestart", "must be true or false"),
+        ('[agents.a]\ncommand = "x"\noptions = { effort = 3 }\n', 3, "agents.a.options.effort", "strings or booleans"),
     ],
 )
 def test_mistakes_name_file_line_and_key(tmp_path: Path, text: str, line: int, key: str, words: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import Bridge, open_bridge, processes_with_marker, user
+from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
 
 
 async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Path, agents_toml: Path) -> None:
@@ -244,6 +244,21 @@ async def test_the_clients_choice_of_session_options_holds_before_each_prompt(br
     assert wrong_type.error is not None and "options.modelOptions.mode: must be a string or a boolean" in str(
         wrong_type.error.message
     )
+
+
+async def test_options_in_the_agents_table_hold_unless_the_client_chooses_otherwise(tmp_path: Path) -> None:
+    config = tmp_path / "options.toml"
+    config.write_text(f"""
+[agents.planner]
+command = "{PYTHON}"
+args = ["-m", "bridge.demo"]
+options = {{ mode = "plan", effort = "high" }}
+""")
+    async with open_bridge(tmp_path, config) as live:
+        configured = await live.chat("/options", model="planner")
+        assert configured.text == 'options: effort="high" mode="plan" verbose=false\n'
+        chosen = await live.chat("/options\n/say again", model="planner", modelOptions={"mode": "ask"})
+        assert chosen.text.startswith('options: effort="high" mode="ask" verbose=false\n')
 
 
 async def test_count_tokens_is_an_estimate(bridge: Bridge) -> None:

@@ -148,6 +148,9 @@ class BridgeService:
         from session.machine import TurnOptions
         from session.router import ChatRequest
 
+        chosen = dict(self.pool.config(model_id).options)  # the agent's configured options, then the client's
+        chosen.update(settings)
+        settings = tuple(chosen.items())
         permission_name = self.permission_tool["name"]
         offered = any(tool["name"] == permission_name for tool in tools)
         bridged = tuple(tool for tool in tools if tool["name"] != permission_name)

@@ -120,6 +120,8 @@ def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: st
         for key in ("cwd", "authenticate", "permission_policy"):
             if getattr(config, key) is not None:
                 table[key] = getattr(config, key)
+        if config.options:
+            table["options"] = dict(config.options)
         table.update(
             mcp_transport=config.mcp_transport,
             max_input_tokens=config.max_input_tokens,
