@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the interop suite's fake model, agent
 
 from interop.fake_models import FakeModel, call, open_fake_model, say
 from interop.installs import ensure_installed, npm_missing
-from interop.kits import KITS, AgentKit, write_config
+from interop.kits import FOREIGN_ENV, KITS, AgentKit, write_config
 
 from bridge.editor.client import EditorClient, spawn_stdio
 
@@ -63,12 +62,15 @@ WEATHER_TOOL = {
 }
 FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
-_FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX|LMBRIDGE_)")
 clock = time.perf_counter
 
 
 def _environment(extra: dict[str, str]) -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not _FOREIGN_ENV.match(name)}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not FOREIGN_ENV.match(name) and not name.startswith("LMBRIDGE_")  # nor the user's lmbridge settings
+    }
     return {**env, **extra}
 
 

@@ -939,16 +939,7 @@ def concurrency(ws: Workspace, plan: Plan) -> list[Row]:
     def sample() -> None:
         nonlocal peak_kib
         while not sampling.wait(0.05):
-            total = 0
-            pending = [daemon.process.pid]
-            while pending:
-                pid = pending.pop()
-                try:
-                    total += rss_kib(pid)
-                except (OSError, RuntimeError):
-                    continue
-                pending += children_of(pid)
-            peak_kib = max(peak_kib, total)
+            peak_kib = max(peak_kib, tree_memory(daemon.process.pid)[1])
 
     async def conversation(client: Any, n: int, times: list[float], lost: list[str]) -> None:
         tag = f"#{_tag()} conversation {n}"

@@ -170,6 +170,8 @@ def tree_memory(pid: int) -> tuple[int, int, int]:
                 fields = dict(line.split(":", 1) for line in handle if line[0].isupper() and ":" in line)
         except OSError:
             continue
+        if "Pss" not in fields:  # a zombie (exited, not yet reaped) has no memory left to count
+            continue
         pss += int(fields["Pss"].split()[0])
         rss += int(fields["Rss"].split()[0])
         count += 1

@@ -98,7 +98,10 @@ class HttpEndpoints:
     ) -> None:
         with scope:
             try:
-                await self._ready()
+                try:
+                    await self._ready()
+                except Exception:  # the SDK cannot be imported: run() says so and stops listening
+                    return
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
                 from mcp.server.transport_security import TransportSecuritySettings
 

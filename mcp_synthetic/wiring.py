@@ -130,7 +130,7 @@ class EditorToolsSetup:
         connections wait for it (``sdk_ready``), not ``session/new``."""
         if not request.tools:
             return []
-        self.prepare(request)
+        self.preload()
 
         async def invoke(name: str, arguments: Any, cancel: trio.Event) -> Any:
             actor = session.actor

@@ -130,7 +130,7 @@ class SessionActor:
         self.finished = trio.Event()
         self.last_active = trio.current_time()
         self.options = SessionOptions()  # what the session can be set to (the router takes it from session/new)
-        self._configuring: _Configuring | None = None  # options being set before a prompt
+        self._configuring: _Flag | None = None  # options being set before a prompt; True once cancelled meanwhile
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class SessionActor:
                     self._prompt_with(blocks, settings)
                 case SendCancel():
                     if self._configuring is not None:  # the prompt has not gone out: it will not
-                        self._configuring.cancelled = True
+                        self._configuring.value = True
                     else:
                         self.agent.notify("session/cancel", {"sessionId": self.session_id})
                 case AnswerPermission(request=waiter, outcome=outcome, unreadable=unreadable):
@@ -236,8 +236,8 @@ class SessionActor:
                 self._send_nowait(PromptFailed(exc))
                 return
             if requests:
-                self._configuring = _Configuring()
-                self._nursery.start_soon(self._configure_then_prompt, requests, blocks, self._configuring)
+                self._configuring = cancelled = _Flag()
+                self._nursery.start_soon(self._configure_then_prompt, requests, blocks, cancelled)
                 return
         self._send_prompt(blocks)
 
@@ -250,31 +250,30 @@ class SessionActor:
         self._nursery.start_soon(self._prompt_lost, reply, answered)
 
     async def _configure_then_prompt(
-        self, requests: list[tuple[str, dict[str, Any]]], blocks: list[dict[str, Any]], configuring: _Configuring
+        self, requests: list[tuple[str, dict[str, Any]]], blocks: list[dict[str, Any]], cancelled: _Flag
     ) -> None:
         """The option requests one after the other, each answered before the next (agents handle requests
         concurrently); then the prompt, unless the turn was cancelled meanwhile."""
-        try:
-            for method, params in requests:
+        for method, params in requests:
+            what = f"{method} ({params.get('configId', 'mode')} = {params.get('value', params.get('modeId'))!r})"
+            try:
                 with trio.fail_after(OPTION_TIMEOUT):
                     result = await self.agent.send_request(method, params).result()
+            except trio.TooSlowError:
+                failure: Exception = AgentReplyError(
+                    f"the agent did not answer {what} within {OPTION_TIMEOUT:g} s", agent=self.agent.id
+                )
+            except Exception as exc:
+                failure = self._agent_failure(exc, what=what)
+            else:
                 self.options.answered(method, params, result)
                 self._log.info("session option set", method=method, option=params.get("configId", "mode"))
-        except Exception as exc:
+                continue
             self._configuring = None
-            what = f"{params.get('configId', 'mode')} = {params.get('value', params.get('modeId'))!r}"
-            if isinstance(exc, trio.TooSlowError):
-                failure = f"no answer within {OPTION_TIMEOUT:g} s"
-            else:
-                failure = exc.message if isinstance(exc, RpcError) else str(exc) or type(exc).__name__
-            self._send_nowait(
-                PromptFailed(
-                    AgentReplyError(f"the agent did not set {what} ({method}): {failure}", agent=self.agent.id)
-                )
-            )
+            self._send_nowait(PromptFailed(failure))
             return
         self._configuring = None
-        if configuring.cancelled:
+        if cancelled.value:
             self._send_nowait(PromptFinished("cancelled", None))
         else:
             self._send_prompt(blocks)
@@ -302,12 +301,13 @@ class SessionActor:
                 )
         self._send_nowait(event)
 
-    def _agent_failure(self, error: BaseException) -> Exception:
-        """A failed prompt as the error a client is shown: the agent's own JSON-RPC error is quoted."""
+    def _agent_failure(self, error: BaseException, what: str = "the prompt") -> Exception:
+        """A failed request (``what``) as the error a client is shown: the agent's own JSON-RPC error is quoted;
+        an agent that went away stays that (retryable)."""
         if isinstance(error, AgentError) or not isinstance(error, Exception):
             return error if isinstance(error, Exception) else InternalError(str(error))
         if isinstance(error, RpcError):
-            return AgentReplyError.from_agent_error(error, agent=self.agent.id)
+            return AgentReplyError.from_agent_error(error, what=what, agent=self.agent.id)
         return error
 
     async def _prompt_lost(self, reply: Any, answered: _Flag) -> None:
@@ -446,15 +446,6 @@ def _coalesce_text(actions: list[Action]) -> list[Action]:
         out.append(action)
     close_run()
     return out
-
-
-class _Configuring:
-    """Options being set before a prompt: a cancel meanwhile means the prompt is not sent at all."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
 
 
 class _Flag:

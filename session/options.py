@@ -17,9 +17,9 @@ from typing import Any
 
 from bridge.errors import InvalidParams
 
-__all__ = ["OPTIONS_FIELD", "SessionOptions"]
+__all__ = ["SessionOptions"]
 
-OPTIONS_FIELD = "options.modelOptions"  # where a client's choices are, for error messages
+_FIELD = "options.modelOptions"  # where a client's choices are, for error messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +93,11 @@ class SessionOptions:
                     out.append(("session/set_config_option", params))
             elif key == "mode" and self._modes:
                 if value not in self._modes:
-                    raise InvalidParams(f"{OPTIONS_FIELD}.mode", f"must be one of {', '.join(self._modes)}")
+                    raise InvalidParams(f"{_FIELD}.mode", f"must be one of {', '.join(self._modes)}")
                 if value != self._mode:
                     out.append(("session/set_mode", {"sessionId": session_id, "modeId": value}))
             else:
-                raise InvalidParams(f"{OPTIONS_FIELD}.{key}", f"the agent offers no such option; {self.describe()}")
+                raise InvalidParams(f"{_FIELD}.{key}", f"the agent offers no such option; {self.describe()}")
         return out
 
     def describe(self) -> str:
@@ -131,7 +131,7 @@ class SessionOptions:
 
     @staticmethod
     def _check(option: _Option, value: Any) -> None:
-        where = f"{OPTIONS_FIELD}.{option.id}"
+        where = f"{_FIELD}.{option.id}"
         if option.kind == "boolean":
             if not isinstance(value, bool):
                 raise InvalidParams(where, "must be true or false")

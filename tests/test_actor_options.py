@@ -40,6 +40,8 @@ class _Reply:
 
     async def result(self) -> Any:
         await self.answer.wait()
+        if isinstance(self.value, Exception):
+            raise self.value
         return self.value
 
     def on_answer(self, callback: Any) -> None:
@@ -122,6 +124,37 @@ async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -
         nursery.cancel_scope.cancel()
     assert outcomes[0].stop_reason == "cancelled"
     assert [method for method, _ in agent.sent] == ["session/set_config_option"]  # neither prompt nor cancel
+
+
+async def test_the_agents_refusal_fails_the_turn_quoting_it_and_no_prompt_goes_out() -> None:
+    from bridge.errors import AgentReplyError, RpcError
+
+    agent = FakeAgent()
+    actor = _actor(agent)
+    turn = EditorTurn(1, [{"type": "text", "text": "hi"}], options=TurnOptions(settings=(("mode", "plan"),)))
+    outcomes: list[Any] = []
+    ended = trio.Event()
+
+    async def run() -> None:
+        outcomes.append(await actor.run_turn(turn, _sink, trio.Event()))
+        ended.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run)
+        nursery.start_soon(run)
+        await agent.request_came.wait()
+        agent.replies[0].value = RpcError(-32602, "plan mode is not available")
+        agent.replies[0].answer.set()
+        with trio.fail_after(5):
+            await ended.wait()
+        nursery.cancel_scope.cancel()
+    error = outcomes[0].error
+    assert isinstance(error, AgentReplyError)
+    assert error.message == (
+        "the agent answered session/set_config_option (mode = 'plan') with an error: plan mode is not available"
+    )
+    assert [method for method, _ in agent.sent] == ["session/set_config_option"]
+    assert actor.options.current() == {"mode": "code"}
 
 
 async def _sink(part: dict[str, Any]) -> None:

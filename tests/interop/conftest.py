@@ -25,13 +25,10 @@ from bridge.editor.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
 
 from .fake_models import FakeModel, open_fake_model
 from .installs import PINS, Installed, InstallError, ensure_installed, npm_missing
-from .kits import KITS, AgentKit, write_config
+from .kits import FOREIGN_ENV, KITS, AgentKit, write_config
 
 FIRST_TURN_TIMEOUT = 60  # seconds: includes the agent's cold start (Gemini CLI takes ~5 s on an idle machine)
 TURN_TIMEOUT = 30
-# Agents read these from the environment before their own config: a developer's real keys or endpoints must not leak
-# into the tests (nor the tests' requests out to them).
-_FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX)")
 
 # -- opting in -----------------------------------------------------------------------------------------------------
 
@@ -92,7 +89,7 @@ def kit(agent: str) -> AgentKit:
 @pytest.fixture(autouse=True)
 def _no_foreign_model_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if _FOREIGN_ENV.match(name):
+        if FOREIGN_ENV.match(name):
             monkeypatch.delenv(name)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,11 @@ import tomli_w
 from .fake_models import Call
 from .installs import PINS
 
-__all__ = ["KITS", "MCP_SERVER", "AgentKit", "write_config"]
+__all__ = ["FOREIGN_ENV", "KITS", "MCP_SERVER", "AgentKit", "write_config"]
 
+# Agents read these from the environment before their own config: a developer's real keys or endpoints must not leak
+# into a run against the fake model (nor its requests out to them).
+FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX)")
 MCP_SERVER = "editor"  # the name lmbridge gives its synthetic MCP server in session/new
 
 # Keeps HTTP(S)_PROXY settings of the machine from routing 127.0.0.1 through a proxy.
