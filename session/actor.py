@@ -57,6 +57,7 @@ T = TypeVar("T")
 _SESSION_ENDED = "The session ended; the tool call was withdrawn."
 _UPDATE_SLOTS = 256
 _OPTION_UPDATES = ("config_option_update", "current_mode_update")
+_OFFER_UPDATES = ("config_option_update", "available_commands_update")  # what the agent offers (session.catalog)
 OPTION_TIMEOUT = 30.0  # seconds for the agent to answer session/set_config_option or session/set_mode
 
 PartSink = Callable[[dict[str, Any]], Awaitable[None]]
@@ -131,6 +132,7 @@ class SessionActor:
         self.last_active = trio.current_time()
         self.options = SessionOptions()  # what the session can be set to (the router takes it from session/new)
         self._configuring: _Flag | None = None  # options being set before a prompt; True once cancelled meanwhile
+        self.on_offer_update: Callable[[dict[str, Any]], object] = lambda update: None  # the router's catalog
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -354,8 +356,11 @@ class SessionActor:
             update = params.get("update")
             if isinstance(update, dict):
                 updates.append(update)
-                if update.get("sessionUpdate") in _OPTION_UPDATES:
+                kind = update.get("sessionUpdate")
+                if kind in _OPTION_UPDATES:
                     self.options.observe(update)
+                if kind in _OFFER_UPDATES:
+                    self.on_offer_update(update)
             else:
                 self._log.warning("session/update without an update object; ignored")
         if not updates:

@@ -12,29 +12,50 @@ offers as a mode.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bridge.errors import InvalidParams
 
-__all__ = ["SessionOptions"]
+__all__ = ["Choice", "ConfigOption", "SessionOptions", "read_config_options", "read_modes"]
 
 _FIELD = "options.modelOptions"  # where a client's choices are, for error messages
 
 
 @dataclass(frozen=True, slots=True)
-class _Option:
+class Choice:
+    """One value a select option (or the agent's modes) can take."""
+
+    value: str
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOption:
+    """One of the agent's ACP ``SessionConfigOption``, as lmbridge can set it."""
+
     id: str
     kind: str  # "select" or "boolean"
     current: Any
-    values: tuple[str, ...]  # the select's values (flattened from groups); () for a boolean
+    choices: tuple[Choice, ...] = ()  # the select's values (flattened from groups); () for a boolean
+    name: str = ""
+    category: str | None = None  # ACP's UX hint: "model", "mode", "thought_level", "model_config", "_custom"…
+    description: str | None = None
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        return tuple(choice.value for choice in self.choices)
+
+    def holding(self, value: Any) -> ConfigOption:
+        return replace(self, current=value)
 
 
 class SessionOptions:
     """What one ACP session can be set to, and what it is set to now."""
 
     def __init__(self) -> None:
-        self._options: dict[str, _Option] = {}
+        self._options: dict[str, ConfigOption] = {}
         self._mode: str | None = None  # the session's current mode (ACP ``modes``), when it has modes
         self._modes: tuple[str, ...] = ()
 
@@ -44,15 +65,8 @@ class SessionOptions:
         options = cls()
         if isinstance(result, dict):
             options._take_config(result.get("configOptions"))
-            modes = result.get("modes")
-            if isinstance(modes, dict):
-                available = modes.get("availableModes")
-                if isinstance(available, list):
-                    options._modes = tuple(
-                        m["id"] for m in available if isinstance(m, dict) and isinstance(m.get("id"), str)
-                    )
-                current = modes.get("currentModeId")
-                options._mode = current if isinstance(current, str) else None
+            options._mode, modes = read_modes(result.get("modes"))
+            options._modes = tuple(choice.value for choice in modes)
         return options
 
     def observe(self, update: Mapping[str, Any]) -> None:
@@ -64,7 +78,7 @@ class SessionOptions:
             self._mode = update["currentModeId"]
             mode = self._options.get("mode")
             if mode is not None and mode.kind == "select" and self._mode in mode.values:
-                self._options["mode"] = _Option(mode.id, mode.kind, self._mode, mode.values)
+                self._options["mode"] = mode.holding(self._mode)
 
     def answered(self, method: str, params: Mapping[str, Any], result: Any) -> None:
         """Take the agent's answer to a request ``requests`` made: the option now holds the value asked for (and
@@ -74,7 +88,7 @@ class SessionOptions:
             return
         option = self._options.get(params["configId"])
         if option is not None:
-            self._options[option.id] = _Option(option.id, option.kind, params["value"], option.values)
+            self._options[option.id] = option.holding(params["value"])
         if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
             self._take_config(result["configOptions"])
 
@@ -120,17 +134,11 @@ class SessionOptions:
     # -- reading ------------------------------------------------------------------------------------------------
 
     def _take_config(self, config: Any) -> None:
-        if not isinstance(config, list):
-            return
-        options: dict[str, _Option] = {}
-        for item in config:
-            option = _read_option(item)
-            if option is not None:
-                options[option.id] = option
-        self._options = options
+        if isinstance(config, list):
+            self._options = {option.id: option for option in read_config_options(config)}
 
     @staticmethod
-    def _check(option: _Option, value: Any) -> None:
+    def _check(option: ConfigOption, value: Any) -> None:
         where = f"{_FIELD}.{option.id}"
         if option.kind == "boolean":
             if not isinstance(value, bool):
@@ -139,21 +147,53 @@ class SessionOptions:
             raise InvalidParams(where, f"must be one of {', '.join(option.values)}")
 
 
-def _read_option(item: Any) -> _Option | None:
+def read_config_options(config: Any) -> list[ConfigOption]:
+    """The options of an ACP ``configOptions`` list that lmbridge can set (kinds it does not know are skipped)."""
+    if not isinstance(config, list):
+        return []
+    return [option for option in map(_read_option, config) if option is not None]
+
+
+def read_modes(modes: Any) -> tuple[str | None, tuple[Choice, ...]]:
+    """An ACP ``modes`` object (``SessionModeState``): the current mode id and the modes offered."""
+    if not isinstance(modes, dict):
+        return None, ()
+    choices = []
+    for mode in modes.get("availableModes") or ():
+        if isinstance(mode, dict) and isinstance(mode.get("id"), str):
+            choices.append(_choice(mode["id"], mode))
+    current = modes.get("currentModeId")
+    return (current if isinstance(current, str) else None), tuple(choices)
+
+
+def _choice(value: str, raw: dict[str, Any]) -> Choice:
+    name = raw.get("name")
+    description = raw.get("description")
+    return Choice(
+        value, name if isinstance(name, str) else value, description if isinstance(description, str) else None
+    )
+
+
+def _read_option(item: Any) -> ConfigOption | None:
     if not isinstance(item, dict) or not isinstance(item.get("id"), str):
         return None
+    name = item["name"] if isinstance(item.get("name"), str) else item["id"]
+    category = item["category"] if isinstance(item.get("category"), str) else None
+    description = item["description"] if isinstance(item.get("description"), str) else None
     if item.get("type") == "boolean":
         current = item.get("currentValue")
-        return _Option(item["id"], "boolean", current if isinstance(current, bool) else None, ())
+        return ConfigOption(
+            item["id"], "boolean", current if isinstance(current, bool) else None, (), name, category, description
+        )
     if item.get("type") != "select":
         return None  # a kind this version does not know: not settable through lmbridge
-    values: list[str] = []
+    choices: list[Choice] = []
     for entry in item.get("options") or ():
         if not isinstance(entry, dict):
             continue
         if isinstance(entry.get("value"), str):
-            values.append(entry["value"])
+            choices.append(_choice(entry["value"], entry))
         for grouped in entry.get("options") or ():  # SessionConfigSelectGroup
             if isinstance(grouped, dict) and isinstance(grouped.get("value"), str):
-                values.append(grouped["value"])
-    return _Option(item["id"], "select", item.get("currentValue"), tuple(values))
+                choices.append(_choice(grouped["value"], grouped))
+    return ConfigOption(item["id"], "select", item.get("currentValue"), tuple(choices), name, category, description)

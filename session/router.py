@@ -22,6 +22,7 @@ import trio
 from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
 
 from .actor import AgentLink, PartSink, SessionActor, TurnOutcome
+from .catalog import AgentCatalog
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
 from .options import SessionOptions
@@ -129,9 +130,17 @@ class _NoopSetup:
 
 class SessionRouter:
     def __init__(
-        self, agents: AgentProvider, settings: RouterSettings, *, log: Any, setup: SessionSetup | None = None
+        self,
+        agents: AgentProvider,
+        settings: RouterSettings,
+        *,
+        log: Any,
+        setup: SessionSetup | None = None,
+        catalog: AgentCatalog | None = None,
     ) -> None:
+        """``catalog`` learns what agents offer from the sessions this router opens."""
         self._agents = agents
+        self.catalog = catalog if catalog is not None else AgentCatalog()
         self._settings = settings
         self._log = log
         self._setup = setup or _NoopSetup()
@@ -380,6 +389,9 @@ class SessionRouter:
         )
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
         actor.options = SessionOptions.from_session(opened)
+        self.catalog.learn_session(request.agent_id, opened)
+        agent_id, catalog = request.agent_id, self.catalog
+        actor.on_offer_update = lambda update: catalog.learn_update(agent_id, update)
         session.actor = actor
         await self._nursery.start(self._run_actor, session)
         early = agent.attach(session_id, actor)

@@ -5,6 +5,10 @@ or ``session/load`` instead of re-told as a transcript.
 Owns the file: JSON, written atomically (temporary file + rename), mode 0600 in a 0700 directory, bounded to the
 most recent entries. A fingerprint is the digest chain of a history (``session.history``); two are stored per turn:
 the history the agent answered, and the same followed by the answer the editor is expected to send back.
+
+The file also keeps what each agent offers (``session.catalog``: its models, options and commands, as JSON), so a
+restarted lmbridge lists them before the agent's first session; an offer is kept with the agent's command line and
+dropped when that changes.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class SessionStore:
         self._max_entries = max_entries
         self._log = log
         self._entries: dict[str, StoredSession] | None = None  # fingerprint hex → session, loaded on first use
+        self._offers: dict[str, Any] = {}  # agent id → {"command": [...], "offer": {...}}, loaded with the entries
 
     def _load(self) -> dict[str, StoredSession]:
         if self._entries is not None:
@@ -63,11 +68,28 @@ class SessionStore:
                 raise ValueError(f"unknown version {data.get('version')!r}")
             for key, raw in data.get("entries", {}).items():
                 self._entries[key] = StoredSession(raw["agent"], raw["sessionId"], raw["cwd"], float(raw["updated"]))
+            offers = data.get("offers")
+            self._offers = offers if isinstance(offers, dict) else {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             if self._log is not None:
                 self._log.warning("ignoring an unreadable session state file", path=str(self.path), error=str(exc))
             self._entries = {}
         return self._entries
+
+    def offer(self, agent: str, command: list[str]) -> Any:
+        """The offer stored for the agent when it was run by the same command line, else None."""
+        self._load()
+        stored = self._offers.get(agent)
+        if isinstance(stored, dict) and stored.get("command") == command:
+            return stored.get("offer")
+        return None
+
+    def remember_offer(self, agent: str, command: list[str], offer: Any) -> None:
+        if self.path is None:
+            return
+        entries = self._load()
+        self._offers[agent] = {"command": command, "offer": offer}
+        self._write(entries)
 
     def has_agent(self, agent: str) -> bool:
         return any(entry.agent == agent for entry in self._load().values())
@@ -112,6 +134,7 @@ class SessionStore:
                 key: {"agent": e.agent, "sessionId": e.session_id, "cwd": e.cwd, "updated": e.updated}
                 for key, e in entries.items()
             },
+            "offers": self._offers,
         }
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -86,11 +86,25 @@ def conversation() -> dict[str, str]:
 
 
 def test_models_lists_the_agents(oai: openai.OpenAI) -> None:
-    ids = [model.id for model in oai.models.list()]
+    ids = [model.id for model in oai.models.list() if "/" not in model.id]
     assert ids == ["demo", "scripted", "missing"]
     assert oai.models.retrieve("scripted").id == "scripted"
     with pytest.raises(openai.NotFoundError):
         oai.models.retrieve("nobody")
+
+
+def test_an_agents_own_models_are_listed_once_a_session_showed_them_and_choose_the_model(oai: openai.OpenAI) -> None:
+    ask = {"messages": [{"role": "user", "content": "/options"}], "extra_headers": conversation()}
+    answer = oai.chat.completions.create(model="scripted", **ask)  # type: ignore[call-overload]
+    assert 'model="demo-small"' in answer.choices[0].message.content
+    listed = {model.id: model for model in oai.models.list()}
+    assert listed["scripted/demo-large"].model_dump()["display_name"] == "Scripted test agent: Demo Large"
+    assert oai.models.retrieve("scripted/demo-large").id == "scripted/demo-large"
+    answer = oai.chat.completions.create(model="scripted/demo-large", **ask)  # type: ignore[call-overload]
+    assert 'model="demo-large"' in answer.choices[0].message.content
+    with pytest.raises(openai.NotFoundError) as error:
+        oai.chat.completions.create(model="scripted/demo-huge", **ask)  # type: ignore[call-overload]
+    assert "scripted/demo-large" in str(error.value)
 
 
 ENDPOINTS = [

@@ -1,5 +1,6 @@
 """The bridge service every front talks to, in ``lmbridge stdio`` and ``lmbridge serve`` alike: the agent pool, the
-session router and the editor-tools wiring, and what a front asks of them (models, a chat turn, status).
+session router, the editor-tools wiring and the catalog of what agents offer, and what a front asks of them
+(models, a chat turn, status).
 
 Owns the order of shutdown: sessions are closed first (every turn, permission request and tool call answered),
 then agent process groups are stopped.
@@ -8,13 +9,15 @@ then agent process groups are stopped.
 from __future__ import annotations
 
 import gc
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
 
 from bridge.acp.pool import AgentPool
 from bridge.config import AgentConfig, Config
+from bridge.core.models import ModelEntry, model_entries, resolve_model
+from session.catalog import AgentCatalog, AgentOffer
 
 __all__ = ["BridgeService"]
 
@@ -45,6 +48,10 @@ class BridgeService:
         from mcp_synthetic.wiring import EditorToolsSetup
 
         self.tools = EditorToolsSetup(log=log, tracer=tracer, parallel_tools=config.tools.parallel)
+        self.store = SessionStore(state_path, log=log)
+        self.catalog = AgentCatalog(on_change=self._offer_changed)
+        self._model_watchers: set[Callable[[], None]] = set()
+        self._seed_offers(config.agents.values())
         self.router = SessionRouter(
             self.pool,
             RouterSettings(
@@ -56,10 +63,11 @@ class BridgeService:
                 detached_grace=sessions.detached_grace,
                 agent_request_timeout=sessions.agent_request_timeout,
                 permission_policy=policy_for,
-                store=SessionStore(state_path, log=log),
+                store=self.store,
             ),
             log=log,
             setup=self.tools,
+            catalog=self.catalog,
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
@@ -101,6 +109,36 @@ class BridgeService:
 
     def add_agents(self, configs: Mapping[str, AgentConfig]) -> None:
         self.pool.add(configs)
+        self._seed_offers(configs.values())
+
+    def models(self) -> list[ModelEntry]:
+        """What the fronts list: per agent its default entry, then one per model it offers (``bridge.core.models``)."""
+        return model_entries(self.pool.configs, self.catalog)
+
+    def resolve_model(self, model_id: str) -> ModelEntry:
+        """The entry a request names; ``UnknownModel`` (-32602, listing the models) when there is none."""
+        return resolve_model(model_id, self.pool.configs, self.catalog)
+
+    def watch_models(self, watcher: Callable[[], None]) -> Callable[[], None]:
+        """Call ``watcher()`` whenever the model list changes (an agent announced other models, options or
+        commands); returns the function that stops it."""
+        self._model_watchers.add(watcher)
+        return lambda: self._model_watchers.discard(watcher)
+
+    def _offer_changed(self, agent_id: str) -> None:
+        config = self.pool.configs.get(agent_id)
+        if config is not None:
+            self.store.remember_offer(agent_id, _command_line(config), self.catalog.offer(agent_id).to_json())
+        self.log.info("agent offer changed", agent=agent_id)
+        for watcher in list(self._model_watchers):
+            watcher()
+
+    def _seed_offers(self, configs: Iterable[AgentConfig]) -> None:
+        """What agents offered in an earlier run of lmbridge (by the same command line), until they say again."""
+        for config in configs:
+            stored = self.store.offer(config.id, _command_line(config))
+            if stored is not None:
+                self.catalog.seed(config.id, AgentOffer.from_json(stored))
 
     def prestart_agents(self) -> None:
         """An editor connected: start the agents configured with ``prestart``, and the imports serving its tools
@@ -148,8 +186,9 @@ class BridgeService:
         from session.machine import TurnOptions
         from session.router import ChatRequest
 
-        chosen = dict(self.pool.config(model_id).options)  # the agent's configured options, then the client's
-        chosen.update(settings)
+        entry = self.resolve_model(model_id)
+        # The agent's configured options, then the model the entry chooses, then the client's choices.
+        chosen = {**dict(entry.agent.options), **dict(entry.settings), **dict(settings)}
         settings = tuple(chosen.items())
         permission_name = self.permission_tool["name"]
         offered = any(tool["name"] == permission_name for tool in tools)
@@ -161,5 +200,9 @@ class BridgeService:
             activity_as_thinking=activity_as_thinking,
             settings=settings,
         )
-        request = ChatRequest(model_id, messages, cwd, options, bridged, scope, share_running)
+        request = ChatRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running)
         return await self.router.chat(request, sink, cancel_requested)
+
+
+def _command_line(config: AgentConfig) -> list[str]:
+    return [config.command, *config.args]

@@ -204,6 +204,7 @@ class WebSocketDaemon:
                 await connection.aclose(timeout=0)
                 nursery.cancel_scope.cancel()
         finally:
+            editor.close()
             del self._connections[number]
             self._log.info("editor disconnected", conn=name, connections=len(self._connections))
 

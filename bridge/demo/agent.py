@@ -29,7 +29,7 @@ from typing import Any
 from bridge.acp.vocabulary import STOP_REASONS
 from session.transcript import CONTEXT_PREFIX
 
-from .directives import PERMISSION_OPTIONS, ScriptError, Step, parse_script, reference
+from .directives import DIRECTIVES, PERMISSION_OPTIONS, ScriptError, Step, parse_script, reference
 
 __all__ = ["DemoAgent", "chunk_text", "main"]
 
@@ -60,19 +60,24 @@ class _Session:
 
 
 # The session options the demo agent offers (ACP configOptions), with their defaults.
-DEFAULT_OPTIONS: dict[str, Any] = {"mode": "code", "effort": "medium", "verbose": False}
-_OPTION_VALUES = {"mode": ("ask", "code", "plan"), "effort": ("low", "medium", "high")}
+DEFAULT_OPTIONS: dict[str, Any] = {"model": "demo-small", "mode": "code", "effort": "medium", "verbose": False}
+_OPTION_VALUES = {
+    "model": ("demo-small", "demo-large"),
+    "mode": ("ask", "code", "plan"),
+    "effort": ("low", "medium", "high"),
+}
 
 
 def _config_options(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """ACP ``SessionConfigOption`` list of a session: two selects and a boolean."""
+    """ACP ``SessionConfigOption`` list of a session: three selects (a model among them) and a boolean."""
 
     def select(option: str, name: str, category: str) -> dict[str, Any]:
-        choices = [{"value": v, "name": v.capitalize()} for v in _OPTION_VALUES[option]]
+        choices = [{"value": v, "name": v.replace("-", " ").title()} for v in _OPTION_VALUES[option]]
         return {"id": option, "name": name, "category": category, "type": "select", "currentValue": values[option],
                 "options": choices}  # fmt: skip
 
     return [
+        select("model", "Model", "model"),
         select("mode", "Mode", "mode"),
         select("effort", "Effort", "thought_level"),
         {"id": "verbose", "name": "Verbose", "type": "boolean", "currentValue": values["verbose"]},
@@ -147,6 +152,7 @@ class DemoAgent:
 
         session_id = f"demo-{uuid.uuid4().hex[:12]}"
         session = self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []))
+        self._in_background(self._announce_commands(session_id))
         return NewSessionResponse.model_validate(
             {"sessionId": session_id, "configOptions": _config_options(session.options)}
         )
@@ -398,6 +404,27 @@ class DemoAgent:
         session.later.add(task)
         task.add_done_callback(self._background.discard)
         task.add_done_callback(session.later.discard)
+
+    def _in_background(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _announce_commands(self, session_id: str) -> None:
+        """Its directives, as slash commands (``available_commands_update``), once the session exists: agents send
+        them after answering ``session/new`` (Claude Code does)."""
+        from acp.schema import AvailableCommandsUpdate
+
+        commands = [
+            {"name": d.name, "description": d.does, **({"input": {"hint": d.syntax}} if d.syntax else {})}
+            for d in DIRECTIVES.values()
+            if not d.misbehaviour
+        ]
+        update = {"sessionUpdate": "available_commands_update", "availableCommands": commands}
+        try:
+            await self._conn.session_update(session_id, AvailableCommandsUpdate.model_validate(update))
+        except Exception as exc:  # the client went away meanwhile
+            log.info("commands not announced: %s", exc)
 
     async def _do_flush(self, session: _Session, step: Step, _: Any) -> None:
         if session.later:

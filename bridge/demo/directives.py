@@ -213,7 +213,9 @@ DIRECTIVES: dict[str, Directive] = {
         Directive("recall", "", "say the texts of the earlier prompts of this session", _nothing),
         Directive("env", "NAME", 'say the value of an environment variable of the agent (or "(unset)")', _variable),
         Directive("stop", "REASON", f"end the turn with this stopReason ({', '.join(FINAL_STOP_REASONS)})", _stop),
-        Directive("options", "", "say the session option values (mode, effort, verbose; set_config_option)", _nothing),
+        Directive(
+            "options", "", "say the session option values (model, mode, effort, verbose; set_config_option)", _nothing
+        ),
         Directive(
             "usage",
             "USED SIZE [AMOUNT CUR]",

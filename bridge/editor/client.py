@@ -2,8 +2,8 @@
 the tests use to talk to a bridge the way an editor extension does.
 
 Owns spawning ``lmbridge stdio`` as a subprocess (and stopping it), and the client half of the protocol: requests,
-``lm/part`` notifications routed to the turn they belong to, and cancelling a turn while still receiving its
-answer.
+``lm/part`` notifications routed to the turn they belong to, ``lm/modelsChanged`` counted, and cancelling a turn
+while still receiving its answer.
 """
 
 from __future__ import annotations
@@ -99,7 +99,10 @@ class EditorClient:
     def __init__(self) -> None:
         self.methods = MethodTable()
         self.methods.notification("lm/part", self._on_part)
+        self.methods.notification("lm/modelsChanged", self._on_models_changed)
         self.connection: JsonRpcConnection | None = None
+        self.models_changes = 0  # lm/modelsChanged notifications received
+        self._models_changed = trio.Event()
         self._turns: dict[Any, ChatTurn] = {}
         self._early: dict[Any, list[dict[str, Any]]] = {}
         self.stray_parts: list[dict[str, Any]] = []  # parts for no turn of ours (a bug if ever non-empty)
@@ -116,6 +119,16 @@ class EditorClient:
         params.setdefault("clientInfo", {"name": "lmbridge-client", "version": "1"})
         result: dict[str, Any] = await self.request("initialize", params)
         return result
+
+    async def wait_models_changed(self, seen: int = 0) -> None:
+        """Until more than ``seen`` ``lm/modelsChanged`` notifications have arrived."""
+        while self.models_changes <= seen:
+            await self._models_changed.wait()
+
+    async def _on_models_changed(self, params: Any) -> None:
+        self.models_changes += 1
+        self._models_changed.set()
+        self._models_changed = trio.Event()
 
     async def models(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = (await self.request("lm/models", {}))["models"]

@@ -13,7 +13,6 @@ from typing import Any
 
 import trio
 
-from bridge import __version__
 from bridge.core.service import BridgeService
 from bridge.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
 from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
@@ -63,6 +62,7 @@ class EditorConnection:
         self._no_turns = trio.Event()
         self._no_turns.set()
         self._shutdown_stops_daemon = shutdown_stops_daemon
+        self._unwatch_models: Any = None  # set once initialized: stops lm/modelsChanged
 
     @property
     def cwd(self) -> str:
@@ -75,6 +75,12 @@ class EditorConnection:
         workspaces, whose conversations open alike never share a session."""
         folders = "\0".join(sorted(self.workspace_folders)) or self._default_cwd
         return f"editor\0{self.client_info.get('name') or ''}\0{folders}"
+
+    def close(self) -> None:
+        """The connection ended: no more notifications for it."""
+        if self._unwatch_models is not None:
+            self._unwatch_models()
+            self._unwatch_models = None
 
     def cancel_turns(self) -> None:
         """Ask every running turn of this connection to end (they answer ``cancelled``)."""
@@ -96,6 +102,8 @@ class EditorConnection:
         if hello.agents:
             self.service.add_agents(hello.agents)
         self.service.prestart_agents()
+        if self._unwatch_models is None:
+            self._unwatch_models = self.service.watch_models(self._models_changed)
         self.initialized = True
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
 
@@ -103,28 +111,20 @@ class EditorConnection:
         if not self.initialized:
             raise RpcError(INVALID_REQUEST, "Invalid Request: call initialize first")
 
+    def _models_changed(self) -> None:
+        connection = self.connection
+        if connection is not None and not connection.closed:
+            connection.notify_nowait("lm/modelsChanged", {})
+
     async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        models = []
-        for config in self.service.agent_configs():
-            models.append(
-                {
-                    "id": config.id,
-                    "name": config.name,
-                    "family": "acp",
-                    "version": __version__,
-                    "maxInputTokens": config.max_input_tokens,
-                    "maxOutputTokens": config.max_output_tokens,
-                    "capabilities": {"toolCalling": True, "imageInput": config.image_input},
-                }
-            )
-        return {"models": models}
+        return {"models": [entry.describe() for entry in self.service.models()]}
 
     async def _chat(self, params: Any, context: RequestContext) -> dict[str, Any]:
         params = _object(params, "params")
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        self.service.agent_config(model_id)  # unknown model → -32602
+        self.service.resolve_model(model_id)  # unknown model → -32602
         messages = params.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidParams("messages", "must be a non-empty list of messages")
@@ -184,7 +184,7 @@ class EditorConnection:
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        self.service.agent_config(model_id)
+        self.service.resolve_model(model_id)
         if "text" in params:
             if not isinstance(params["text"], str):
                 raise InvalidParams("text", "must be a string")

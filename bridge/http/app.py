@@ -143,7 +143,7 @@ class HttpFront:
     # -- endpoints ------------------------------------------------------------------------------------------------
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        data = [_model_object(model_id) for model_id in self.runner.model_ids()]
+        data = [_model_object(entry.id, entry.name) for entry in self.runner.service.models()]
         await _respond_json(send, 200, {"object": "list", "data": data})
 
     async def _model(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -153,7 +153,8 @@ class HttpFront:
         except ApiError as error:
             await _respond_json(send, 404, ChatCompletions.error_body(error))
             return
-        await _respond_json(send, 200, _model_object(model_id))
+        entry = self.runner.service.resolve_model(model_id)
+        await _respond_json(send, 200, _model_object(entry.id, entry.name))
 
     async def _stored_response(self, scope: Scope, receive: Receive, send: Send) -> None:
         response_id = scope["path_params"]["response_id"]
@@ -356,8 +357,9 @@ def _error_shape(scope: Scope) -> Any:
     return Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
 
 
-def _model_object(model_id: str) -> dict[str, Any]:
-    return {"id": model_id, "object": "model", "created": 0, "owned_by": "lmbridge"}
+def _model_object(model_id: str, name: str) -> dict[str, Any]:
+    """An OpenAI model object, with Anthropic's ``display_name`` (both SDKs ignore the other's fields)."""
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "lmbridge", "display_name": name}
 
 
 def _cwd(raw: bytes | None) -> str | None:

@@ -103,14 +103,11 @@ class TurnRunner:
         self._default_cwd = default_cwd or os.getcwd()
 
     def check_model(self, model: str) -> None:
-        """``ApiError`` 404 for a model (agent id) that is not configured."""
+        """``ApiError`` 404 for a model (an agent id, or ``agent/model``) lmbridge does not offer."""
         try:
-            self.service.agent_config(model)
+            self.service.resolve_model(model)
         except UnknownModel as error:
             raise ApiError.from_error(error) from None
-
-    def model_ids(self) -> list[str]:
-        return [config.id for config in self.service.agent_configs()]
 
     async def run(
         self, request: ParsedRequest, on_part: PartCallback, cancel: trio.Event, *, cwd: str | None = None

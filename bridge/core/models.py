@@ -1,0 +1,119 @@
+"""The models lmbridge offers its clients, the same on every front: one entry per configured agent (its default
+model), and one more per model the agent offers in its session options (``agent/model``), each with the options a
+client may set per request and the agent's slash commands.
+
+Owns building those entries from the agents' configuration and what the catalog learned of them
+(``session.catalog``), and resolving a requested model id to an agent and the option values choosing it implies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge import __version__
+from bridge.config import AgentConfig
+from bridge.errors import UnknownModel
+from session.catalog import AgentCatalog, AgentOffer, Command
+from session.options import ConfigOption
+
+__all__ = ["ModelEntry", "model_entries", "resolve_model"]
+
+SEPARATOR = "/"  # agent ids cannot contain it (bridge.config), model values can
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    id: str
+    name: str
+    agent: AgentConfig
+    settings: tuple[tuple[str, Any], ...] = ()  # the option values choosing this entry sets (its model)
+    options: tuple[ConfigOption, ...] = ()  # what a client may set per request (``options.modelOptions``)
+    commands: tuple[Command, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        """The entry as ``lm/models`` lists it (docs/protocol.md)."""
+        agent = self.agent
+        entry: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "family": "acp",
+            "version": __version__,
+            "maxInputTokens": agent.max_input_tokens,
+            "maxOutputTokens": agent.max_output_tokens,
+            "capabilities": {"toolCalling": True, "imageInput": agent.image_input},
+            "agent": agent.id,
+        }
+        if self.options:
+            entry["options"] = [_describe_option(option) for option in self.options]
+        if self.commands:
+            entry["commands"] = [_describe_command(command) for command in self.commands]
+        return entry
+
+
+def model_entries(agents: Mapping[str, AgentConfig], catalog: AgentCatalog) -> list[ModelEntry]:
+    """Every entry, agent by agent: its default entry first, then one per model it offers."""
+    entries: list[ModelEntry] = []
+    for agent in agents.values():
+        offer = catalog.offer(agent.id)
+        entries.append(ModelEntry(agent.id, agent.name, agent, (), offer.options, offer.commands))
+        model = offer.model_option
+        for choice in model.choices if model is not None else ():
+            entries.append(_model_entry(agent, offer, choice.value))
+    return entries
+
+
+def resolve_model(model_id: str, agents: Mapping[str, AgentConfig], catalog: AgentCatalog) -> ModelEntry:
+    """The entry a request's model id names. ``agent/model`` is accepted before the catalog knows the agent's
+    models (a client that remembers it from an earlier run): the session then checks the value against what the
+    agent offers. ``UnknownModel`` lists the models otherwise."""
+    agent = agents.get(model_id)
+    if agent is not None:
+        offer = catalog.offer(agent.id)
+        return ModelEntry(agent.id, agent.name, agent, (), offer.options, offer.commands)
+    agent_id, separator, value = model_id.partition(SEPARATOR)
+    agent = agents.get(agent_id)
+    if agent is not None and separator and value:
+        offer = catalog.offer(agent_id)
+        if offer.model_option is None or offer.model(value) is not None:
+            return _model_entry(agent, offer, value)
+    raise UnknownModel(model_id, [entry.id for entry in model_entries(agents, catalog)])
+
+
+def _model_entry(agent: AgentConfig, offer: AgentOffer, value: str) -> ModelEntry:
+    """The entry choosing model ``value`` of the agent (option ``model`` when the catalog does not know it yet)."""
+    model = offer.model_option
+    choice = offer.model(value)
+    others = tuple(option for option in offer.options if option is not model)
+    return ModelEntry(
+        f"{agent.id}{SEPARATOR}{value}",
+        f"{agent.name}: {choice.name if choice is not None else value}",
+        agent,
+        ((model.id if model is not None else "model", value),),
+        others,
+        offer.commands,
+    )
+
+
+def _describe_option(option: ConfigOption) -> dict[str, Any]:
+    described: dict[str, Any] = {"id": option.id, "name": option.name, "type": option.kind}
+    if option.category:
+        described["category"] = option.category
+    if option.description:
+        described["description"] = option.description
+    if option.current is not None:
+        described["default"] = option.current
+    if option.kind == "select":
+        described["values"] = [
+            {"value": c.value, "name": c.name, **({"description": c.description} if c.description else {})}
+            for c in option.choices
+        ]
+    return described
+
+
+def _describe_command(command: Command) -> dict[str, Any]:
+    described: dict[str, Any] = {"name": command.name, "description": command.description}
+    if command.hint:
+        described["hint"] = command.hint
+    return described
