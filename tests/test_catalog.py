@@ -118,8 +118,9 @@ def test_model_entries_one_per_agent_then_one_per_model() -> None:
     described = sonnet.describe()
     assert described["agent"] == "claude" and [c["name"] for c in described["commands"]] == ["review", "compact"]
     assert described["commands"][0]["hint"] == "what to focus on"
-    assert described["options"][0] == {"id": "mode", "name": "Mode", "type": "select", "category": "mode",
-        "default": "default", "values": [{"value": "default", "name": "Default"}, {"value": "plan", "name": "Plan"}]}  # fmt: skip
+    values = [{"value": "default", "name": "Default"}, {"value": "plan", "name": "Plan"}]
+    mode = {"id": "mode", "name": "Mode", "type": "select", "category": "mode", "default": "default", "values": values}
+    assert described["options"][0] == mode
     assert described["options"][1] == {"id": "fast", "name": "Fast", "type": "boolean", "default": False}
     assert "options" not in codex.describe() and "commands" not in codex.describe()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-
 from conftest import Bridge, open_bridge, user
 
 
