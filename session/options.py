@@ -17,7 +17,7 @@ from typing import Any
 
 from bridge.errors import InvalidParams
 
-__all__ = ["Choice", "ConfigOption", "SessionOptions", "read_config_options", "read_modes"]
+__all__ = ["Choice", "ConfigOption", "SessionOptions", "read_choices", "read_config_options", "read_modes"]
 
 _FIELD = "options.modelOptions"  # where a client's choices are, for error messages
 
@@ -145,6 +145,23 @@ class SessionOptions:
                 raise InvalidParams(where, "must be true or false")
         elif not isinstance(value, str) or value not in option.values:
             raise InvalidParams(where, f"must be one of {', '.join(option.values)}")
+
+
+def read_choices(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
+    """A client's choices of session options (option id → a string or a boolean), as a front received them at
+    ``where``; checked against what the agent offers when the session's next prompt starts."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise InvalidParams(where, "must be an object")
+    if len(value) > 64:
+        raise InvalidParams(where, "has more than 64 options")
+    for key, choice in value.items():
+        if not key or len(key) > 128:
+            raise InvalidParams(where, "option ids are 1 to 128 characters")
+        if not isinstance(choice, str | bool):
+            raise InvalidParams(f"{where}.{key}", "must be a string or a boolean")
+    return tuple(value.items())
 
 
 def read_config_options(config: Any) -> list[ConfigOption]:

@@ -107,6 +107,54 @@ def test_an_agents_own_models_are_listed_once_a_session_showed_them_and_choose_t
     assert "scripted/demo-large" in str(error.value)
 
 
+def test_a_request_chooses_the_agents_options_and_effort_in_each_api(
+    oai: openai.OpenAI, claude: anthropic.Anthropic
+) -> None:
+    def options_said(text: str) -> str:
+        assert text.startswith("options: "), text
+        return text.strip()
+
+    ask = [{"role": "user", "content": "/options"}]
+    chat = oai.chat.completions.create(
+        model="scripted", messages=ask, reasoning_effort="high", extra_headers=conversation(),  # type: ignore[arg-type]
+        extra_body={"model_options": {"verbose": True}},
+    )  # fmt: skip
+    assert 'effort="high"' in options_said(chat.choices[0].message.content or "")
+    assert "verbose=true" in chat.choices[0].message.content  # type: ignore[operator]
+    response = oai.responses.create(
+        model="scripted/demo-large", input="/options", reasoning={"effort": "low"}, extra_headers=conversation()
+    )
+    assert 'effort="low" mode="code" model="demo-large"' in options_said(response.output_text)
+    extra = {"output_config": {"effort": "high"}, "model_options": {"mode": "plan"}}
+    message = claude.messages.create(
+        model="scripted", max_tokens=100, messages=[{"role": "user", "content": "/options"}],
+        extra_headers=conversation(), extra_body=extra,
+    )  # fmt: skip
+    said = options_said(message.content[0].text)  # type: ignore[union-attr]
+    assert 'effort="high"' in said and 'mode="plan"' in said
+    # An effort the agent does not offer is what clients send by habit: the agent's own stays.
+    habit = oai.chat.completions.create(
+        model="scripted",
+        messages=ask,
+        reasoning_effort="minimal",
+        extra_headers=conversation(),  # type: ignore[arg-type]
+    )
+    assert 'effort="medium"' in options_said(habit.choices[0].message.content or "")
+    # model_options are checked: the wrong kind at once, an option the agent lacks when the session starts.
+    for wrong, param in (({"mode": 3}, "model_options.mode"), ([], "model_options")):
+        with pytest.raises(openai.BadRequestError) as error:
+            oai.chat.completions.create(model="scripted", messages=ask, extra_body={"model_options": wrong})  # type: ignore[arg-type]
+        assert error.value.body["param"] == param  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as error:
+        oai.chat.completions.create(
+            model="scripted",
+            messages=ask,
+            extra_body={"model_options": {"mode": "yolo"}},
+            extra_headers=conversation(),  # type: ignore[arg-type]
+        )
+    assert "must be one of ask, code, plan" in str(error.value)
+
+
 ENDPOINTS = [
     ("GET", "/v1/models"),
     ("GET", "/v1/models/demo"),

@@ -16,6 +16,7 @@ import trio
 from bridge.core.service import BridgeService
 from bridge.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
 from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
+from session.options import read_choices
 from session.tokens import estimate_message_tokens, estimate_tokens
 
 from .history_parse import HistoryReusingParser
@@ -134,7 +135,7 @@ class EditorConnection:
         tool_mode = options.get("toolMode")
         if tool_mode not in (None, "auto", "required"):
             raise InvalidParams("options.toolMode", 'must be "auto" or "required"')
-        settings = _settings(options.get("modelOptions"))
+        settings = read_choices(options.get("modelOptions"), "options.modelOptions")
         conversation = options.get("conversationId")
         if conversation is not None and (not isinstance(conversation, str) or not 0 < len(conversation) <= 256):
             raise InvalidParams("options.conversationId", "must be a string of 1 to 256 characters")
@@ -245,20 +246,3 @@ def _as_rpc_error(error: Exception) -> RpcError:
     if isinstance(error, RpcError):
         return error
     return InternalError(f"Internal error: {type(error).__name__}: {error}")
-
-
-def _settings(value: Any) -> tuple[tuple[str, Any], ...]:
-    """``options.modelOptions``: the agent's session options the client chose (option id → a string or a boolean);
-    checked against what the agent offers when the session's next prompt starts."""
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        raise InvalidParams("options.modelOptions", "must be an object")
-    if len(value) > 64:
-        raise InvalidParams("options.modelOptions", "has more than 64 options")
-    for key, choice in value.items():
-        if not key or len(key) > 128:
-            raise InvalidParams("options.modelOptions", "option ids are 1 to 128 characters")
-        if not isinstance(choice, str | bool):
-            raise InvalidParams(f"options.modelOptions.{key}", "must be a string or a boolean")
-    return tuple(value.items())

@@ -19,7 +19,16 @@ from pydantic import BaseModel, ConfigDict
 
 from session.tokens import estimate_message_tokens, estimate_tokens
 
-from .turns import ApiError, ParsedRequest, TurnResult, function_tool, reported_tokens, text_part
+from .turns import (
+    ApiError,
+    ParsedRequest,
+    TurnResult,
+    function_tool,
+    model_options,
+    reasoning_effort,
+    reported_tokens,
+    text_part,
+)
 
 __all__ = ["Messages"]
 
@@ -85,6 +94,8 @@ class Messages:
             stream=stream,
             conversation=str(metadata.get("lmbridge_conversation") or ""),
             native_reasoning=True,
+            settings=model_options(request.model_extra),
+            effort=reasoning_effort(request.model_extra, "output_config", "effort"),
         )
 
     @staticmethod

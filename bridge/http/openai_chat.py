@@ -23,8 +23,10 @@ from .turns import (
     TurnResult,
     function_tool,
     image_part,
+    model_options,
     openai_error_body,
     parsed_arguments,
+    reasoning_effort,
     reported_tokens,
     text_part,
 )
@@ -107,6 +109,8 @@ class ChatCompletions:
             stream=request.stream,
             include_usage=bool(request.stream_options and request.stream_options.include_usage),
             conversation=str(metadata.get("lmbridge_conversation") or ""),
+            settings=model_options(request.model_extra),
+            effort=reasoning_effort(request.model_extra, "reasoning_effort"),
         )
 
     @staticmethod

@@ -27,8 +27,10 @@ from .turns import (
     TurnResult,
     function_tool,
     image_part,
+    model_options,
     openai_error_body,
     parsed_arguments,
+    reasoning_effort,
     reported_tokens,
     text_part,
 )
@@ -141,6 +143,8 @@ class Responses:
             stream=request.stream,
             conversation=conversation,
             native_reasoning=True,
+            settings=model_options(request.model_extra),
+            effort=reasoning_effort(request.model_extra, "reasoning", "effort"),
             extra={
                 "new": new,
                 "previous_response_id": request.previous_response_id,

@@ -20,6 +20,7 @@ from bridge.acp.vocabulary import TOOL_CALLS
 from bridge.core.service import BridgeService
 from bridge.errors import AgentError, InvalidParams, MessageError, RpcError, TooManyRequests, UnknownModel
 from session.messages import check_image_size
+from session.options import read_choices
 from session.permissions import PermissionQuestions
 
 __all__ = ["ApiError", "ParsedRequest", "TurnResult", "TurnRunner"]
@@ -83,6 +84,8 @@ class ParsedRequest:
     conversation: str = ""  # the client's name for the conversation (header or metadata), "" when none
     native_reasoning: bool = False  # the API has reasoning/thinking content for the agent's activity
     extra: dict[str, Any] = field(default_factory=dict)  # what only one API uses
+    settings: tuple[tuple[str, Any], ...] = ()  # the agent's session options the client chose (``model_options``)
+    effort: str | None = None  # the API's own reasoning effort, for the agent's thought-level option
 
 
 @dataclass
@@ -144,11 +147,24 @@ class TurnRunner:
             activity_as_thinking=native,
             scope=request.conversation,
             share_running=False,
+            settings=self._settings(request),
         )
         stop_reason = outcome.stop_reason or "end_turn"
         if stop_reason == TOOL_CALLS and not calls:
             stop_reason = "end_turn"  # only a question was asked: the client's turn to speak
         return TurnResult(stop_reason, outcome.usage, outcome.error, sent)
+
+    def _settings(self, request: ParsedRequest) -> tuple[tuple[str, Any], ...]:
+        """The client's ``model_options``, and its reasoning effort as the agent's thought-level option when the
+        agent offers that value (clients send an effort by habit: one the agent cannot take is not an error)."""
+        if request.effort is None:
+            return request.settings
+        entry = self.service.resolve_model(request.model)
+        level = next((o for o in entry.options if o.category == "thought_level" and o.kind == "select"), None)
+        chosen = dict(request.settings)
+        if level is not None and request.effort in level.values and level.id not in chosen:
+            chosen[level.id] = request.effort
+        return tuple(chosen.items())
 
 
 # -- pieces the API translations share ------------------------------------------------------------------------------
@@ -159,6 +175,23 @@ SSE_COMMENT_PING = b": ping\n\n"  # a keep-alive any event-stream parser skips
 def openai_error_body(error: ApiError) -> dict[str, Any]:
     """The error object of both OpenAI APIs."""
     return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": None}}
+
+
+def model_options(extra: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    """The body's ``model_options`` (an lmbridge extension, e.g. the OpenAI SDK's ``extra_body``): the agent's
+    session options, as ``options.modelOptions`` of the editor protocol."""
+    try:
+        return read_choices((extra or {}).get("model_options"), "model_options")
+    except InvalidParams as error:
+        raise ApiError.from_error(error) from None
+
+
+def reasoning_effort(extra: dict[str, Any] | None, *path: str) -> str | None:
+    """An API's reasoning effort ("low", "high", …) at ``path`` in the body's fields, when the client gave one."""
+    value: Any = extra or {}
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, str) and value else None
 
 
 def text_part(value: str) -> dict[str, Any]:
