@@ -136,6 +136,7 @@ class Run:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LMBRIDGE_", "VSCODE_", "npm_"))}
         env.update(
             XDG_CONFIG_HOME=str(self.root / "xdg"),  # lmbridge must not read the config of whoever runs the tests
+            XDG_STATE_HOME=str(self.root / "xdg-state"),  # nor remember (sessions, agents' offers) in theirs
             LMBRIDGE_E2E_RUN=str(self.root),
             LMBRIDGE_E2E_STATE=str(self.state_file),
         )

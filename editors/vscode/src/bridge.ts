@@ -50,6 +50,8 @@ export interface BridgeOptions {
     env?: NodeJS.ProcessEnv;
     /** Called each time a daemon has answered `initialize`. */
     onInitialized?: (result: InitializeResult) => void;
+    /** Called when lmbridge says its models changed (`lm/modelsChanged`: an agent showed its models or commands). */
+    onModelsChanged?: () => void;
 }
 
 export interface PermissionToolInfo {
@@ -121,6 +123,7 @@ class Daemon {
         const log = options.log;
         this.rpc = new JsonRpcClient(child.stdout, child.stdin, { trace: m => log.trace(m), warn: m => log.warn(m) },
             { closeOnEnd: false });
+        this.rpc.onNotification('lm/modelsChanged', () => options.onModelsChanged?.());
         child.stderr.setEncoding('utf8');
         child.stderr.on('data', (chunk: string) => this.stderr(chunk));
         let closeResolve!: () => void;

@@ -98,6 +98,7 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
         clientInfo: { name: 'vscode-lmbridge', version },
         thinking: thinkingPart !== undefined,
         onInitialized: checkPermissionTool,
+        onModelsChanged: () => provider.refresh(),
     });
 
     const shown = new Set<string>();

@@ -1,7 +1,8 @@
 /**
- * The `LanguageModelChatProvider` of vendor `lmbridge`: one model per agent lmbridge knows (`lm/models`), one
- * `lm/chat` per response, its `lm/part` notifications reported as they arrive, the cancellation token mapped to
- * `$/cancelRequest`, and token counts from `lm/countTokens`.
+ * The `LanguageModelChatProvider` of vendor `lmbridge`: the models lmbridge lists (`lm/models`: one per agent, one per
+ * model an agent offers), listed again when it says they changed; one `lm/chat` per response, with the caller's
+ * `modelOptions` that name the model's options (mode, effort, …), its `lm/part` notifications reported as they
+ * arrive, the cancellation token mapped to `$/cancelRequest`, and token counts from `lm/countTokens`.
  *
  * A response never ends silently: an error becomes an exception with a readable message (VS Code shows it in the
  * chat), and a turn that produced nothing, or stopped for a reason other than finishing, says so in a text part.
@@ -25,6 +26,12 @@ interface BridgeModel {
     maxInputTokens?: number;
     maxOutputTokens?: number;
     capabilities?: { toolCalling?: boolean | number; imageInput?: boolean };
+    /** The ACP agent behind the model. */
+    agent?: string;
+    /** What `options.modelOptions` may set. */
+    options?: { id: string; name?: string; type?: string }[];
+    /** The agent's slash commands. */
+    commands?: { name: string; description?: string; hint?: string }[];
 }
 
 export interface ChatResult {
@@ -67,12 +74,28 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
     private lastModels: vscode.LanguageModelChatInformation[] = [];
     /** The last listing failed: the list shown is the last known one or the placeholder. */
     private listFailed = false;
+    /** Model id → the ids of the options lmbridge says it takes. */
+    private optionIds = new Map<string, Set<string>>();
 
     constructor(private readonly bridge: LmBridge, private readonly log: Logger, private readonly options: ProviderOptions = {}) {
         this.thinkingPart = options.thinkingPart;
     }
 
-    /** Ask VS Code to list the models again (settings changed, daemon restarted). */
+    /**
+     * The caller's `modelOptions` that are options of this model (callers pass others, e.g. `temperature`, which an
+     * agent has no use for), with string or boolean values; undefined when none.
+     */
+    private modelOptions(modelId: string, given: { readonly [name: string]: any } | undefined): Record<string, string | boolean> | undefined {
+        const known = this.optionIds.get(modelId);
+        if (!given || !known) {
+            return undefined;
+        }
+        const chosen = Object.entries(given).filter(([id, value]) =>
+            known.has(id) && (typeof value === 'string' || typeof value === 'boolean'));
+        return chosen.length ? Object.fromEntries(chosen) : undefined;
+    }
+
+    /** Ask VS Code to list the models again (settings changed, daemon restarted, lmbridge's models changed). */
     refresh(): void {
         this.changed.fire();
     }
@@ -103,14 +126,17 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
             this.log.info('lmbridge lists its models again');
             this.listFailed = false;
         }
-        this.lastModels = models.filter(m => m && typeof m.id === 'string').map(m => ({
+        const listed = models.filter(m => m && typeof m.id === 'string');
+        this.optionIds = new Map(listed.map(m => [m.id,
+            new Set((Array.isArray(m.options) ? m.options : []).map(o => o?.id).filter(id => typeof id === 'string'))]));
+        this.lastModels = listed.map(m => ({
             id: m.id,
             name: m.name || m.id,
             family: m.family || 'acp',
             version: m.version || '0',
             maxInputTokens: numberOr(m.maxInputTokens, 200000),
             maxOutputTokens: numberOr(m.maxOutputTokens, 32000),
-            tooltip: `ACP agent '${m.id}' through lmbridge`,
+            tooltip: tooltip(m),
             detail: 'ACP agent',
             capabilities: {
                 toolCalling: m.capabilities?.toolCalling ?? true,
@@ -144,10 +170,14 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
             ended();
             throw new Error(record.error);
         }
+        const chosen = this.modelOptions(model.id, options.modelOptions);
         const params = {
             modelId: model.id,
             messages: messages.map(toProtocolMessage),
-            options: { tools: toProtocolTools(options.tools), toolMode: toProtocolToolMode(options.toolMode) },
+            options: {
+                tools: toProtocolTools(options.tools), toolMode: toProtocolToolMode(options.toolMode),
+                ...(chosen ? { modelOptions: chosen } : {}),
+            },
         };
         const report = (part: vscode.LanguageModelResponsePart | object) => {
             try {
@@ -299,4 +329,11 @@ export function estimateTokens(text: string): number {
         }
     }
     return Math.ceil(ascii / 4) + other;
+}
+
+/** What hovering a model shows: the agent, and its slash commands when it has some. */
+function tooltip(model: BridgeModel): string {
+    const agent = model.agent || model.id;
+    const commands = (Array.isArray(model.commands) ? model.commands : []).map(c => c?.name).filter(n => typeof n === 'string');
+    return `ACP agent '${agent}' through lmbridge` + (commands.length ? `; commands: ${commands.map(n => `/${n}`).join(' ')}` : '');
 }

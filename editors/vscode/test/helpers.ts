@@ -29,9 +29,10 @@ export function requireLmbridge(): void {
     }
 }
 
-// lmbridge must not pick up the configuration of whoever runs the tests.
+// lmbridge must not pick up the configuration of whoever runs the tests, nor remember anything in their state.
 const isolatedConfigHome = fs.mkdtempSync(path.join(os.tmpdir(), 'lmbridge-vscode-test-xdg-'));
 process.env.XDG_CONFIG_HOME = isolatedConfigHome;
+process.env.XDG_STATE_HOME = path.join(isolatedConfigHome, 'state');
 delete process.env.LMBRIDGE_CONFIG;
 delete process.env.LMBRIDGE_LOG_LEVEL;
 

@@ -17,6 +17,11 @@ import { UNAVAILABLE_MODEL_ID } from '../src/provider';
 
 const User = vscode.LanguageModelChatMessage.User;
 
+/** The agents' own entries (an agent's models, `agent/model`, follow once a session of it has shown them). */
+function agentIds(models: vscode.LanguageModelChatInformation[]): string[] {
+    return models.map(m => m.id).filter(id => !id.includes('/')).sort();
+}
+
 function source(): vscode.CancellationTokenSource {
     return new vscode.CancellationTokenSource();
 }
@@ -40,6 +45,23 @@ describe('with lmbridge and the demo agent', () => {
         assert.equal(demo.family, 'acp');
         assert.equal(demo.capabilities.toolCalling, true);
         assert.ok(demo.maxInputTokens > 0 && demo.maxOutputTokens > 0);
+    });
+
+    test('an agent\'s own models are listed once it showed them, and modelOptions reach it', async () => {
+        const changed = new Promise<void>(resolve => {
+            const subscription = h.provider.onDidChangeLanguageModelChatInformation(() => { subscription.dispose(); resolve(); });
+        });
+        await h.provider.provideLanguageModelChatResponse(demoModel, [User('hi')], chatOptions(), new Collector(), source().token);
+        await changed; // lm/modelsChanged: the demo agent's first session showed its models, options and commands
+        const models = await h.provider.provideLanguageModelChatInformation({ silent: true }, source().token);
+        const large = models.find(m => m.id === 'demo/demo-large');
+        assert.ok(large, `no demo/demo-large in ${JSON.stringify(models.map(m => m.id))}`);
+        assert.equal(large.name, 'lmbridge demo agent: Demo Large');
+        assert.match(large.tooltip ?? '', /commands: \/say /);
+        const progress = new Collector();
+        const options = { ...chatOptions(), modelOptions: { effort: 'high', temperature: 0.3, unrelated: 'x' } };
+        await h.provider.provideLanguageModelChatResponse(large, [User('/options')], options, progress, source().token);
+        assert.equal(progress.text(), 'options: effort="high" mode="code" model="demo-large" verbose=false\n');
     });
 
     test('the contributed permission tool is the one lmbridge announces', () => {
@@ -221,7 +243,7 @@ describe('errors surface readably', () => {
         const h = startExtension({ configFile: config });
         try {
             const models = await h.provider.provideLanguageModelChatInformation({ silent: false }, source().token);
-            assert.deepEqual(models.map(m => m.id).sort(), ['demo', 'ghost']);
+            assert.deepEqual(agentIds(models), ['demo', 'ghost']);
             const ghost = models.find(m => m.id === 'ghost')!;
             assert.equal(ghost.name, 'Ghost agent');
             await assert.rejects(
@@ -305,7 +327,7 @@ describe('errors surface readably', () => {
         const h = startExtension();
         try {
             const before = await h.provider.provideLanguageModelChatInformation({ silent: true }, source().token);
-            assert.deepEqual(before.map(m => m.id), ['demo']);
+            assert.deepEqual(agentIds(before), ['demo']);
             const firstPid = h.api.bridge.pid;
             const dir = tempDir('config');
             const config = path.join(dir, 'agents.toml');
@@ -315,14 +337,14 @@ describe('errors surface readably', () => {
             fake.configure({ configFile: config });
             await refreshed;
             const afterChange = await h.provider.provideLanguageModelChatInformation({ silent: true }, source().token);
-            assert.deepEqual(afterChange.map(m => m.id).sort(), ['demo', 'other']);
+            assert.deepEqual(agentIds(afterChange), ['demo', 'other']);
             assert.notEqual(h.api.bridge.pid, firstPid);
 
             // A change while lmbridge is starting: the request is answered by one started with the new settings.
             await h.api.bridge.restart();
             const listing = h.provider.provideLanguageModelChatInformation({ silent: true }, source().token);
             fake.configure({ configFile: '' });
-            assert.deepEqual((await listing).map(m => m.id), ['demo']);
+            assert.deepEqual(agentIds(await listing), ['demo']);
         } finally {
             await h.stop();
         }

@@ -53,6 +53,18 @@ test('the models are listed with their metadata', async () => {
     assert(tokens > 0 && tokens < 20, `countTokens gave ${tokens}`);
 });
 
+test('an agent\'s own models appear after its first session, and modelOptions reach it', async () => {
+    await collect(await demoModel(), [User('hi')]);
+    let large: vscode.LanguageModelChat | undefined;
+    await until(async () => {
+        [large] = await vscode.lm.selectChatModels({ vendor: 'lmbridge', id: 'demo/demo-large' });
+        return large !== undefined;
+    }, 'VS Code lists demo/demo-large (lm/modelsChanged)');
+    assert(large!.name === 'lmbridge demo agent: Demo Large', `name ${large!.name}`);
+    const turn = await collect(large!, [User('/options')], { modelOptions: { effort: 'high', temperature: 0.3 } });
+    assertIncludes(turn.text, 'options: effort="high" mode="code" model="demo-large"', 'the answer');
+});
+
 test('text streams while the agent produces it', async () => {
     const model = await demoModel();
     const turn = await collect(model, [User('/say early words\n/sleep 700\n/say late words')]);
