@@ -58,6 +58,8 @@ export interface TurnRecord {
     cancelledByEditor: boolean;
     /** lmbridge answered the request (false: the provider stopped waiting after a cancellation). */
     answered: boolean;
+    /** The answer's usage (tokens, context fill, cost), when the agent reported any. */
+    usage?: unknown;
     milliseconds: number;
 }
 
@@ -158,7 +160,8 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
             record.cancelledByEditor = token.isCancellationRequested;
             this.log.info(`lm/chat #${record.requestId ?? '-'} (${model.id}) ended: ` +
                 (record.error ? `error: ${record.error.split('\n')[0]}` : `stopReason=${record.stopReason ?? '(not answered)'}`) +
-                ` parts=${record.parts} ${record.milliseconds}ms${record.cancelledByEditor ? ' cancelled by the editor' : ''}`);
+                ` parts=${record.parts} ${record.milliseconds}ms${record.cancelledByEditor ? ' cancelled by the editor' : ''}` +
+                usageText(record.usage));
             this.options.onTurnEnded?.(record);
         };
         if (token.isCancellationRequested) {
@@ -216,6 +219,7 @@ export class LmBridgeChatProvider implements vscode.LanguageModelChatProvider {
             throw new Error(record.error);
         }
         record.stopReason = result?.stopReason;
+        record.usage = result?.usage;
         ended();
         if (this.listFailed) {
             this.refresh(); // lmbridge works again: let VS Code list the real models
@@ -336,4 +340,21 @@ function tooltip(model: BridgeModel): string {
     const agent = model.agent || model.id;
     const commands = (Array.isArray(model.commands) ? model.commands : []).map(c => c?.name).filter(n => typeof n === 'string');
     return `ACP agent '${agent}' through lmbridge` + (commands.length ? `; commands: ${commands.map(n => `/${n}`).join(' ')}` : '');
+}
+
+/** The usage of a turn for the log: " context 19,000 of 200,000 (10%) · 0.05 USD", or "" when there is none. */
+export function usageText(usage: unknown): string {
+    const u = (usage && typeof usage === 'object' ? usage : {}) as Record<string, any>;
+    const pieces: string[] = [];
+    if (typeof u.inputTokens === 'number' || typeof u.outputTokens === 'number') {
+        pieces.push(`${u.inputTokens ?? 0} in / ${u.outputTokens ?? 0} out`);
+    }
+    if (typeof u.contextUsed === 'number' && typeof u.contextSize === 'number' && u.contextSize > 0) {
+        const percent = Math.round(100 * u.contextUsed / u.contextSize);
+        pieces.push(`context ${u.contextUsed.toLocaleString('en-US')} of ${u.contextSize.toLocaleString('en-US')} (${percent}%)`);
+    }
+    if (u.cost && typeof u.cost.amount === 'number' && typeof u.cost.currency === 'string') {
+        pieces.push(`${u.cost.amount} ${u.cost.currency}`);
+    }
+    return pieces.length ? ` · ${pieces.join(' · ')}` : '';
 }

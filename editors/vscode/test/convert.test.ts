@@ -14,7 +14,7 @@ import { notificationText } from '../src/extension';
 import { fromProtocolPart, promptTsxText, SYSTEM_ROLE, toProtocolMessage, toProtocolToolMode, toProtocolTools } from '../src/convert';
 import { describeError } from '../src/errors';
 import { confirmationMarkdown, PermissionTool } from '../src/permissionTool';
-import { estimateTokens } from '../src/provider';
+import { estimateTokens, usageText } from '../src/provider';
 import { RpcError } from '../src/rpc';
 import { PACKAGE_ROOT } from './helpers';
 
@@ -211,4 +211,11 @@ test('lmbridge\'s exit: a configuration error said plainly, anything else with i
     assert.equal(exitMessage('/bin/lmbridge', null, 'SIGKILL', [], ''),
         'lmbridge (/bin/lmbridge) exited unexpectedly (signal SIGKILL), with nothing on stderr');
     assert.equal(exitMessage('lmbridge', 1, null, ['boom'], 'boom'), 'lmbridge (lmbridge) exited unexpectedly (status 1):\nboom');
+});
+
+test('a turn\'s usage for the log', () => {
+    assert.equal(usageText(undefined), '');
+    assert.equal(usageText({ inputTokens: 24, outputTokens: 14, contextUsed: 19000, contextSize: 200000,
+        cost: { amount: 0.0525, currency: 'USD' } }), ' · 24 in / 14 out · context 19,000 of 200,000 (10%) · 0.0525 USD');
+    assert.equal(usageText({ contextUsed: 5, contextSize: 0 }), '');
 });
