@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from bridge.cli.chat import run_example_tool, status_line
+from bridge.cli.chat import Completions, run_example_tool, status_line
 
 
 async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:
@@ -65,3 +65,26 @@ def test_example_tools_stay_inside_the_workspace(tmp_path: Path) -> None:
     assert run_example_tool("list_files", {}, tmp_path) == ("a.txt", False)
     text, error = run_example_tool("read_file", {"path": "../../etc/passwd"}, tmp_path)
     assert error and "outside the workspace" in text
+
+
+async def test_the_agents_models_and_slash_commands_once_it_showed_them(tmp_path: Path, agents_toml: Path) -> None:
+    typed = ":commands\n/say hi\n:commands\n:models\n:agent scripted/demo-large\n/options\n:quit\n"
+    with trio.fail_after(60):
+        out = await chat(tmp_path, agents_toml, typed, "--agent", "scripted")
+    before, _, after = out.partition("agent › hi")
+    assert "the agent has announced no slash commands" in before
+    assert "/say TEXT — stream TEXT (and a newline) in several chunks" in after
+    assert "scripted/demo-large" in after and "now talking to 'scripted/demo-large'" in after
+    assert 'model="demo-large"' in after
+
+
+def test_tab_completes_chat_commands_models_and_slash_commands() -> None:
+    completions = Completions()
+    completions.models = ["claude", "claude/sonnet", "codex"]
+    completions.commands = ["review", "compact", "init"]
+    assert completions.candidates(":a") == [":agent"]
+    assert completions.candidates(":agent cl") == ["claude", "claude/sonnet"]
+    assert completions.candidates("/") == ["/compact", "/init", "/review"]
+    assert completions.candidates("/re") == ["/review"]
+    assert completions.candidates("/review the diff") == []
+    assert completions.candidates("hello") == []

@@ -5,8 +5,10 @@ tool calls against a few built-in example tools (so editor-tool bridging can be 
 the person at the keyboard when the agent wants permission. It talks to ``lmbridge stdio`` (started for it) or to a
 running ``lmbridge serve`` (``--connect``).
 
-Lines starting with ``:`` are commands: ``:models``, ``:agent ID``, ``:new`` (forget the conversation),
-``:quit``. Ctrl-C cancels a running answer; Ctrl-D quits.
+Lines starting with ``:`` are commands: ``:models``, ``:agent ID`` (an agent, or one of its models ``agent/model``),
+``:commands`` (the agent's slash commands), ``:new`` (forget the conversation), ``:quit``. A line starting with
+``/`` is sent as is: that is how an agent's slash commands run. On a terminal, Tab completes commands, slash commands
+and model ids. Ctrl-C cancels a running answer; Ctrl-D quits.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from typing import Any
 import trio
 
 from bridge.editor.client import ChatResult, EditorClient, connect_daemon, spawn_stdio
+from bridge.errors import RpcError
 
-__all__ = ["EXAMPLE_TOOLS", "run_chat", "run_example_tool", "status_line"]
+__all__ = ["EXAMPLE_TOOLS", "Completions", "run_chat", "run_example_tool", "status_line"]
+
+_CHAT_COMMANDS = (":models", ":agent", ":commands", ":new", ":quit")
 
 EXAMPLE_TOOLS = [
     {
@@ -65,9 +70,32 @@ def run_example_tool(name: str, arguments: dict[str, Any], root: Path) -> tuple[
     return f"unknown tool {name!r}", True
 
 
-class _Terminal:
+class Completions:
+    """What Tab offers: the chat's own ``:`` commands, the model ids after ``:agent``, and the current agent's slash
+    commands (from ``lm/models``)."""
+
     def __init__(self) -> None:
+        self.models: list[str] = []
+        self.commands: list[str] = []  # slash command names, without the /
+
+    def candidates(self, line: str) -> list[str]:
+        """The completions of the last word of ``line`` (what is typed so far)."""
+        if line.startswith(":agent "):
+            word = line[len(":agent ") :]
+            return [model for model in self.models if model.startswith(word)]
+        if " " in line:
+            return []
+        if line.startswith("/"):
+            return [f"/{name}" for name in sorted(self.commands) if f"/{name}".startswith(line)]
+        if line.startswith(":"):
+            return [command for command in _CHAT_COMMANDS if command.startswith(line)]
+        return []
+
+
+class _Terminal:
+    def __init__(self, completions: Completions | None = None) -> None:
         self.at_line_start = True
+        self._readline = _line_editor(completions) if completions is not None and sys.stdin.isatty() else None
 
     def write(self, text: str) -> None:
         if text:
@@ -83,11 +111,39 @@ class _Terminal:
     async def ask(self, prompt: str) -> str | None:
         """One line from the keyboard; None at end of input."""
         self.line() if not self.at_line_start else None
+        if self._readline is not None:
+            try:
+                return await trio.to_thread.run_sync(input, prompt, abandon_on_cancel=True)
+            except EOFError:
+                return None
+            finally:
+                self.at_line_start = True
         sys.stdout.write(prompt)
         sys.stdout.flush()
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         self.at_line_start = True
         return line.rstrip("\n") if line else None
+
+
+def _line_editor(completions: Completions) -> Any:
+    """GNU readline (or libedit) with Tab completing from ``completions``; None where Python has no readline."""
+    try:
+        import readline
+    except ImportError:
+        return None
+    offered: list[str] = []
+
+    def complete(text: str, state: int) -> str | None:
+        if state == 0:
+            offered[:] = completions.candidates(readline.get_line_buffer()[: readline.get_endidx()])
+            if len(offered) == 1:
+                offered[0] += " "  # the one completion: go on typing after it (Python's readline adds nothing)
+        return offered[state] if state < len(offered) else None
+
+    readline.set_completer_delims(" ")
+    readline.set_completer(complete)
+    readline.parse_and_bind("bind ^I rl_complete" if "libedit" in (readline.__doc__ or "") else "tab: complete")
+    return readline
 
 
 async def _answer_tools(terminal: _Terminal, result: ChatResult, permission_tool: str, root: Path) -> dict[str, Any]:
@@ -191,21 +247,38 @@ def _show(terminal: _Terminal, part: dict[str, Any], permission_tool: str) -> No
 
 
 async def _session(client: EditorClient, args: argparse.Namespace) -> int:
-    terminal = _Terminal()
+    completions = Completions()
+    terminal = _Terminal(completions)
     root = Path.cwd().resolve()
     info = await client.initialize(
         clientInfo={"name": "lmbridge-chat", "version": "1"},
         workspaceFolders=[str(root)],
         capabilities={"thinking": True},
     )
-    models = [m["id"] for m in await client.models()]
+    listed = {m["id"]: m for m in await client.models()}
+    models = list(listed)
     model = args.agent or models[0]
-    if model not in models:
-        terminal.line(f"no model {model!r}; configured: {', '.join(models)}")
-        return 1
+    if model not in listed:
+        try:  # an agent/model entry the agent has not shown yet is still worth a try
+            await client.count_tokens(model, text="")
+        except RpcError:
+            terminal.line(f"no model {model!r}; configured: {', '.join(models)}")
+            return 1
     terminal.line(f"lmbridge chat — talking to {model!r} (models: {', '.join(models)}). :quit to leave.")
     history: list[dict[str, Any]] = []
+    seen_changes = client.models_changes
+
+    def take(entries: dict[str, dict[str, Any]]) -> None:
+        nonlocal listed
+        listed = entries
+        completions.models = list(entries)
+        completions.commands = [c["name"] for c in listed.get(model, {}).get("commands", ())]
+
+    take(listed)
     while True:
+        if client.models_changes != seen_changes:  # an agent showed its models or commands: list them again
+            seen_changes = client.models_changes
+            take({m["id"]: m for m in await client.models()})
         line = await terminal.ask("you › ")
         if line is None or line.strip() == ":quit":
             return 0
@@ -214,19 +287,31 @@ async def _session(client: EditorClient, args: argparse.Namespace) -> int:
         if line.startswith(":"):
             command, _, rest = line[1:].partition(" ")
             if command == "models":
-                terminal.line(", ".join(models))
-            elif command == "agent" and rest.strip() in models:
+                terminal.line(", ".join(listed))
+            elif command == "agent" and rest.strip() in listed:
                 model = rest.strip()
                 history = []
+                take(listed)
                 terminal.line(f"now talking to {model!r} (new conversation)")
+            elif command == "commands":
+                terminal.line(_commands_text(listed.get(model, {}).get("commands", ())))
             elif command == "new":
                 history = []
                 terminal.line("new conversation")
             else:
-                terminal.line("commands: :models, :agent ID, :new, :quit")
+                terminal.line("commands: :models, :agent ID, :commands, :new, :quit")
             continue
         history.append({"role": "user", "content": [{"type": "text", "value": line}]})
         await _turn(client, terminal, model, history, info["permissionTool"], root)
+
+
+def _commands_text(commands: Any) -> str:
+    """The agent's slash commands, one per line; or why there are none yet."""
+    if not commands:
+        return "the agent has announced no slash commands (yet: agents announce them once a session is open)"
+    return "\n".join(
+        f"/{c['name']}{' ' + c['hint'] if c.get('hint') else ''} — {c.get('description', '')}" for c in commands
+    )
 
 
 async def _main(args: argparse.Namespace) -> int:

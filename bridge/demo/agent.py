@@ -152,7 +152,7 @@ class DemoAgent:
 
         session_id = f"demo-{uuid.uuid4().hex[:12]}"
         session = self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []))
-        self._in_background(self._announce_commands(session_id))
+        await self._announce_commands(session_id)
         return NewSessionResponse.model_validate(
             {"sessionId": session_id, "configOptions": _config_options(session.options)}
         )
@@ -405,14 +405,9 @@ class DemoAgent:
         task.add_done_callback(self._background.discard)
         task.add_done_callback(session.later.discard)
 
-    def _in_background(self, work: Any) -> None:
-        task = asyncio.create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     async def _announce_commands(self, session_id: str) -> None:
-        """Its directives, as slash commands (``available_commands_update``), once the session exists: agents send
-        them after answering ``session/new`` (Claude Code does)."""
+        """Its directives, as slash commands (``available_commands_update``). Sent before answering ``session/new``
+        (Claude Code sends them just after): the client has them before the first prompt's answer, every time."""
         from acp.schema import AvailableCommandsUpdate
 
         commands = [
