@@ -47,6 +47,10 @@ class AgentKit:
     # option is the model, the fake model sees the chosen id in its requests.
     session_option: tuple[str, str] = ("model", "")
     sets_option_with: str = "session/set_config_option"
+    announces_commands: bool = False  # sends available_commands_update (slash commands) for a new session
+    thought_level_option: bool = False  # offers an effort (ACP category thought_level) the model's requests show
+    # A slash command the agent runs without asking the model, and what its answer starts with.
+    local_command: tuple[str, str] | None = None
 
     @property
     def executable(self) -> Path:
@@ -202,6 +206,9 @@ KITS: dict[str, AgentKit] = {
         "anthropic",
         usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
         session_option=("model", "sonnet"),
+        announces_commands=True,
+        local_command=("/context", "## Context Usage"),
+        thought_level_option=True,
     ),
     # Codex offers "abort" as its reject option: the whole turn ends cancelled.
     "codex": CodexKit(
@@ -217,6 +224,8 @@ KITS: dict[str, AgentKit] = {
         parallel_mcp_calls=False,
         usage_fields=("inputTokens", "outputTokens"),
         session_option=("mode", "plan"),  # Gemini CLI has modes and no configOptions
+        announces_commands=True,
+        local_command=("/about", "Gemini CLI Info"),
         sets_option_with="session/set_mode",
     ),
 }

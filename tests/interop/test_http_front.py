@@ -1,6 +1,7 @@
 """Real agents through the HTTP API front (``lmbridge serve --http``), offline: Claude Code, Codex and Gemini CLI,
 each behind a scripted fake model on 127.0.0.1, driven by the official ``openai`` and ``anthropic`` SDKs over the
-three APIs — a text turn and a client-tool round trip on each, and the permission conversation in words.
+three APIs — a text turn and a client-tool round trip on each, the permission conversation in words, and the
+agent's models listed and chosen (an agent/model entry, reasoning_effort).
 
 The SDKs block, so they run in worker threads while this test's Trio loop serves the fake model.
 """
@@ -224,3 +225,30 @@ async def test_permission_in_words(front: HttpFront) -> None:
     final = await front.run(partial(client.chat.completions.create, model=kit.id, messages=messages))
     assert (final.choices[0].message.content or "").endswith("Created approved.txt."), front.evidence()
     assert (front.project / "approved.txt").exists()
+
+
+async def test_models_listed_and_chosen_over_http(front: HttpFront) -> None:
+    """/v1/models lists what the agent offers once a session showed it; a request chooses its model with an
+    ``agent/model`` entry and its effort with the API's own ``reasoning_effort``."""
+    kit, model = front.kit, front.model
+    client = front.openai()
+    model.add(say("Hello."))
+    messages: list[Any] = [{"role": "user", "content": "Say hello."}]
+    await front.run(partial(client.chat.completions.create, model=kit.id, messages=messages))
+    listed = [entry.id for entry in await front.run(client.models.list)]
+    key, value = kit.session_option
+    if key != "model":
+        assert kit.id in listed and not any(entry.startswith(f"{kit.id}/") for entry in listed), listed
+        return
+    entry = f"{kit.id}/{value}"
+    assert entry in listed, listed
+    model.add(say("Chosen."))
+    ask = [{"role": "user", "content": "Which model?"}]
+    answer = await front.run(
+        partial(client.chat.completions.create, model=entry, messages=ask, reasoning_effort="high")
+    )
+    assert answer.choices[0].message.content.endswith("Chosen."), front.evidence()
+    body = model.turns[-1].body
+    assert value in json.dumps(body.get("model")), body.get("model")
+    if kit.thought_level_option:  # Claude Code's effort: the Messages API's output_config.effort
+        assert body.get("output_config") == {"effort": "high"}, body.get("output_config")

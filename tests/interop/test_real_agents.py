@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import processes_with_marker
+from conftest import processes_with_marker, user
 
 from .conftest import FIRST_TURN_TIMEOUT, LiveBridge
 from .fake_models import call, parallel, say, stall
@@ -187,6 +187,47 @@ async def test_a_session_option_chosen_by_the_client_is_set_before_the_prompt(li
         assert all(value in json.dumps(turn.body.get("model")) for turn in live.model.turns), [
             turn.body.get("model") for turn in live.model.turns
         ]
+
+
+async def test_the_agents_models_options_and_commands_are_listed_and_an_entry_chooses_the_model(
+    live: LiveBridge,
+) -> None:
+    """Once a session has shown them, lm/models lists what the agent offers (options; an ``agent/model`` entry per
+    model; its slash commands) and says so with lm/modelsChanged; choosing an ``agent/model`` entry reaches the
+    model's requests."""
+    kit = live.kit
+    seen = live.client.models_changes
+    live.model.add(say("Hello."))
+    assert (await live.chat("Hello?")).error is None, live.evidence()
+    with trio.fail_after(10):
+        await live.client.wait_models_changed(seen)
+    listed = {m["id"]: m for m in await live.client.models()}
+    key, value = kit.session_option
+    own = listed[kit.id]
+    assert key in [option["id"] for option in own.get("options", ())], own
+    commands = [command["name"] for command in own.get("commands", ())]
+    assert (len(commands) > 0) == kit.announces_commands, (commands, own)
+    if key != "model":
+        assert not any(model_id.startswith(f"{kit.id}/") for model_id in listed), list(listed)
+        return
+    entry = f"{kit.id}/{value}"
+    assert entry in listed, list(listed)
+    assert key not in [option["id"] for option in listed[entry].get("options", ())]
+    live.model.add(say("Chosen."))
+    chosen = await live.client.chat(entry, [user("Which model?")])
+    assert chosen.error is None and chosen.text == "Chosen.", f"{chosen!r}" + live.evidence()
+    assert value in json.dumps(live.model.turns[-1].body.get("model")), live.model.turns[-1].body.get("model")
+
+
+async def test_a_slash_command_typed_by_the_user_runs_as_the_agents_command(live: LiveBridge) -> None:
+    """ACP agents take a command as prompt text: lmbridge passes ``/name`` through untouched, and the agent runs it
+    itself (these commands do not ask the model)."""
+    if live.kit.local_command is None:
+        pytest.skip(f"{live.kit.id} announces no slash commands")
+    command, answer = live.kit.local_command
+    result = await live.chat(command)
+    assert result.error is None and result.text.startswith(answer), f"{result!r}" + live.evidence()
+    assert live.model.turns == [], "the command went to the model as text"
 
 
 @pytest.mark.parametrize("prestart", [True])
