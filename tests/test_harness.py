@@ -69,7 +69,7 @@ MISBEHAVIOURS = [
     (
         "invalid-update",
         "check update-schema",
-        "session/update #1 (agent_message_chunk) to be a valid SessionNotification",
+        "session/update #2 (agent_message_chunk) to be a valid SessionNotification",
         'update.content.text: Field required (got {"type": "text"})',
     ),
     (

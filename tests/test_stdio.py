@@ -226,12 +226,12 @@ async def test_usage_and_context_and_cost_reach_the_editor_in_the_answer(bridge:
 async def test_the_clients_choice_of_session_options_holds_before_each_prompt(bridge: Bridge) -> None:
     history = [user("/options")]
     first = await bridge.chat(history, modelOptions={"mode": "plan", "verbose": True})
-    assert first.text == 'options: effort="medium" mode="plan" verbose=true\n', first.error
+    assert first.text == 'options: effort="medium" mode="plan" model="demo-small" verbose=true\n', first.error
     history += [first.assistant_message(), user("/options")]
     second = await bridge.chat(history, modelOptions={"mode": "plan", "verbose": True})  # already so: nothing sent
     history += [second.assistant_message(), user("/options")]
     third = await bridge.chat(history, modelOptions={"effort": "high"})  # the others stay as they are
-    assert third.text == 'options: effort="high" mode="plan" verbose=true\n'
+    assert third.text == 'options: effort="high" mode="plan" model="demo-small" verbose=true\n'
     assert bridge.stderr.count("session option set") == 3 and bridge.stderr.count("session opened") == 1
     # A value the agent does not offer: the turn fails naming it; the conversation goes on.
     history += [third.assistant_message(), user("/options")]
@@ -239,7 +239,7 @@ async def test_the_clients_choice_of_session_options_holds_before_each_prompt(br
     assert refused.error is not None and refused.error.code == -32602
     assert refused.error.message == "Invalid params: options.modelOptions.mode: must be one of ask, code, plan"
     again = await bridge.chat(history, modelOptions={"mode": "ask"})
-    assert again.text == 'options: effort="high" mode="ask" verbose=true\n'
+    assert again.text == 'options: effort="high" mode="ask" model="demo-small" verbose=true\n'
     wrong_type = await bridge.chat(history, modelOptions={"mode": 3})
     assert wrong_type.error is not None and "options.modelOptions.mode: must be a string or a boolean" in str(
         wrong_type.error.message
@@ -256,9 +256,9 @@ options = {{ mode = "plan", effort = "high" }}
 """)
     async with open_bridge(tmp_path, config) as live:
         configured = await live.chat("/options", model="planner")
-        assert configured.text == 'options: effort="high" mode="plan" verbose=false\n'
+        assert configured.text == 'options: effort="high" mode="plan" model="demo-small" verbose=false\n'
         chosen = await live.chat("/options\n/say again", model="planner", modelOptions={"mode": "ask"})
-        assert chosen.text.startswith('options: effort="high" mode="ask" verbose=false\n')
+        assert chosen.text.startswith('options: effort="high" mode="ask" model="demo-small" verbose=false\n')
 
 
 async def test_count_tokens_is_an_estimate(bridge: Bridge) -> None:

@@ -193,6 +193,9 @@ class ToolAnswer:
     is_error: bool = False
 
 
+_OPENING_METHODS = ("session/new", "session/load", "session/resume")
+
+
 @dataclass
 class TurnResult:
     number: int
@@ -240,7 +243,15 @@ class TurnResult:
 
     @property
     def updates(self) -> list[WireEvent]:
-        return [e for e in self.events if e.dir == "in" and e.method == "session/update"]
+        """The agent's updates for this turn. When the turn opened the session, what the agent said while it was
+        being opened (its slash commands, options; a loaded session's replay) is the session's, not the turn's: only
+        updates after the first prompt count."""
+        events = self.events
+        opened = any(e.dir == "out" and e.method in _OPENING_METHODS for e in events)
+        if opened:
+            prompt = next((i for i, e in enumerate(events) if e.dir == "out" and e.method == "session/prompt"), None)
+            events = events[prompt:] if prompt is not None else []
+        return [e for e in events if e.dir == "in" and e.method == "session/update"]
 
     def editor_view(self) -> list[dict[str, Any]]:
         """What the editor saw, comparable across runs: per round, the parts (tool-call ids replaced by their
