@@ -27,8 +27,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 
-# The real-agent interop suite (tests/interop) runs too: it installs pinned Claude Code, Codex and Gemini CLI
-# adapters from npm into .interop-cache/ once (about 600 MB) and skips loudly when npm is missing.
+# The real-agent interop suite (tests/interop) runs too: it installs pinned Claude Code, Codex, Gemini CLI and OpenCode
+# from npm into .interop-cache/ once (about 950 MB) and skips loudly when npm is missing.
 pytest: $(STAMP)
 	LMBRIDGE_INTEROP=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -8,7 +8,8 @@ itself, so lmbridge neither renders them as activity nor asks about them. Agents
 - Claude Code: title and ``_meta.claudeCode.toolName`` ``mcp__editor__<tool>``;
 - Codex: title ``Tool: editor/<tool>`` (permission: "Approve MCP tool call"), ``rawInput.server`` or
   ``rawInput.server_name`` ``editor``;
-- Gemini CLI: title ``<tool> (editor MCP Server)``, tool call id ``mcp_editor_<tool>__…``.
+- Gemini CLI: title ``<tool> (editor MCP Server)``, tool call id ``mcp_editor_<tool>__…``;
+- OpenCode: title ``editor_<tool>``, kind ``other`` (its own tools have plain names: ``bash``, ``read``, ``edit``…).
 """
 
 from __future__ import annotations
@@ -35,4 +36,5 @@ def is_bridged_tool(tool_call: dict[str, Any], server: str) -> bool:
         title.startswith((claude_prefix, f"Tool: {server}/"))
         or call_id.startswith((claude_prefix, f"mcp_{server}_"))
         or title.endswith(f"({server} MCP Server)")
+        or (title.startswith(f"{server}_") and tool_call.get("kind") in (None, "other"))
     )

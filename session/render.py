@@ -148,7 +148,7 @@ class ActivityRenderer:
             if view.ended:
                 return []
             view.ended = True
-            if status == "completed":
+            if status == "completed" and not _nonzero_exit(update.get("rawOutput")):
                 return self._line(f"✓ {view.title}")
             detail = _failure_detail(content, update.get("rawOutput"))
             return self._line(f"✗ {view.title} failed" + (f": {detail}" if detail else ""))
@@ -215,6 +215,14 @@ def _plan_entry(entry: Any) -> bool:
         and entry.get("status") in _PLAN_STATUSES
         and entry.get("priority") in _PLAN_PRIORITIES
     )
+
+
+def _nonzero_exit(raw_output: Any) -> bool:
+    """Does a command reported ``completed`` say that it exited with an error? (OpenCode reports failed commands as
+    completed, with ``rawOutput.metadata.exit``.)"""
+    metadata = raw_output.get("metadata") if isinstance(raw_output, dict) else None
+    code = metadata.get("exit") if isinstance(metadata, dict) else None
+    return isinstance(code, int) and not isinstance(code, bool) and code != 0
 
 
 def _failure_detail(content: Any, raw_output: Any) -> str:

@@ -61,6 +61,22 @@ def test_a_failed_tool_says_why_and_later_titles_win() -> None:
     assert texts(out) == "✗ npm test failed: 3 tests failed\n"
 
 
+def test_a_command_completed_with_a_nonzero_exit_is_a_failure() -> None:
+    """OpenCode reports a failed command as completed; its exit code says otherwise."""
+    renderer = ActivityRenderer()
+    renderer.render(tool_call("t", "ls nowhere", status="in_progress"))
+    failed = tool_update(
+        "t",
+        status="completed",
+        content=[{"type": "content", "content": {"type": "text", "text": "ls: cannot access 'nowhere'\n"}}],
+        rawOutput={"output": "ls: cannot access 'nowhere'\n", "metadata": {"exit": 2, "truncated": False}},
+    )
+    assert texts(renderer.render(failed)) == "✗ ls nowhere failed: ls: cannot access 'nowhere'\n"
+    renderer.render(tool_call("u", "true", status="in_progress"))
+    fine = tool_update("u", status="completed", rawOutput={"output": "", "metadata": {"exit": 0}})
+    assert texts(renderer.render(fine)) == "✓ true\n"
+
+
 def test_a_failure_reported_only_in_raw_output_still_says_why() -> None:
     renderer = ActivityRenderer()
     renderer.render(tool_call("t", "List files", status="in_progress"))

@@ -52,6 +52,7 @@ PINS: dict[str, Pin] = {
         "codex", "@zed-industries/codex-acp", "0.16.0", "codex-acp", extra=("@zed-industries/codex-acp-linux-x64",)
     ),
     "gemini": Pin("gemini", "@google/gemini-cli", "0.61.0", "gemini"),
+    "opencode": Pin("opencode", "opencode-ai", "1.18.33", "opencode", extra=("opencode-linux-x64",)),
 }
 
 

@@ -21,11 +21,11 @@ import tomli_w
 from .fake_models import Call
 from .installs import PINS
 
-__all__ = ["FOREIGN_ENV", "KITS", "MCP_SERVER", "AgentKit", "write_config"]
+__all__ = ["FOREIGN_ENV", "KITS", "MCP_SERVER", "AgentKit", "model_name", "write_config"]
 
 # Agents read these from the environment before their own config: a developer's real keys or endpoints must not leak
 # into a run against the fake model (nor its requests out to them).
-FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX)")
+FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX|OPENCODE)")
 MCP_SERVER = "editor"  # the name lmbridge gives its synthetic MCP server in session/new
 
 # Keeps HTTP(S)_PROXY settings of the machine from routing 127.0.0.1 through a proxy.
@@ -37,9 +37,11 @@ class AgentKit:
     id: str
     api: str  # the fake model API it speaks: anthropic | openai | gemini
     rejected_shell_stop_reason: str = "end_turn"  # how a turn ends when the user rejects a shell command
-    # Runs the MCP calls of one model response concurrently (given readOnlyHint), so the editor gets them in one
-    # response. Gemini CLI runs MCP calls one after the other, always: one response per call is right for it.
-    parallel_mcp_calls: bool = True
+    model_told_of_rejection: bool = True  # after a rejected shell command the model is asked again (and answers)
+    # How the MCP calls of one model response reach the editor: "together" (Claude Code, Codex: run concurrently,
+    # given readOnlyHint), "one_by_one" (Gemini CLI runs them one after the other, always), or "either" (OpenCode:
+    # mostly one after the other, sometimes the later ones together).
+    mcp_calls: str = "together"
     # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
     # the prompt's answer, context fill and the session's cost from ``usage_update``.
     usage_fields: tuple[str, ...] = ()
@@ -49,8 +51,9 @@ class AgentKit:
     sets_option_with: str = "session/set_config_option"
     announces_commands: bool = False  # sends available_commands_update (slash commands) for a new session
     thought_level_option: bool = False  # offers an effort (ACP category thought_level) the model's requests show
-    # A slash command the agent runs without asking the model, and what its answer starts with.
-    local_command: tuple[str, str] | None = None
+    # A slash command typed as the message; what shows that the agent ran it; whether that is in the model's request
+    # (a command that expands to a prompt) or at the start of the answer (one the agent answers itself).
+    slash_command: tuple[str, str, bool] | None = None
 
     @property
     def executable(self) -> Path:
@@ -200,6 +203,50 @@ class GeminiKit(AgentKit):
         return Call("run_shell_command", {"command": command, "description": "Run the command the user asked for"})
 
 
+class OpenCodeKit(AgentKit):
+    MODEL = "anthropic/claude-sonnet-4-5"  # its built-in Anthropic provider, pointed at the fake model
+
+    def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
+        config = home / ".config" / "opencode"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "opencode.json").write_text(
+            json.dumps(
+                {
+                    "$schema": "https://opencode.ai/config.json",
+                    "model": self.MODEL,
+                    "provider": {"anthropic": {"options": {"baseURL": f"{model_url}/v1", "apiKey": "dummy"}}},
+                    # Its title agent asks the model for a session title at the first prompt: one request the
+                    # scripts would have to answer first.
+                    "agent": {"title": {"disable": True}},
+                    "permission": {"bash": "ask", "edit": "ask"},  # asks before commands and edits, as the others
+                    "autoupdate": False,
+                    "share": "disabled",
+                }
+            )
+        )
+        env = self._env(
+            home,
+            marker,
+            XDG_CONFIG_HOME=str(home / ".config"),
+            XDG_DATA_HOME=str(home / ".local" / "share"),
+            XDG_CACHE_HOME=str(home / ".cache"),
+            XDG_STATE_HOME=str(home / ".local" / "state"),
+            OPENCODE_DISABLE_AUTOUPDATE="1",
+            OPENCODE_DISABLE_MODELS_FETCH="1",  # its model list from the copy it carries, not models.dev
+            OPENCODE_DISABLE_LSP_DOWNLOAD="1",
+        )
+        return {"name": "OpenCode", "command": str(self.executable), "args": ["acp"], "env": env}
+
+    def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
+        return Call(self.offered_name(name), arguments)
+
+    def offered_name(self, name: str) -> str:
+        return f"{MCP_SERVER}_{name}"
+
+    def shell(self, command: str) -> Call:
+        return Call("bash", {"command": command, "description": "Run the command the user asked for"})
+
+
 KITS: dict[str, AgentKit] = {
     "claude": ClaudeKit(
         "claude",
@@ -207,7 +254,7 @@ KITS: dict[str, AgentKit] = {
         usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
         session_option=("model", "sonnet"),
         announces_commands=True,
-        local_command=("/context", "## Context Usage"),
+        slash_command=("/context", "## Context Usage", False),
         thought_level_option=True,
     ),
     # Codex offers "abort" as its reject option: the whole turn ends cancelled.
@@ -215,20 +262,36 @@ KITS: dict[str, AgentKit] = {
         "codex",
         "openai",
         rejected_shell_stop_reason="cancelled",
+        model_told_of_rejection=False,
         usage_fields=("contextUsed", "contextSize"),
         session_option=("model", "fake-model-large"),
     ),
     "gemini": GeminiKit(
         "gemini",
         "gemini",
-        parallel_mcp_calls=False,
+        mcp_calls="one_by_one",
         usage_fields=("inputTokens", "outputTokens"),
         session_option=("mode", "plan"),  # Gemini CLI has modes and no configOptions
         announces_commands=True,
-        local_command=("/about", "Gemini CLI Info"),
+        slash_command=("/about", "Gemini CLI Info", False),
         sets_option_with="session/set_mode",
     ),
+    "opencode": OpenCodeKit(
+        "opencode",
+        "anthropic",
+        model_told_of_rejection=False,  # a rejected command ends the turn (its continue_loop_on_deny is off)
+        mcp_calls="either",
+        usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
+        session_option=("model", "anthropic/claude-haiku-4-5"),
+        announces_commands=True,
+        slash_command=("/init", "Create or update `AGENTS.md`", True),
+    ),
 }
+
+
+def model_name(value: str) -> str:
+    """What the model's requests call a model the agent lists as ``value`` (OpenCode lists ``provider/model``)."""
+    return value.rpartition("/")[2]
 
 
 def write_config(path: Path, agents: dict[str, dict[str, Any]], **tables: dict[str, Any]) -> Path:

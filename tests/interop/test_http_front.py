@@ -27,7 +27,7 @@ from conftest import processes_with_marker
 from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT
 from .fake_models import FakeModel, call, say
 from .installs import Installed
-from .kits import AgentKit, write_config
+from .kits import AgentKit, model_name, write_config
 
 pytestmark = pytest.mark.interop
 
@@ -249,6 +249,6 @@ async def test_models_listed_and_chosen_over_http(front: HttpFront) -> None:
     )
     assert answer.choices[0].message.content.endswith("Chosen."), front.evidence()
     body = model.turns[-1].body
-    assert value in json.dumps(body.get("model")), body.get("model")
+    assert model_name(value) in json.dumps(body.get("model")), body.get("model")
     if kit.thought_level_option:  # Claude Code's effort: the Messages API's output_config.effort
         assert body.get("output_config") == {"effort": "high"}, body.get("output_config")
