@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,19 @@ async def bridge(tmp_path: Path, agents_toml: Path, marker: str) -> AsyncIterato
         yield live
     assert live.process.returncode == 0, live.stderr[-3000:]
     assert processes_with_marker(marker) == [], "an agent process outlived the bridge"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same for the whole session, first: module-scoped fixtures start their lmbridge before any test's own
+    environment is set (the fuzz suites' bridges used to remember the demo agent in the developer's state file)."""
+    patch = pytest.MonkeyPatch()
+    base = tmp_path_factory.mktemp("session-xdg")
+    patch.setenv("XDG_CONFIG_HOME", str(base / "config"))
+    patch.setenv("XDG_STATE_HOME", str(base / "state"))
+    patch.delenv("LMBRIDGE_CONFIG", raising=False)
+    yield
+    patch.undo()
 
 
 @pytest.fixture(autouse=True)
