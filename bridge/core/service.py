@@ -101,12 +101,6 @@ class BridgeService:
 
     # -- what editor connections use -------------------------------------------------------------------------
 
-    def agent_configs(self) -> list[AgentConfig]:
-        return list(self.pool.configs.values())
-
-    def agent_config(self, agent_id: str) -> AgentConfig:
-        return self.pool.config(agent_id)
-
     def add_agents(self, configs: Mapping[str, AgentConfig]) -> None:
         self.pool.add(configs)
         self._seed_offers(configs.values())

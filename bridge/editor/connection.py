@@ -9,6 +9,7 @@ docs/protocol.md; keep the two in step.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -63,7 +64,7 @@ class EditorConnection:
         self._no_turns = trio.Event()
         self._no_turns.set()
         self._shutdown_stops_daemon = shutdown_stops_daemon
-        self._unwatch_models: Any = None  # set once initialized: stops lm/modelsChanged
+        self._unwatch_models: Callable[[], None] | None = None  # set once initialized: stops lm/modelsChanged
 
     @property
     def cwd(self) -> str:
