@@ -186,6 +186,18 @@ async def _open_direct(agent: DirectAgent, table_: dict[str, Any]) -> None:
         await agent.request("authenticate", {"methodId": table_["authenticate"]})
 
 
+async def _new_session(agent: DirectAgent, table_: dict[str, Any], cwd: Path, tool_server: dict[str, Any]) -> Any:
+    """``session/new``, then the table's ``options`` set as lmbridge sets them (only those that differ), so both
+    sides run the agent alike (Claude Code's mode, for one)."""
+    new = await agent.request("session/new", {"cwd": str(cwd), "mcpServers": [tool_server]})
+    current = {o.get("id"): o.get("currentValue") for o in new.get("configOptions") or () if isinstance(o, dict)}
+    for key, value in (table_.get("options") or {}).items():
+        if current.get(key) != value:
+            params = {"sessionId": new["sessionId"], "configId": key, "value": value}
+            await agent.request("session/set_config_option", params)
+    return new
+
+
 # -- one round per side --------------------------------------------------------------------------------------------
 
 
@@ -218,7 +230,7 @@ class Round:
         async with direct_agent(table_, project) as agent:
             with trio.fail_after(STEP_TIMEOUT):
                 await _open_direct(agent, table_)
-                new = await agent.request("session/new", {"cwd": str(project), "mcpServers": [self.tool_server]})
+                new = await _new_session(agent, table_, project, self.tool_server)
                 first, _ = await agent.prompt(new["sessionId"], "Hello?")
             assert first is not None, "no text from the agent"
             samples["cold first chat"].append(first - started)
@@ -239,7 +251,7 @@ class Round:
             with trio.fail_after(STEP_TIMEOUT):
                 await _open_direct(agent, table_)
                 begun = clock()
-                new = await agent.request("session/new", {"cwd": str(project), "mcpServers": [self.tool_server]})
+                new = await _new_session(agent, table_, project, self.tool_server)
                 first, _ = await agent.prompt(new["sessionId"], "Are you there?")
             assert first is not None, "no text from the agent"
             samples["prestart chat"].append(first - begun)

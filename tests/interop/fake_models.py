@@ -274,23 +274,27 @@ class FakeModel:
             status, answer = _side_answer(api, url.path, body)
             await _send_json(stream, status, answer, keep_alive, head_only=method == "HEAD")
             return keep_alive
-        request.turn = self._next_turn(request)
+        chore = _chore(body)
+        if chore is None:
+            request.turn = turn = self._next_turn(request)
+        else:
+            turn = chore  # the agent's own housekeeping: answered, not a turn of the script
         self._record(request)
         body = body if isinstance(body, dict) else {}
         if (api == "anthropic" and body.get("stream") is not True) or url.path.endswith(":generateContent"):
-            if request.turn.stall:
+            if turn.stall:
                 await reader.wait_closed()
                 return False
-            await _send_json(stream, 200, _WHOLE[api](request.turn, body, next(self._ids)), keep_alive)
+            await _send_json(stream, 200, _WHOLE[api](turn, body, next(self._ids)), keep_alive)
             return keep_alive
-        frames, ending = _FRAMES[api](request.turn, body, url.path, next(self._ids))
+        frames, ending = _FRAMES[api](turn, body, url.path, next(self._ids))
         await stream.send_all(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
             b"transfer-encoding: chunked\r\n" + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n"
         )
         for frame in frames:
             await _send_chunk(stream, frame)
-        if request.turn.stall:
+        if turn.stall:
             await reader.wait_closed()
             return False
         for frame in ending:
@@ -322,6 +326,19 @@ def _classify(method: str, path: str) -> tuple[str, bool]:
     if path.rstrip("/").endswith("/responses"):
         return "openai", method == "POST"
     return "other", False
+
+
+# Model requests an agent makes for itself, not for the conversation, recognised by their system prompt: Claude Code
+# (adapter 0.5x and later) names each new session with one. They get a fixed answer and are not script turns.
+_CHORES = {"You are naming a coding session": "Fake session title"}
+
+
+def _chore(body: Any) -> Turn | None:
+    system = json.dumps(body.get("system")) if isinstance(body, dict) else ""
+    for marker, answer in _CHORES.items():
+        if marker in system:
+            return say(answer, 1)
+    return None
 
 
 def _side_answer(api: str, path: str, body: Any) -> tuple[int, Any]:

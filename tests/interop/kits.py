@@ -87,10 +87,20 @@ class ClaudeKit(AgentKit):
             ANTHROPIC_BASE_URL=model_url,
             ANTHROPIC_API_KEY="dummy",
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            # Since 0.5x it lists MCP tools by name only, behind its ToolSearch tool, which the model must call
+            # first to get a tool's schema: the scripts call the editor's tools directly.
+            ENABLE_TOOL_SEARCH="false",
+            # After each turn it asks the model what the user might type next (lmbridge shows no such thing).
+            CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION="false",
         )
         if os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"  # as root, Claude Code refuses to start without it
-        return {"name": "Claude Code", "command": str(self.executable), "env": env}
+        node = PINS[self.id].node
+        if node is not None:  # its launcher is `#!/usr/bin/env node`: the pinned node first on PATH
+            env["PATH"] = f"{PINS[node].executable.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        # Its sessions start in mode "auto" (since 0.5x): a model classifier decides permission requests (they would
+        # not reach the editor) and, through a local endpoint, every first answer carries a billing warning.
+        return {"name": "Claude Code", "command": str(self.executable), "env": env, "options": {"mode": "default"}}
 
     def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
         return Call(self.offered_name(name), arguments)

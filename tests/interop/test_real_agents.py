@@ -177,7 +177,11 @@ async def test_a_session_option_chosen_by_the_client_is_set_before_the_prompt(li
         for path in live.trace_dir.glob("*agent_*.ndjson")
         for line in map(json.loads, path.read_text().splitlines())
     ]
-    sets = [line["msg"] for line in lines if line["msg"].get("method") == live.kit.sets_option_with]
+    sets = [
+        line["msg"]
+        for line in lines
+        if line["msg"].get("method") == live.kit.sets_option_with and key in line["msg"]["params"].get("configId", key)
+    ]
     assert len(sets) == 1 and value in sets[0]["params"].values(), sets
     answer = next(line["msg"] for line in lines if line["dir"] == "in" and line["msg"].get("id") == sets[0]["id"])
     assert "error" not in answer, answer
