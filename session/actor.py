@@ -47,7 +47,7 @@ from .machine import (
     Tick,
     ToolInvocation,
 )
-from .options import SessionOptions
+from .options import SessionOptions, request_label
 from .permissions import cancelled_outcome
 from .render import prompt_usage
 
@@ -257,7 +257,7 @@ class SessionActor:
         """The option requests one after the other, each answered before the next (agents handle requests
         concurrently); then the prompt, unless the turn was cancelled meanwhile."""
         for method, params in requests:
-            what = f"{method} ({params.get('configId', 'mode')} = {params.get('value', params.get('modeId'))!r})"
+            what = request_label(method, params)
             try:
                 with trio.fail_after(OPTION_TIMEOUT):
                     result = await self.agent.send_request(method, params).result()
@@ -269,7 +269,7 @@ class SessionActor:
                 failure = self._agent_failure(exc, what=what)
             else:
                 self.options.answered(method, params, result)
-                self._log.info("session option set", method=method, option=params.get("configId", "mode"))
+                self._log.info("session option set", request=what)
                 continue
             self._configuring = None
             self._send_nowait(PromptFailed(failure))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .options import Choice, ConfigOption, read_config_options, read_modes
+from .options import Choice, ConfigOption, read_config_options, read_models, read_modes
 
 __all__ = ["AgentCatalog", "AgentOffer", "Command"]
 
@@ -106,6 +106,9 @@ class AgentCatalog:
         current_mode, modes = read_modes(opened.get("modes"))
         if modes and not any(option.id == "mode" for option in options):
             options.append(ConfigOption("mode", "select", current_mode, modes, "Mode", "mode"))
+        current_model, models = read_models(opened.get("models"))
+        if models and not any(option.id == "model" for option in options):
+            options.append(ConfigOption("model", "select", current_model, models, "Model", "model"))
         return self._set(agent_id, AgentOffer(tuple(options), self.offer(agent_id).commands))
 
     def learn_update(self, agent_id: str, update: Mapping[str, Any]) -> bool:
@@ -121,8 +124,10 @@ class AgentCatalog:
                 option.holding(defaults[option.id]) if option.id in defaults else option
                 for option in read_config_options(update["configOptions"])
             )
-            kept_mode = tuple(o for o in before.options if o.id == "mode" and not any(n.id == "mode" for n in options))
-            return self._set(agent_id, AgentOffer(options + kept_mode, before.commands))
+            kept = tuple(  # the ones read from modes / models, which a config update does not list
+                o for o in before.options if o.id in ("mode", "model") and not any(n.id == o.id for n in options)
+            )
+            return self._set(agent_id, AgentOffer(options + kept, before.commands))
         return False
 
     def _set(self, agent_id: str, offer: AgentOffer) -> bool:

@@ -2,11 +2,11 @@
 before its prompt starts (sans-IO).
 
 Owns reading the agent's ``configOptions`` (ACP ``SessionConfigOption``: select or boolean, from ``session/new``,
-``/load``, ``/resume``, the answer to ``session/set_config_option`` and ``config_option_update``) and its older
-``modes`` (``current_mode_update``), checking a client's choices against them (an unknown option or value is an
-``InvalidParams`` that lists what the agent offers), and turning the choices that differ from the current values
-into the ACP requests to send: ``session/set_config_option``, or ``session/set_mode`` for a ``mode`` the agent only
-offers as a mode.
+``/load``, ``/resume``, the answer to ``session/set_config_option`` and ``config_option_update``), its older
+``modes`` (``current_mode_update``) and the unstable ``models`` (Gemini CLI), checking a client's choices against
+them (an unknown option or value is an ``InvalidParams`` that lists what the agent offers), and turning the choices
+that differ from the current values into the ACP requests to send: ``session/set_config_option``, or
+``session/set_mode`` / ``session/set_model`` for a ``mode`` / ``model`` the agent only offers that way.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ from typing import Any
 
 from bridge.errors import InvalidParams
 
-__all__ = ["Choice", "ConfigOption", "SessionOptions", "read_choices", "read_config_options", "read_modes"]
+__all__ = [
+    "Choice",
+    "ConfigOption",
+    "SessionOptions",
+    "read_choices",
+    "read_config_options",
+    "read_models",
+    "read_modes",
+    "request_label",
+]
 
 _FIELD = "options.modelOptions"  # where a client's choices are, for error messages
 
@@ -58,6 +67,8 @@ class SessionOptions:
         self._options: dict[str, ConfigOption] = {}
         self._mode: str | None = None  # the session's current mode (ACP ``modes``), when it has modes
         self._modes: tuple[str, ...] = ()
+        self._model: str | None = None  # the same for the unstable ``models`` (``session/set_model``)
+        self._models: tuple[str, ...] = ()
 
     @classmethod
     def from_session(cls, result: Any) -> SessionOptions:
@@ -67,6 +78,8 @@ class SessionOptions:
             options._take_config(result.get("configOptions"))
             options._mode, modes = read_modes(result.get("modes"))
             options._modes = tuple(choice.value for choice in modes)
+            options._model, models = read_models(result.get("models"))
+            options._models = tuple(choice.value for choice in models)
         return options
 
     def observe(self, update: Mapping[str, Any]) -> None:
@@ -85,6 +98,9 @@ class SessionOptions:
         ``session/set_config_option`` answers with the full set of options, which may have changed with it)."""
         if method == "session/set_mode":
             self._mode = params["modeId"]
+            return
+        if method == "session/set_model":
+            self._model = params["modelId"]
             return
         option = self._options.get(params["configId"])
         if option is not None:
@@ -110,6 +126,11 @@ class SessionOptions:
                     raise InvalidParams(f"{_FIELD}.mode", f"must be one of {', '.join(self._modes)}")
                 if value != self._mode:
                     out.append(("session/set_mode", {"sessionId": session_id, "modeId": value}))
+            elif key == "model" and self._models:
+                if value not in self._models and value != self._model:
+                    raise InvalidParams(f"{_FIELD}.model", f"must be one of {', '.join(self._models)}")
+                if value != self._model:
+                    out.append(("session/set_model", {"sessionId": session_id, "modelId": value}))
             else:
                 raise InvalidParams(f"{_FIELD}.{key}", f"the agent offers no such option; {self.describe()}")
         return out
@@ -122,6 +143,8 @@ class SessionOptions:
         ]
         if self._modes and "mode" not in self._options:
             pieces.append(f"mode ({', '.join(self._modes)})")
+        if self._models and "model" not in self._options:
+            pieces.append(f"model ({', '.join(self._models)})")
         return "it offers: " + "; ".join(pieces) if pieces else "it offers none"
 
     def current(self) -> dict[str, Any]:
@@ -129,6 +152,8 @@ class SessionOptions:
         values = {o.id: o.current for o in self._options.values()}
         if self._modes and "mode" not in values and self._mode is not None:
             values["mode"] = self._mode
+        if self._models and "model" not in values and self._model is not None:
+            values["model"] = self._model
         return values
 
     # -- reading ------------------------------------------------------------------------------------------------
@@ -181,6 +206,29 @@ def read_modes(modes: Any) -> tuple[str | None, tuple[Choice, ...]]:
             choices.append(_choice(mode["id"], mode))
     current = modes.get("currentModeId")
     return (current if isinstance(current, str) else None), tuple(choices)
+
+
+def read_models(models: Any) -> tuple[str | None, tuple[Choice, ...]]:
+    """The unstable ACP ``models`` object (``availableModels``, ``currentModelId``; Gemini CLI): the current model id
+    and the models offered."""
+    if not isinstance(models, dict):
+        return None, ()
+    choices = []
+    for model in models.get("availableModels") or ():
+        if isinstance(model, dict) and isinstance(model.get("modelId"), str):
+            choices.append(_choice(model["modelId"], model))
+    current = models.get("currentModelId")
+    return (current if isinstance(current, str) else None), tuple(choices)
+
+
+def request_label(method: str, params: dict[str, Any]) -> str:
+    """A request ``requests`` made, as error messages name it: ``session/set_mode (mode = 'plan')``."""
+    for key, name in (("configId", None), ("modeId", "mode"), ("modelId", "model")):
+        if key in params:
+            option = params[key] if name is None else name
+            value = params["value"] if name is None else params[key]
+            return f"{method} ({option} = {value!r})"
+    return method
 
 
 def _choice(value: str, raw: dict[str, Any]) -> Choice:

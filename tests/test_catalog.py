@@ -136,3 +136,16 @@ def test_resolving_a_model_id() -> None:
         with pytest.raises(UnknownModel) as error:
             resolve_model(unknown, agents, catalog)
         assert "claude/sonnet" in str(error.value)
+
+
+def test_an_agent_with_unstable_models_offers_them_as_its_model_option() -> None:
+    catalog = AgentCatalog()
+    opened = {"sessionId": "g", "models": {"currentModelId": "gemini-2.5-flash", "availableModels": [
+        {"modelId": "auto", "name": "Auto"}, {"modelId": "gemini-2.5-pro", "name": "gemini-2.5-pro"}]}}  # fmt: skip
+    assert catalog.learn_session("gemini", opened)
+    gemini = AgentConfig(id="gemini", name="Gemini CLI", command="gemini")
+    ids = [entry.id for entry in model_entries({"gemini": gemini}, catalog)]
+    assert ids == ["gemini", "gemini/auto", "gemini/gemini-2.5-pro"]
+    # A config update (it lists no model) keeps the model option read from ``models``.
+    assert not catalog.learn_update("gemini", {"sessionUpdate": "config_option_update", "configOptions": []})
+    assert catalog.offer("gemini").model_option is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.errors import InvalidParams
-from session.options import SessionOptions
+from session.options import SessionOptions, request_label
 
 # As Claude Code's adapter 0.49 answers session/new (shortened), plus a boolean and a grouped select.
 OPENED = {
@@ -102,3 +102,35 @@ def test_an_agent_without_options_says_so() -> None:
     with pytest.raises(InvalidParams, match="it offers none"):
         SessionOptions.from_session({"sessionId": "x"}).requests("x", {"model": "a"})
     assert SessionOptions.from_session("not an object").current() == {}
+
+
+def test_an_agent_with_unstable_models_gets_set_model() -> None:
+    """Gemini CLI offers its models as the unstable ``models`` (``session/set_model``), not as a config option."""
+    opened = {
+        "sessionId": "g",
+        "modes": {"currentModeId": "default", "availableModes": [{"id": "default"}, {"id": "plan"}]},
+        "models": {
+            "currentModelId": "gemini-2.5-flash",  # given on its command line: not among the listed ones
+            "availableModels": [{"modelId": "auto", "name": "Auto"}, {"modelId": "gemini-2.5-pro", "name": "Pro"}],
+        },
+    }
+    options = SessionOptions.from_session(opened)
+    assert options.requests("g", {"model": "gemini-2.5-flash"}) == []
+    assert options.requests("g", {"model": "gemini-2.5-pro", "mode": "plan"}) == [
+        ("session/set_model", {"sessionId": "g", "modelId": "gemini-2.5-pro"}),
+        ("session/set_mode", {"sessionId": "g", "modeId": "plan"}),
+    ]
+    options.answered("session/set_model", {"sessionId": "g", "modelId": "gemini-2.5-pro"}, {})
+    assert options.current() == {"mode": "default", "model": "gemini-2.5-pro"}
+    with pytest.raises(InvalidParams) as error:
+        options.requests("g", {"model": "gpt-5"})
+    assert str(error.value).endswith("options.modelOptions.model: must be one of auto, gemini-2.5-pro")
+    assert "model (auto, gemini-2.5-pro)" in options.describe()
+
+
+def test_a_request_is_named_by_its_option_and_value() -> None:
+    assert request_label("session/set_config_option", {"configId": "effort", "value": "high"}) == (
+        "session/set_config_option (effort = 'high')"
+    )
+    assert request_label("session/set_mode", {"modeId": "plan"}) == "session/set_mode (mode = 'plan')"
+    assert request_label("session/set_model", {"modelId": "pro"}) == "session/set_model (model = 'pro')"

@@ -18,10 +18,10 @@ from typing import Any
 
 import tomli_w
 
-from .fake_models import Call
+from .fake_models import Call, ModelRequest
 from .installs import PINS
 
-__all__ = ["FOREIGN_ENV", "KITS", "MCP_SERVER", "AgentKit", "model_name", "write_config"]
+__all__ = ["FOREIGN_ENV", "KITS", "MCP_SERVER", "AgentKit", "model_name", "requested_model", "write_config"]
 
 # Agents read these from the environment before their own config: a developer's real keys or endpoints must not leak
 # into a run against the fake model (nor its requests out to them).
@@ -49,6 +49,7 @@ class AgentKit:
     # option is the model, the fake model sees the chosen id in its requests.
     session_option: tuple[str, str] = ("model", "")
     sets_option_with: str = "session/set_config_option"
+    model_entry: str = ""  # a model the agent lists, chosen through its lmbridge entry (``agent/<model>``)
     announces_commands: bool = False  # sends available_commands_update (slash commands) for a new session
     thought_level_option: bool = False  # offers an effort (ACP category thought_level) the model's requests show
     # A slash command typed as the message; what shows that the agent ran it; whether that is in the model's request
@@ -263,6 +264,7 @@ KITS: dict[str, AgentKit] = {
         "anthropic",
         usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
         session_option=("model", "sonnet"),
+        model_entry="sonnet",
         announces_commands=True,
         slash_command=("/context", "## Context Usage", False),
         thought_level_option=True,
@@ -275,6 +277,7 @@ KITS: dict[str, AgentKit] = {
         model_told_of_rejection=False,
         usage_fields=("contextUsed", "contextSize"),
         session_option=("model", "fake-model-large"),
+        model_entry="fake-model-large",
     ),
     "gemini": GeminiKit(
         "gemini",
@@ -282,6 +285,7 @@ KITS: dict[str, AgentKit] = {
         mcp_calls="one_by_one",
         usage_fields=("inputTokens", "outputTokens"),
         session_option=("mode", "plan"),  # Gemini CLI has modes and no configOptions
+        model_entry="gemini-2.5-pro",  # from its unstable ``models`` (session/set_model)
         announces_commands=True,
         slash_command=("/about", "Gemini CLI Info", False),
         sets_option_with="session/set_mode",
@@ -293,6 +297,7 @@ KITS: dict[str, AgentKit] = {
         mcp_calls="either",
         usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
         session_option=("model", "anthropic/claude-haiku-4-5"),
+        model_entry="anthropic/claude-haiku-4-5",
         announces_commands=True,
         slash_command=("/init", "Create or update `AGENTS.md`", True),
     ),
@@ -302,6 +307,12 @@ KITS: dict[str, AgentKit] = {
 def model_name(value: str) -> str:
     """What the model's requests call a model the agent lists as ``value`` (OpenCode lists ``provider/model``)."""
     return value.rpartition("/")[2]
+
+
+def requested_model(request: ModelRequest) -> str:
+    """The model a request asks for: in its body, or (Gemini) in its path."""
+    body = request.body if isinstance(request.body, dict) else {}
+    return str(body.get("model") or request.path)
 
 
 def write_config(path: Path, agents: dict[str, dict[str, Any]], **tables: dict[str, Any]) -> Path:

@@ -27,7 +27,7 @@ from conftest import processes_with_marker
 from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT
 from .fake_models import FakeModel, call, say
 from .installs import Installed
-from .kits import AgentKit, model_name, write_config
+from .kits import AgentKit, model_name, requested_model, write_config
 
 pytestmark = pytest.mark.interop
 
@@ -236,11 +236,7 @@ async def test_models_listed_and_chosen_over_http(front: HttpFront) -> None:
     messages: list[Any] = [{"role": "user", "content": "Say hello."}]
     await front.run(partial(client.chat.completions.create, model=kit.id, messages=messages))
     listed = [entry.id for entry in await front.run(client.models.list)]
-    key, value = kit.session_option
-    if key != "model":
-        assert kit.id in listed and not any(entry.startswith(f"{kit.id}/") for entry in listed), listed
-        return
-    entry = f"{kit.id}/{value}"
+    entry = f"{kit.id}/{kit.model_entry}"
     assert entry in listed, listed
     model.add(say("Chosen."))
     ask = [{"role": "user", "content": "Which model?"}]
@@ -248,7 +244,7 @@ async def test_models_listed_and_chosen_over_http(front: HttpFront) -> None:
         partial(client.chat.completions.create, model=entry, messages=ask, reasoning_effort="high")
     )
     assert answer.choices[0].message.content.endswith("Chosen."), front.evidence()
-    body = model.turns[-1].body
-    assert model_name(value) in json.dumps(body.get("model")), body.get("model")
+    assert model_name(kit.model_entry) in requested_model(model.turns[-1]), requested_model(model.turns[-1])
     if kit.thought_level_option:  # Claude Code's effort: the Messages API's output_config.effort
+        body = model.turns[-1].body
         assert body.get("output_config") == {"effort": "high"}, body.get("output_config")
