@@ -140,6 +140,14 @@ async def _demo(args: argparse.Namespace) -> int:
             result = await _turn(client, out, args.agent, history, text, **options)
             if result.error is not None:
                 return 1
+        # The agent's session showed its models and slash commands: lmbridge lists them as models of their own.
+        listed = await client.models()
+        own = [m["id"] for m in listed if m.get("agent") == args.agent and m["id"] != args.agent]
+        commands = next((m.get("commands") or [] for m in listed if m["id"] == args.agent), [])
+        if own or commands:
+            out.line()
+            shown = " ".join(f"/{c['name']}" for c in commands[:8]) + (" …" if len(commands) > 8 else "")
+            out.line(f"models now → {', '.join(own) or '(no more)'}; slash commands → {shown}")
     out.line()
     out.line("done: 4 turns on one ACP session, one of them cancelled mid-stream.")
     return 0
