@@ -24,6 +24,7 @@ import trio
 from bridge.acp.vocabulary import STOP_REASONS
 from bridge.errors import AgentError, AgentReplyError, InternalError, InvalidParams, RpcError
 
+from .elicitation import as_permission, elicitation_answer
 from .machine import (
     Action,
     AgentExited,
@@ -383,6 +384,14 @@ class SessionActor:
             return waiter.fallback
         await self._wait(waiter, context.cancel_requested)
         return waiter.value
+
+    async def on_elicitation(self, params: dict[str, Any], context: Any) -> dict[str, Any]:
+        """An agent's question takes the permission path (``session.elicitation``)."""
+        permission = as_permission(params)
+        if permission is None:
+            self._log.info("elicitation of an unknown mode; declined", mode=params.get("mode"))
+            return {"action": "decline"}
+        return elicitation_answer(permission, await self.on_permission_request(permission, context))
 
     async def invoke_tool(
         self, name: str, arguments: Any, cancel_requested: trio.Event

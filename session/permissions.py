@@ -9,6 +9,10 @@ skip the tool call" → reject_once; anything unreadable → reject_once.
 Requests that concern the editor's own bridged tools are allowed once without asking: the editor confirms those
 itself when it runs them (``session.bridged`` recognises them).
 
+An agent's question (ACP ``elicitation/create``, ``session.elicitation``) takes the same path with kind
+``elicitation``: asked only under the ``ask`` policy with the tool offered, declined otherwise; a form's answer is
+a JSON object, kept for the elicitation's response.
+
 For clients that cannot show a permission tool (an HTTP client that did not offer it), ``PermissionQuestions``
 turns the permission tool's call into a plain-text question that ends the response, and reads the user's next
 message (``allow``, ``always``, ``reject``, ``never`` or an option's number) back into the tool's result, so the
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .bridged import is_bridged_tool
+from .elicitation import is_elicitation, read_form_answer
 from .messages import object_at, string_at
 
 __all__ = [
@@ -74,7 +79,11 @@ def permission_tool_schema(name: str = DEFAULT_PERMISSION_TOOL) -> dict[str, Any
                 "title": {"type": "string", "description": "What the agent wants to do."},
                 "kind": {
                     "type": "string",
-                    "description": "read, edit, delete, move, search, execute, think, fetch, switch_mode or other.",
+                    "description": (
+                        "read, edit, delete, move, search, execute, think, fetch, switch_mode or other; elicitation: "
+                        "the agent asks for input (details.form: a JSON Schema to fill in, answer with a JSON "
+                        "object; details.url: a page to visit)."
+                    ),
                 },
                 "command": {"type": "string", "description": "The command line, for execute actions."},
                 "paths": {"type": "array", "items": {"type": "string"}, "description": "Files concerned."},
@@ -107,6 +116,8 @@ class PermissionPolicy:
         """The outcome to answer without asking the editor, or None to ask."""
         options = _options(params)
         tool_call = object_at(params, "toolCall")
+        if is_elicitation(params):  # a question only a person can answer: asked, or declined
+            return None if self.policy == "ask" and tool_offered else _choose(options, "reject_once")
         if is_bridged_tool(tool_call, self.server_name):
             return _choose(options, "allow_once")
         if self.policy == "allow_all":
@@ -143,6 +154,13 @@ class PermissionPolicy:
         """Read the editor's tool result. Returns the outcome and whether the answer was understood."""
         options = _options(params)
         text = "".join(p.get("value", "") for p in result.get("content", ()) if p.get("type") == "text").strip()
+        if is_elicitation(params):
+            outcome, understood = _question_outcome(options, text, result)
+            return {**outcome, "answer": text}, understood
+        return self._option_for(options, text, result)
+
+    @staticmethod
+    def _option_for(options: list[dict[str, Any]], text: str, result: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         for option in options:
             if text == option["optionId"]:
                 return _selected(option["optionId"]), True
@@ -159,6 +177,23 @@ class PermissionPolicy:
         if _ALLOW.search(lowered):
             return _choose(options, "allow_once"), True
         return _choose(options, "reject_once"), False
+
+
+def _question_outcome(options: list[dict[str, Any]], text: str, result: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """An answer to an agent's question: an option (its id or name), a form's JSON object, or words. A generic "yes"
+    chooses only when there is one thing to say yes to ("Done", "Submit"): it never picks one of a form's values."""
+    lowered = text.lower()
+    for option in options:
+        if text == option["optionId"] or lowered == str(option.get("name", "")).lower():
+            return _selected(option["optionId"]), True
+    if read_form_answer(text) is not None and any(o["optionId"] == "accept" for o in options):
+        return _selected("accept"), True
+    if result.get("isError") or _SKIPPED in lowered or _REJECT.search(lowered):
+        return _choose(options, "reject_once"), True
+    accepting = [o for o in options if o.get("kind") == "allow_once"]
+    if _ALLOW.search(lowered) and len(accepting) == 1:
+        return _selected(accepting[0]["optionId"]), True
+    return _choose(options, "reject_once"), False
 
 
 def _options(params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -272,6 +307,8 @@ class PermissionQuestions:
             if answered is not None:
                 reply = _reply_text(message)
                 option = reply_option(reply, answered.tool_input.get("options")) if reply is not None else None
+                if option is None and reply is not None and answered.tool_input.get("kind") == "elicitation":
+                    option = reply if read_form_answer(reply) is not None else None  # a form's answer, as given
                 if option is not None:
                     result = {"type": "tool_result", "callId": answered.call_id, "content": [_text(option)]}
                     out.append({**message, "content": [result]})
@@ -305,6 +342,8 @@ class PermissionQuestions:
 
 def question_text(tool_input: dict[str, Any], ref: str) -> str:
     """A permission request in words: what the agent wants to do, the choices and how to answer."""
+    if tool_input.get("kind") == "elicitation":
+        return _question_in_words(tool_input, ref)
     lines = [f"The agent asks for permission: {tool_input.get('title') or 'an action'}"]
     if tool_input.get("command"):
         lines.append(f"  command: {tool_input['command']}")
@@ -317,6 +356,32 @@ def question_text(tool_input: dict[str, Any], ref: str) -> str:
     for number, option in enumerate(options, 1):
         word = _KIND_WORDS.get(str(option.get("kind")))
         lines.append(f"  {number}. {option.get('name') or option.get('optionId')}" + (f" ({word})" if word else ""))
+    lines.append(f"[permission {ref}]")
+    return "\n".join(lines)
+
+
+def _question_in_words(tool_input: dict[str, Any], ref: str) -> str:
+    """An agent's question (elicitation) in words: a form's fields, or the page to visit; the choices."""
+    lines = [f"The agent asks: {tool_input.get('title') or 'for your input'}"]
+    details = object_at(tool_input, "details")
+    form = details.get("form") if isinstance(details.get("form"), dict) else None
+    options = [o for o in tool_input.get("options") or () if isinstance(o, dict)]
+    if form is not None and any(o.get("optionId") == "accept" for o in options):
+        properties = form.get("properties") if isinstance(form.get("properties"), dict) else {}
+        required = form.get("required") if isinstance(form.get("required"), list) else []
+        for name, spec in properties.items():
+            spec = spec if isinstance(spec, dict) else {}
+            title = str(spec.get("title") or "")
+            about = spec.get("description") or (title if title.lower() != str(name).lower() else "")
+            kind = spec.get("type", "string")
+            lines.append(
+                f"  {name} ({kind}{', required' if name in required else ''})" + (f": {about}" if about else "")
+            )
+        lines.append('Answer with a JSON object of these fields, e.g. {"name": "…"}, or "decline".')
+    else:
+        lines.append("Answer with a number or a word:")
+        for number, option in enumerate(options, 1):
+            lines.append(f"  {number}. {option.get('name') or option.get('optionId')}")
     lines.append(f"[permission {ref}]")
     return "\n".join(lines)
 

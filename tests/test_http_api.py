@@ -426,6 +426,20 @@ def test_permission_answers_in_words_over_messages(claude: anthropic.Anthropic, 
     assert f"permission outcome: {outcome}" in "".join(b.text for b in answered.content if b.type == "text")
 
 
+def test_an_agents_question_is_asked_in_words_and_a_json_reply_fills_the_form(oai: openai.OpenAI) -> None:
+    headers = conversation()
+    messages: list[Any] = [{"role": "user", "content": "/elicit name:string age:integer | Who are you?"}]
+    asked = oai.chat.completions.create(model="demo", messages=messages, extra_headers=headers)
+    question = asked.choices[0].message.content or ""
+    assert question.startswith(
+        "The agent asks: Who are you?\n  name (string, required)\n  age (integer, required)\n"
+    ), question
+    messages += [{"role": "assistant", "content": question}, {"role": "user", "content": '{"name": "Ada", "age": 36}'}]
+    answered = oai.chat.completions.create(model="demo", messages=messages, extra_headers=headers)
+    text = answered.choices[0].message.content or ""
+    assert text == 'elicitation: {"action": "accept", "content": {"age": 36, "name": "Ada"}}\n'
+
+
 def test_a_client_that_offers_the_permission_tool_gets_a_call(oai: openai.OpenAI) -> None:
     tool = {"type": "function", "function": {"name": "acp_agent_action", "parameters": {"type": "object"}}}
     asked = oai.chat.completions.create(

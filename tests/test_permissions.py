@@ -1,9 +1,11 @@
 """Permission bridging through the real wire: the demo agent's ``/permission`` becomes a tool call of the
 permission tool, and the editor's answer — an option id, words, a skip, nonsense, or silence — becomes the
-agent's outcome. Policies answer without asking."""
+agent's outcome. Policies answer without asking. An agent's questions (``/elicit``, ``/visit``: ACP elicitation)
+take the same path, their answers read against the form's schema."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -257,3 +259,66 @@ def test_a_question_is_restored_to_the_call_and_its_answer_to_the_result() -> No
         ]
         == forged
     )
+
+
+# -- an agent's questions (ACP elicitation, unstable) take the same path --------------------------------------------
+
+
+def elicited(text: str) -> dict[str, Any]:
+    """What the demo agent says it got back from an elicitation."""
+    prefix = "elicitation: "
+    assert text.startswith(prefix), text
+    return json.loads(text[len(prefix) :])
+
+
+async def test_a_single_choice_form_offers_its_values(live: Bridge) -> None:
+    history, reply = await ask(live, "/elicit colour:red/green | Which colour?")
+    (call,) = reply.tool_calls
+    assert call["name"] == "acp_agent_action" and call["input"]["kind"] == "elicitation"
+    assert call["input"]["title"] == "Which colour?"
+    assert [o["optionId"] for o in call["input"]["options"]] == ["red", "green", "decline"]
+    final = await live.chat(history + [answer(call, "green")], model="asks", tools=[PERMISSION_TOOL])
+    assert elicited(final.text) == {"action": "accept", "content": {"colour": "green"}}
+
+
+@pytest.mark.parametrize(
+    ("reply", "outcome"),
+    [
+        ('{"name": "Ada", "age": "36", "extra": 1}', {"action": "accept", "content": {"name": "Ada", "age": 36}}),
+        ('```json\n{"name": "Ada", "age": 36}\n```', {"action": "accept", "content": {"name": "Ada", "age": 36}}),
+        ('{"name": "Ada"}', {"action": "decline"}),  # a required field is missing
+        ("decline", {"action": "decline"}),
+        ("whatever", {"action": "decline"}),
+    ],
+)
+async def test_a_form_is_answered_with_a_json_object_read_against_its_schema(
+    live: Bridge, reply: str, outcome: dict[str, Any]
+) -> None:
+    history, first = await ask(live, "/elicit name:string age:integer | Who are you?")
+    (call,) = first.tool_calls
+    assert call["input"]["details"]["form"]["required"] == ["name", "age"]
+    assert [o["optionId"] for o in call["input"]["options"]] == ["accept", "decline"]
+    final = await live.chat(history + [answer(call, reply)], model="asks", tools=[PERMISSION_TOOL])
+    assert elicited(final.text) == outcome
+
+
+async def test_a_url_is_shown_and_done_accepts(live: Bridge) -> None:
+    history, reply = await ask(live, "/visit https://example.com/login Sign in to continue")
+    (call,) = reply.tool_calls
+    assert call["input"]["title"] == "Sign in to continue — open https://example.com/login"
+    assert call["input"]["details"] == {"url": "https://example.com/login"}
+    final = await live.chat(history + [answer(call, "Done")], model="asks", tools=[PERMISSION_TOOL])
+    assert elicited(final.text) == {"action": "accept"}
+
+
+@pytest.mark.parametrize(("model", "tools"), [("asks", []), ("trusting", None), ("strict", None)])
+async def test_nobody_to_ask_declines(live: Bridge, model: str, tools: list[Any] | None) -> None:
+    _, reply = await ask(live, "/elicit ok:boolean | Proceed?", model=model, tools=tools)
+    assert elicited(reply.text) == {"action": "decline"}
+
+
+async def test_cancelling_the_turn_cancels_the_question(live: Bridge) -> None:
+    history, _ = await ask(live, "/elicit ok:boolean | Proceed?")
+    moved_on = [*history, user("/say moved on")]  # a new message instead of an answer
+    final = await live.chat(moved_on, model="asks", tools=[PERMISSION_TOOL])
+    assert final.text.endswith("moved on\n"), final.text

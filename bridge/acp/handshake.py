@@ -26,8 +26,13 @@ __all__ = ["CLIENT_CAPABILITIES", "AgentInfo", "HandshakeError", "handshake", "i
 Request = Callable[[str, Any], Awaitable[Any]]
 
 # lmbridge offers no file system or terminal of its own: the agent works in its own environment, and the client's
-# tools reach it through the synthetic MCP server.
-CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
+# tools reach it through the synthetic MCP server. It answers the (unstable) elicitation requests, forms and URLs: the
+# client is asked as for a permission, or the request is declined when nobody can be asked.
+CLIENT_CAPABILITIES: dict[str, Any] = {
+    "fs": {"readTextFile": False, "writeTextFile": False},
+    "terminal": False,
+    "elicitation": {"form": {}, "url": {}},
+}
 
 
 class HandshakeError(Exception):

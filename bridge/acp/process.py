@@ -70,6 +70,8 @@ class SessionEndpoint(Protocol):
 
     async def on_permission_request(self, params: dict[str, Any], context: RequestContext) -> dict[str, Any]: ...
 
+    async def on_elicitation(self, params: dict[str, Any], context: RequestContext) -> dict[str, Any]: ...
+
     def on_agent_exit(self, error: AgentExitedError) -> None: ...
 
 
@@ -147,6 +149,7 @@ class AgentProcess:
         methods = MethodTable()
         methods.notification("session/update", self._on_updates, batch=True)
         methods.request("session/request_permission", self._on_permission_request, handles_cancel=True)
+        methods.request("elicitation/create", self._on_elicitation, handles_cancel=True)
         self._conn = JsonRpcConnection(
             StreamWire(process.stdout, process.stdin),
             methods,
@@ -365,6 +368,18 @@ class AgentProcess:
             )
             return {"outcome": {"outcome": "cancelled"}}
         return await endpoint.on_permission_request(params, context)
+
+    async def _on_elicitation(self, params: Any, context: RequestContext) -> Any:
+        """An agent's question (unstable ACP): a session's goes to that session; one outside any session (during
+        authentication, say) has nobody to ask and is declined."""
+        if not isinstance(params, dict):
+            raise InvalidParams("params", "must be an object")
+        session_id = params.get("sessionId")
+        endpoint = self._sessions.get(session_id) if isinstance(session_id, str) else None
+        if endpoint is None:
+            self._log.info("elicitation outside a known session; declined", session=session_id)
+            return {"action": "decline"}
+        return await endpoint.on_elicitation(params, context)
 
 
 class AgentReply:

@@ -391,6 +391,31 @@ class DemoAgent:
         )
         return str(getattr(response.outcome, "option_id", None) or "cancelled")
 
+    async def _do_elicit(self, session: _Session, step: Step, _: Any) -> None:
+        properties: dict[str, Any] = {}
+        for name, kind in step.calls:
+            if "/" in kind:
+                properties[name] = {"type": "string", "enum": kind.split("/")}
+            else:
+                properties[name] = {"type": kind, "title": name.capitalize()}
+        schema = {"type": "object", "properties": properties, "required": [name for name, _ in step.calls]}
+        await self._elicitation(session, step.arg, {"sessionId": session.id, "requestedSchema": schema}, "form")
+
+    async def _do_visit(self, session: _Session, step: Step, _: Any) -> None:
+        ((url, _none),) = step.calls
+        scope = {"sessionId": session.id, "elicitationId": f"visit-{uuid.uuid4().hex[:8]}", "url": url}
+        await self._elicitation(session, step.arg, scope, "url")
+
+    async def _elicitation(self, session: _Session, message: str, fields: dict[str, Any], mode: str) -> None:
+        from acp.schema import ElicitationFormSessionMode, ElicitationUrlSessionMode
+
+        model = ElicitationFormSessionMode if mode == "form" else ElicitationUrlSessionMode
+        answer = await self._cancellable(
+            session, self._conn.create_elicitation(message=message, mode=model.model_validate(fields))
+        )
+        said = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+        await self._say(session, f"elicitation: {json.dumps(said, sort_keys=True)}")
+
     async def _do_sleep(self, session: _Session, step: Step, _: Any) -> None:
         try:
             await asyncio.wait_for(session.cancelled.wait(), step.number / 1000)

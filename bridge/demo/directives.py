@@ -175,6 +175,32 @@ def _usage(name: str, arg: str) -> Step:
     return Step(name, calls=(("used", int(words[0])), ("size", int(words[1])), ("cost", cost)))
 
 
+_FIELD_TYPES = ("string", "integer", "number", "boolean")
+
+
+def _elicit(name: str, arg: str) -> Step:
+    """``FIELD:TYPE ... | MESSAGE``: TYPE is string, integer, number, boolean or values a/b/c."""
+    fields_text, bar, message = arg.partition("|")
+    fields = []
+    for word in fields_text.split():
+        field, colon, kind = word.partition(":")
+        if not colon or not field or not kind:
+            raise ScriptError(f"/{name}: {word!r} is not FIELD:TYPE")
+        if kind not in _FIELD_TYPES and "/" not in kind:
+            raise ScriptError(f"/{name}: {field}'s type is {', '.join(_FIELD_TYPES)} or values a/b/c, not {kind!r}")
+        fields.append((field, kind))
+    if not bar or not fields or not message.strip():
+        raise ScriptError(f"/{name} needs FIELD:TYPE ... | MESSAGE, e.g. /{name} name:string age:integer | Who?")
+    return Step(name, message.strip(), calls=tuple(fields))
+
+
+def _visit(name: str, arg: str) -> Step:
+    url, _, message = arg.partition(" ")
+    if not url.startswith(("http://", "https://")) or not message.strip():
+        raise ScriptError(f"/{name} needs URL MESSAGE, e.g. /{name} https://example.com Sign in there")
+    return Step(name, message.strip(), calls=((url, None),))
+
+
 def _badstop(name: str, arg: str) -> Step:
     return Step(name, arg or "finished")
 
@@ -222,6 +248,14 @@ DIRECTIVES: dict[str, Directive] = {
             "a usage_update: USED of SIZE context tokens, the session's cost so far; the answer reports tokens",
             _usage,
         ),
+        Directive(
+            "elicit",
+            "F:TYPE ... | MSG",
+            "ask the user to fill in a form (elicitation; TYPE string, integer, number, boolean or values a/b/c), "
+            "then say the answer",
+            _elicit,
+        ),
+        Directive("visit", "URL MSG", "ask the user to visit a page (URL elicitation), then say the answer", _visit),
         Directive("crash", "", "exit abruptly, mid-turn", _nothing),
         Directive("help", "", "say this table", _nothing),
         Directive(
