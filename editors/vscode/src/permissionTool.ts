@@ -5,6 +5,10 @@
  *
  * Continue runs `invoke`, which answers "allow" (allow once). Skip never reaches the extension: VS Code answers the
  * call itself with "The user chose to skip the tool call", which lmbridge reads as a rejection.
+ *
+ * An agent's question (kind `elicitation`, docs/protocol.md "Agent questions") asks the person after Continue: a pick
+ * among the offered values, an input box per field of a form (answered as a JSON object), or the page to visit,
+ * opened in the browser. Escape declines.
  */
 
 import * as vscode from 'vscode';
@@ -37,6 +41,7 @@ const KIND_LABELS: Record<string, string> = {
     fetch: 'fetch from the network',
     switch_mode: 'switch mode',
     other: 'act',
+    elicitation: 'ask you a question',
 };
 
 const DETAILS_MAX_CHARS = 4000;
@@ -55,10 +60,54 @@ export class PermissionTool implements vscode.LanguageModelTool<PermissionInput>
         };
     }
 
-    invoke(): vscode.LanguageModelToolResult {
+    async invoke(options?: vscode.LanguageModelToolInvocationOptions<PermissionInput>): Promise<vscode.LanguageModelToolResult> {
         // Reached only when the user confirmed: allow once (see the module comment for the other answers).
-        return new vscode.LanguageModelToolResult([new vscode.LanguageModelTextPart('allow')]);
+        const input = (options?.input ?? {}) as PermissionInput;
+        const answer = input.kind === 'elicitation' ? await askTheQuestion(input) : 'allow';
+        return new vscode.LanguageModelToolResult([new vscode.LanguageModelTextPart(answer)]);
     }
+}
+
+interface FormField {
+    type?: string;
+    title?: string;
+    description?: string;
+    enum?: unknown[];
+}
+
+/** The person's answer to an agent's question: an optionId, a form as JSON, or "decline" (Escape). */
+async function askTheQuestion(input: PermissionInput): Promise<string> {
+    const title = oneLine(input.title) || 'The agent asks';
+    const details = (input.details && typeof input.details === 'object' ? input.details : {}) as { form?: any; url?: unknown };
+    const offered = (Array.isArray(input.options) ? input.options : []).filter(o => o && o.optionId !== 'decline');
+    if (typeof details.url === 'string') {
+        await vscode.env.openExternal(vscode.Uri.parse(details.url));
+        return 'accept';
+    }
+    const form = details.form && typeof details.form === 'object' ? details.form : undefined;
+    if (!form || !offered.some(o => o.optionId === 'accept')) {
+        const picked = await vscode.window.showQuickPick(offered.map(o => ({ label: o.name || o.optionId, optionId: o.optionId })),
+            { title, ignoreFocusOut: true });
+        return picked ? (picked as { optionId: string }).optionId : 'decline';
+    }
+    const values: Record<string, unknown> = {};
+    const properties = (form.properties && typeof form.properties === 'object' ? form.properties : {}) as Record<string, FormField>;
+    for (const [name, field] of Object.entries(properties)) {
+        const label = oneLine(field?.title) || name;
+        const about = [field?.type, oneLine(field?.description)].filter(Boolean).join(' — ');
+        let value: string | undefined;
+        if (field?.type === 'boolean' || Array.isArray(field?.enum)) {
+            const labels = field?.type === 'boolean' ? ['true', 'false'] : (field.enum ?? []).map(String);
+            value = (await vscode.window.showQuickPick(labels.map(l => ({ label: l })), { title: `${title}: ${label}`, ignoreFocusOut: true }))?.label;
+        } else {
+            value = await vscode.window.showInputBox({ title, prompt: `${label}${about ? ` (${about})` : ''}`, ignoreFocusOut: true });
+        }
+        if (value === undefined) {
+            return 'decline';
+        }
+        values[name] = value;
+    }
+    return JSON.stringify(values);
 }
 
 /** The confirmation text: everything a person needs to decide, with untrusted text escaped. */

@@ -219,3 +219,31 @@ test('a turn\'s usage for the log', () => {
         cost: { amount: 0.0525, currency: 'USD' } }), ' · 24 in / 14 out · context 19,000 of 200,000 (10%) · 0.0525 USD');
     assert.equal(usageText({ contextUsed: 5, contextSize: 0 }), '');
 });
+
+test('an agent\'s question is asked after Continue: a pick, a form as JSON, a page to open; Escape declines', async () => {
+    const { fake } = await import('./fake-vscode');
+    const ask = async (input: object) => {
+        const result = await new PermissionTool().invoke({ input } as vscode.LanguageModelToolInvocationOptions<any>);
+        return (result.content as vscode.LanguageModelTextPart[])[0].value;
+    };
+    fake.reset();
+    const decline = { optionId: 'decline', name: 'Decline', kind: 'reject_once' };
+    const colour = { title: 'Which colour?', kind: 'elicitation', details: { form: {} },
+        options: [{ optionId: 'red', name: 'red', kind: 'allow_once' }, { optionId: 'green', name: 'green', kind: 'allow_once' }, decline] };
+    fake.answers.push('green');
+    assert.equal(await ask(colour), 'green');
+    assert.deepEqual(fake.prompts, ['Which colour?: red | green']);
+    const form = { title: 'Who are you?', kind: 'elicitation',
+        details: { form: { properties: { name: { type: 'string' }, age: { type: 'integer', description: 'in years' }, ok: { type: 'boolean' } } } },
+        options: [{ optionId: 'accept', name: 'Submit', kind: 'allow_once' }, decline] };
+    fake.answers.push('Ada', '36', 'true');
+    assert.deepEqual(JSON.parse(await ask(form)), { name: 'Ada', age: '36', ok: 'true' });
+    assert.equal(fake.prompts[2], 'age (integer — in years)');
+    fake.answers.push('Ada', undefined);
+    assert.equal(await ask(form), 'decline');
+    const visit = { title: 'Sign in', kind: 'elicitation', details: { url: 'https://example.com/login' },
+        options: [{ optionId: 'accept', name: 'Done', kind: 'allow_once' }, decline] };
+    assert.equal(await ask(visit), 'accept');
+    assert.deepEqual(fake.opened, ['https://example.com/login']);
+    assert.equal(await ask({ title: 'rm -rf build', kind: 'execute', options: [] }), 'allow');
+});

@@ -162,6 +162,9 @@ export const Uri = {
     file(fsPath: string) {
         return { scheme: 'file', fsPath, path: fsPath, toString: () => `file://${fsPath}` };
     },
+    parse(value: string) {
+        return { scheme: value.split(':')[0], fsPath: '', path: value, toString: () => value };
+    },
 };
 
 // -- the tests' handle ------------------------------------------------------------------------------------------
@@ -178,6 +181,10 @@ export const fake = {
     log: [] as string[],
     errorMessages: [] as string[],
     infoMessages: [] as string[],
+    /** What the person types or picks next (undefined: Escape), in order; and what they were shown. */
+    answers: [] as (string | undefined)[],
+    prompts: [] as string[],
+    opened: [] as string[],
 
     /** Change settings (keys without the `lmbridge.` prefix) and fire onDidChangeConfiguration. */
     configure(values: Record<string, unknown>): void {
@@ -196,6 +203,9 @@ export const fake = {
         fake.log.length = 0;
         fake.errorMessages.length = 0;
         fake.infoMessages.length = 0;
+        fake.answers.length = 0;
+        fake.prompts.length = 0;
+        fake.opened.length = 0;
     },
 };
 
@@ -249,6 +259,22 @@ export const window = {
     showInformationMessage(message: string): Promise<string | undefined> {
         fake.infoMessages.push(message);
         return Promise.resolve(undefined);
+    },
+    showInputBox(options: { prompt?: string }): Promise<string | undefined> {
+        fake.prompts.push(options?.prompt ?? '');
+        return Promise.resolve(fake.answers.shift());
+    },
+    showQuickPick(items: { label: string }[], options: { title?: string }): Promise<{ label: string } | undefined> {
+        fake.prompts.push(`${options?.title ?? ''}: ${items.map(i => i.label).join(' | ')}`);
+        const label = fake.answers.shift();
+        return Promise.resolve(items.find(i => i.label === label));
+    },
+};
+
+export const env = {
+    openExternal(uri: { toString(): string }): Promise<boolean> {
+        fake.opened.push(uri.toString());
+        return Promise.resolve(true);
     },
 };
 
