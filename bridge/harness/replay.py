@@ -13,8 +13,10 @@ once every earlier expected message that the agent had to wait for has arrived:
   recorded ids);
 - ``session/cancel``, matched by order. Other notifications (``$/cancel_request``, MCP progress, list changes)
   are accepted whenever they come and never waited for;
-- ``authenticate`` depends on the configuration, not on the conversation: a recorded one that does not come is
-  skipped, and one that was not recorded is answered with success.
+- ``authenticate`` and the session options lmbridge sets before a prompt (``session/set_config_option``,
+  ``session/set_mode``, ``session/set_model``: the agent's configured ``options``) depend on the configuration, not
+  on the conversation: a recorded one that does not come is skipped, and one that was not recorded is answered with
+  success.
 
 The agent's own ids (sessions, tool calls) are the recorded ones, so they line up by construction. MCP connections
 are made like the agent made them: when the script reaches the first message the agent sent on one, the replay
@@ -51,6 +53,8 @@ __all__ = ["Item", "Replayer", "build_script", "generation_to_play", "main", "sp
 
 _GATING_NOTIFICATIONS = {"session/cancel"}
 _IGNORED_KEYS = {"cwd", "mcpServers", "_meta", "clientInfo", "additionalDirectories"}
+# Requests that follow from lmbridge's configuration rather than from the conversation.
+_CONFIGURATION = ("authenticate", "session/set_config_option", "session/set_mode", "session/set_model")
 
 
 @dataclass
@@ -319,8 +323,8 @@ class Replayer:
                 self._on_session()
                 self._on_session = None
             queue = self._requests.get((conn, method))
-            if not queue and method == "authenticate":  # configuration, not conversation: optional both ways
-                self.log(f"{conn}: authenticate was not recorded; accepting it")
+            if not queue and method in _CONFIGURATION:  # configuration, not conversation: optional both ways
+                self.log(f"{conn}: {method} was not recorded; accepting it")
                 await self._write(conn, {"jsonrpc": "2.0", "id": message["id"], "result": {}})
                 return
             if not queue:
@@ -382,15 +386,18 @@ class Replayer:
             answered.matched.set()
 
     def _skip_optional_before(self, item: Item) -> None:
-        """A recorded ``authenticate`` that the live client did not send before this request will not come (the
-        replaying configuration has no ``authenticate``): stop waiting for it, and do not answer it."""
-        for queue_key in [(item.conn, "authenticate")]:
-            queue = self._requests.get(queue_key)
+        """A recorded configuration request (``authenticate``, a session option) that the live client did not send
+        before this request will not come (the replaying configuration differs): stop waiting for it, and do not
+        answer it."""
+        for method in _CONFIGURATION:
+            if method == item.method:
+                continue
+            queue = self._requests.get((item.conn, method))
             while queue and queue[0].seq < item.seq:
                 skipped = queue.popleft()
                 skipped.refused = True
                 skipped.matched.set()
-                self.log(f"{item.conn}: the recorded authenticate request did not come; going on without it")
+                self.log(f"{item.conn}: the recorded {method} request did not come; going on without it")
 
     # -- playing what goes --------------------------------------------------------------------------------
 
