@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .options import Choice, ConfigOption, read_config_options, read_models, read_modes
+from .options import SET_CONFIG_OPTION, Choice, ConfigOption, offered_options, read_config_options, with_config
 
 __all__ = ["AgentCatalog", "AgentOffer", "Command"]
 
@@ -102,13 +102,7 @@ class AgentCatalog:
         """From the answer that opened a session (``session/new``, ``/load``, ``/resume``)."""
         if not isinstance(opened, dict):
             return False
-        options = read_config_options(opened.get("configOptions"))
-        current_mode, modes = read_modes(opened.get("modes"))
-        if modes and not any(option.id == "mode" for option in options):
-            options.append(ConfigOption("mode", "select", current_mode, modes, "Mode", "mode"))
-        current_model, models = read_models(opened.get("models"))
-        if models and not any(option.id == "model" for option in options):
-            options.append(ConfigOption("model", "select", current_model, models, "Model", "model"))
+        options = offered_options(opened)
         return self._set(agent_id, AgentOffer(tuple(options), self.offer(agent_id).commands))
 
     def learn_update(self, agent_id: str, update: Mapping[str, Any]) -> bool:
@@ -120,14 +114,12 @@ class AgentCatalog:
             return self._set(agent_id, AgentOffer(before.options, _read_commands(update.get("availableCommands"))))
         if kind == "config_option_update" and isinstance(update.get("configOptions"), list):
             defaults = {option.id: option.current for option in before.options}
+            fallbacks = [o for o in before.options if o.setter != SET_CONFIG_OPTION]  # from modes / models
             options = tuple(
                 option.holding(defaults[option.id]) if option.id in defaults else option
-                for option in read_config_options(update["configOptions"])
+                for option in with_config(fallbacks, update["configOptions"])
             )
-            kept = tuple(  # the ones read from modes / models, which a config update does not list
-                o for o in before.options if o.id in ("mode", "model") and not any(n.id == o.id for n in options)
-            )
-            return self._set(agent_id, AgentOffer(options + kept, before.commands))
+            return self._set(agent_id, AgentOffer(options, before.commands))
         return False
 
     def _set(self, agent_id: str, offer: AgentOffer) -> bool:

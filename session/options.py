@@ -11,8 +11,8 @@ that differ from the current values into the ACP requests to send: ``session/set
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bridge.errors import InvalidParams
@@ -21,12 +21,17 @@ __all__ = [
     "Choice",
     "ConfigOption",
     "SessionOptions",
+    "fallback_options",
+    "offered_options",
     "read_choices",
     "read_config_options",
     "read_models",
     "read_modes",
     "request_label",
+    "with_config",
 ]
+
+SET_CONFIG_OPTION, SET_MODE, SET_MODEL = "session/set_config_option", "session/set_mode", "session/set_model"
 
 _FIELD = "options.modelOptions"  # where a client's choices are, for error messages
 
@@ -51,6 +56,8 @@ class ConfigOption:
     name: str = ""
     category: str | None = None  # ACP's UX hint: "model", "mode", "thought_level", "model_config", "_custom"…
     description: str | None = None
+    # How it is set: a config option, or the agent's ``modes`` / unstable ``models`` (not part of what it offers).
+    setter: str = field(default=SET_CONFIG_OPTION, compare=False)
 
     @property
     def values(self) -> tuple[str, ...]:
@@ -63,24 +70,17 @@ class ConfigOption:
 class SessionOptions:
     """What one ACP session can be set to, and what it is set to now."""
 
-    def __init__(self) -> None:
-        self._options: dict[str, ConfigOption] = {}
-        self._mode: str | None = None  # the session's current mode (ACP ``modes``), when it has modes
-        self._modes: tuple[str, ...] = ()
-        self._model: str | None = None  # the same for the unstable ``models`` (``session/set_model``)
-        self._models: tuple[str, ...] = ()
+    def __init__(self, options: Iterable[ConfigOption] = (), fallbacks: Iterable[ConfigOption] = ()) -> None:
+        """``fallbacks``: the session's modes / models, for when its config options do not list ``mode``/``model``."""
+        self._options: dict[str, ConfigOption] = {option.id: option for option in options}
+        self._fallbacks: dict[str, ConfigOption] = {option.id: option for option in fallbacks}
 
     @classmethod
     def from_session(cls, result: Any) -> SessionOptions:
         """From the answer to ``session/new`` (or ``/load``, ``/resume``)."""
-        options = cls()
-        if isinstance(result, dict):
-            options._take_config(result.get("configOptions"))
-            options._mode, modes = read_modes(result.get("modes"))
-            options._modes = tuple(choice.value for choice in modes)
-            options._model, models = read_models(result.get("models"))
-            options._models = tuple(choice.value for choice in models)
-        return options
+        fallbacks = fallback_options(result)
+        config = result.get("configOptions") if isinstance(result, dict) else None
+        return cls(with_config(fallbacks, config), fallbacks)
 
     def observe(self, update: Mapping[str, Any]) -> None:
         """Follow an agent's ``config_option_update`` or ``current_mode_update``; other updates are ignored."""
@@ -88,25 +88,19 @@ class SessionOptions:
         if kind == "config_option_update":
             self._take_config(update.get("configOptions"))
         elif kind == "current_mode_update" and isinstance(update.get("currentModeId"), str):
-            self._mode = update["currentModeId"]
-            mode = self._options.get("mode")
-            if mode is not None and mode.kind == "select" and self._mode in mode.values:
-                self._options["mode"] = mode.holding(self._mode)
+            self._hold("mode", update["currentModeId"], only_offered=True)
 
     def answered(self, method: str, params: Mapping[str, Any], result: Any) -> None:
         """Take the agent's answer to a request ``requests`` made: the option now holds the value asked for (and
         ``session/set_config_option`` answers with the full set of options, which may have changed with it)."""
-        if method == "session/set_mode":
-            self._mode = params["modeId"]
-            return
-        if method == "session/set_model":
-            self._model = params["modelId"]
-            return
-        option = self._options.get(params["configId"])
-        if option is not None:
-            self._options[option.id] = option.holding(params["value"])
-        if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
-            self._take_config(result["configOptions"])
+        if method == SET_MODE:
+            self._hold("mode", params["modeId"])
+        elif method == SET_MODEL:
+            self._hold("model", params["modelId"])
+        else:
+            self._hold(params["configId"], params["value"])
+            if isinstance(result, dict):
+                self._take_config(result.get("configOptions"))
 
     def requests(self, session_id: str, wanted: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         """The requests that make the session hold ``wanted`` (option id → value), in order; none for values it
@@ -114,25 +108,21 @@ class SessionOptions:
         out: list[tuple[str, dict[str, Any]]] = []
         for key, value in wanted.items():
             option = self._options.get(key)
-            if option is not None:
-                self._check(option, value)
-                if value != option.current:
-                    params: dict[str, Any] = {"sessionId": session_id, "configId": key, "value": value}
-                    if option.kind == "boolean":
-                        params["type"] = "boolean"
-                    out.append(("session/set_config_option", params))
-            elif key == "mode" and self._modes:
-                if value not in self._modes:
-                    raise InvalidParams(f"{_FIELD}.mode", f"must be one of {', '.join(self._modes)}")
-                if value != self._mode:
-                    out.append(("session/set_mode", {"sessionId": session_id, "modeId": value}))
-            elif key == "model" and self._models:
-                if value not in self._models and value != self._model:
-                    raise InvalidParams(f"{_FIELD}.model", f"must be one of {', '.join(self._models)}")
-                if value != self._model:
-                    out.append(("session/set_model", {"sessionId": session_id, "modelId": value}))
-            else:
+            if option is None:
                 raise InvalidParams(f"{_FIELD}.{key}", f"the agent offers no such option; {self.describe()}")
+            self._check(option, value)
+            if value == option.current:
+                continue
+            params: dict[str, Any] = {"sessionId": session_id}
+            if option.setter == SET_MODE:
+                params["modeId"] = value
+            elif option.setter == SET_MODEL:
+                params["modelId"] = value
+            else:
+                params.update(configId=key, value=value)
+                if option.kind == "boolean":
+                    params["type"] = "boolean"
+            out.append((option.setter, params))
         return out
 
     def describe(self) -> str:
@@ -141,26 +131,25 @@ class SessionOptions:
             f"{o.id} ({', '.join(o.values)})" if o.kind == "select" else f"{o.id} (true, false)"
             for o in self._options.values()
         ]
-        if self._modes and "mode" not in self._options:
-            pieces.append(f"mode ({', '.join(self._modes)})")
-        if self._models and "model" not in self._options:
-            pieces.append(f"model ({', '.join(self._models)})")
         return "it offers: " + "; ".join(pieces) if pieces else "it offers none"
 
     def current(self) -> dict[str, Any]:
-        """Option id → current value (``mode`` included when the agent has modes only)."""
-        values = {o.id: o.current for o in self._options.values()}
-        if self._modes and "mode" not in values and self._mode is not None:
-            values["mode"] = self._mode
-        if self._models and "model" not in values and self._model is not None:
-            values["model"] = self._model
-        return values
+        """Option id → current value."""
+        return {o.id: o.current for o in self._options.values() if o.current is not None}
 
     # -- reading ------------------------------------------------------------------------------------------------
 
     def _take_config(self, config: Any) -> None:
         if isinstance(config, list):
-            self._options = {option.id: option for option in read_config_options(config)}
+            self._options = {option.id: option for option in with_config(self._fallbacks.values(), config)}
+
+    def _hold(self, option_id: str, value: Any, *, only_offered: bool = False) -> None:
+        fallback = self._fallbacks.get(option_id)
+        if fallback is not None:  # the agent's mode (or model) holds it, whether a config option also shows it
+            self._fallbacks[option_id] = fallback.holding(value)
+        option = self._options.get(option_id)
+        if option is not None and (not only_offered or option is fallback or value in option.values):
+            self._options[option_id] = option.holding(value)
 
     @staticmethod
     def _check(option: ConfigOption, value: Any) -> None:
@@ -168,8 +157,38 @@ class SessionOptions:
         if option.kind == "boolean":
             if not isinstance(value, bool):
                 raise InvalidParams(where, "must be true or false")
-        elif not isinstance(value, str) or value not in option.values:
+        # The current value is accepted even when not listed (Gemini CLI's model given on its command line).
+        elif not isinstance(value, str) or (value not in option.values and value != option.current):
             raise InvalidParams(where, f"must be one of {', '.join(option.values)}")
+
+
+def offered_options(opened: Any) -> list[ConfigOption]:
+    """What a session can be set to, from the answer that opened it: its ``configOptions``, then a ``mode`` from its
+    ``modes`` and a ``model`` from its unstable ``models`` when the config options have none."""
+    config = opened.get("configOptions") if isinstance(opened, dict) else None
+    return with_config(fallback_options(opened), config)
+
+
+def fallback_options(opened: Any) -> list[ConfigOption]:
+    """A session's ``modes`` as a ``mode`` option, its unstable ``models`` as a ``model`` option."""
+    if not isinstance(opened, dict):
+        return []
+    options = []
+    current_mode, modes = read_modes(opened.get("modes"))
+    if modes:
+        options.append(ConfigOption("mode", "select", current_mode, modes, "Mode", "mode", setter=SET_MODE))
+    current_model, models = read_models(opened.get("models"))
+    if models:
+        options.append(ConfigOption("model", "select", current_model, models, "Model", "model", setter=SET_MODEL))
+    return options
+
+
+def with_config(fallbacks: Iterable[ConfigOption], config: Any) -> list[ConfigOption]:
+    """A ``configOptions`` list's options, then the fallbacks (modes / models, which a config list does not carry)
+    whose id it does not have."""
+    options = read_config_options(config)
+    ids = {option.id for option in options}
+    return options + [o for o in fallbacks if o.id not in ids]
 
 
 def read_choices(value: Any, where: str) -> tuple[tuple[str, Any], ...]:
