@@ -358,28 +358,28 @@ class AgentProcess:
             held.append(params)
 
     async def _on_permission_request(self, params: Any, context: RequestContext) -> Any:
-        if not isinstance(params, dict):
-            raise InvalidParams("params", "must be an object")
-        session_id = params.get("sessionId")
-        endpoint = self._sessions.get(session_id) if isinstance(session_id, str) else None
+        endpoint = self._endpoint(params, "permission request", "cancelled")
         if endpoint is None:
-            self._log.warning(
-                "permission request for an unknown session; answering cancelled", session=params.get("sessionId")
-            )
             return {"outcome": {"outcome": "cancelled"}}
         return await endpoint.on_permission_request(params, context)
 
     async def _on_elicitation(self, params: Any, context: RequestContext) -> Any:
         """An agent's question (unstable ACP): a session's goes to that session; one outside any session (during
         authentication, say) has nobody to ask and is declined."""
+        endpoint = self._endpoint(params, "elicitation", "declined")
+        if endpoint is None:
+            return {"action": "decline"}
+        return await endpoint.on_elicitation(params, context)
+
+    def _endpoint(self, params: Any, what: str, answer: str) -> SessionEndpoint | None:
+        """The session an agent's request is for; None (logged) when lmbridge has no such session."""
         if not isinstance(params, dict):
             raise InvalidParams("params", "must be an object")
         session_id = params.get("sessionId")
         endpoint = self._sessions.get(session_id) if isinstance(session_id, str) else None
         if endpoint is None:
-            self._log.info("elicitation outside a known session; declined", session=session_id)
-            return {"action": "decline"}
-        return await endpoint.on_elicitation(params, context)
+            self._log.warning(f"{what} for an unknown session; answering {answer}", session=session_id)
+        return endpoint
 
 
 class AgentReply:
