@@ -310,7 +310,7 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         rows.append(
             Row(
                 "3 tool round trip",
-                "… default batching, calls not announced (as Codex)",
+                "… default batching, calls not announced (no tool_call report)",
                 "ms",
                 w,
                 d,
@@ -323,7 +323,7 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         rows.append(
             Row(
                 "3 tool round trip",
-                "… default batching, calls announced pending first (as Claude Code)",
+                "… default batching, calls announced first (as the real agents do)",
                 "ms",
                 a,
                 d,

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .bridged import is_bridged_tool
-from .messages import ACP_UPDATE_MIME_TYPE
+from .messages import ACP_UPDATE_MIME_TYPE, object_at
 from .permissions import PermissionPolicy, cancelled_outcome
 from .render import ActivityRenderer, acp_update_part
 
@@ -314,6 +314,13 @@ WITHDRAWN_MOVED_ON = "The user moved on without running this tool; the call was 
 WITHDRAWN_AGENT_GONE = "The session ended; the tool call was withdrawn."
 
 
+# How long before the first call of a batch arrives the agent must have reported its calls in progress for those
+# reports to count as telling of the whole batch. Codex over HTTP reports all of a response's calls ~16-20 ms
+# before its first MCP request arrives; over the stdio relay its reports and requests arrive within a millisecond
+# of each other, in either order.
+_REPORT_LEAD = 0.005
+
+
 class SessionMachine:
     def __init__(
         self,
@@ -347,13 +354,16 @@ class SessionMachine:
         self._buffer: list[dict[str, Any]] = []
         self._buffered_data_parts = 0
         self._window_deadline: float | None = None
-        # Calls of the client's tools the agent announced (an ACP ``tool_call``) and how many calls arrived in the
-        # open batch. Claude Code reports every call of the model's response as pending once it is parsed: when
-        # they have all arrived, the batch ends at once instead of waiting for the idle timer. Codex reports each
-        # as in progress just before making it, interleaved with the calls: that says another call is coming
-        # (the idle timer waits for it) but never that none is.
+        # Calls of the client's tools the agent told of, and how many calls arrived in the open batch. Claude Code
+        # reports every call of the model's response as pending once it is parsed; Codex reports each as in
+        # progress as it starts them (over HTTP all of a response's ~20 ms before the first MCP request arrives,
+        # over the stdio relay interleaved with the requests); Gemini CLI asks permission for each (answered here).
+        # When every call told of has arrived, the batch ends at once instead of waiting for the idle timer --
+        # unless a call was reported in progress less than _REPORT_LEAD before the batch's first call arrived, or
+        # after it: then the agent's reports race its calls, and they never say that no more are coming.
         self._announced_calls: set[str] = set()
-        self._started_calls: set[str] = set()
+        self._last_running_report: float | None = None
+        self._told_while_calling = False
         self._batch_arrivals = 0
         self._drain_deadline: float | None = None
         self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
@@ -576,20 +586,20 @@ class SessionMachine:
     # -- agent events ----------------------------------------------------------------------------------------
 
     def _on_update(self, event: AgentUpdate, now: float, out: list[Action]) -> None:
-        self._update(event.update, out)
+        self._update(event.update, now, out)
 
     def _on_updates(self, event: AgentUpdates, now: float, out: list[Action]) -> None:
         turn = self._turn
         if self.state is not State.STREAMING or turn is None or turn.options.acp_updates:
             for update in event.updates:
-                self._update(update, out)
+                self._update(update, now, out)
             return
         # Streaming a batch: adjacent text goes out as one part (the hot path of a talkative agent).
         run: list[str] = []
         render = self._renderer.render
         for update in event.updates:
             if update.get("sessionUpdate") != "agent_message_chunk":
-                self._note_tool_report(update)
+                self._note_tool_report(update, now)
             for part in render(update):
                 if part["type"] == "text":
                     run.append(part["value"])
@@ -601,13 +611,13 @@ class SessionMachine:
         if run:
             self._emit(turn, {"type": "text", "value": "".join(run)}, out)
 
-    def _update(self, update: dict[str, Any], out: list[Action]) -> None:
+    def _update(self, update: dict[str, Any], now: float, out: list[Action]) -> None:
         if self.state is State.CLOSED:
             return
         if self.state is State.CANCELLING:
             self.drained_updates += 1
             return
-        self._note_tool_report(update)
+        self._note_tool_report(update, now)
         parts = self._renderer.render(update)
         turn = self._turn
         if turn is not None:
@@ -628,6 +638,9 @@ class SessionMachine:
             return
         automatic = self._policy.automatic(event.params, tool_offered=self._options.permission_tool)
         if automatic is not None:
+            # A permission asked for a client tool (Gemini CLI asks before each MCP call; allowed here) tells of
+            # the call as a ``tool_call`` report would.
+            self._announce(object_at(event.params, "toolCall"), now, as_made=False)
             out.append(AnswerPermission(event.request, automatic))
             return
         call_id = self._new_call_id()
@@ -656,31 +669,44 @@ class SessionMachine:
             self._emit(self._turn, pending.part, out)
             if pending.permission is None:
                 self._batch_arrivals += 1
+                reported = self._last_running_report
+                if self._batch_arrivals == 1 and reported is not None and now - reported < _REPORT_LEAD:
+                    self._told_while_calling = True
             self._arm_window(now)
-            complete = self._announced_calls and self._batch_arrivals >= self._expected_calls
+            complete = (
+                self._announced_calls and not self._told_while_calling and self._batch_arrivals >= self._expected_calls
+            )
             if pending.permission is None and complete and self.state is State.STREAMING:
                 self._close_batch(out)  # every call the agent announced is here: nothing more to wait for
         # else: announced by the next turn's buffer flush
 
-    def _note_tool_report(self, update: dict[str, Any]) -> None:
-        """Keep ``_announced_calls`` (client-tool calls reported ``pending``: the agent has them from the model and
-        will call them) and ``_started_calls`` (reported ``in_progress``: being called) until they end."""
+    def _note_tool_report(self, update: dict[str, Any], now: float) -> None:
+        """Keep ``_announced_calls``: client-tool calls reported ``pending`` (the agent has them from the model and
+        will make them) or ``in_progress`` (being made), until they end."""
         kind = update.get("sessionUpdate")
         if kind == "tool_call":
             status = update.get("status", "pending")
-            calls = self._announced_calls if status == "pending" else self._started_calls
-            if status in ("pending", "in_progress") and is_bridged_tool(update, self._policy.server_name):
-                call_id = update.get("toolCallId")
-                if isinstance(call_id, str):
-                    calls.add(call_id)
+            if status in ("pending", "in_progress"):
+                self._announce(update, now, as_made=status == "in_progress")
         elif kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
             self._announced_calls.discard(update.get("toolCallId"))
-            self._started_calls.discard(update.get("toolCallId"))
+
+    def _announce(self, tool_call: dict[str, Any], now: float, *, as_made: bool) -> None:
+        """A client-tool call the agent told of. ``as_made``: reported as the agent makes it, so the report may
+        race the call itself."""
+        call_id = tool_call.get("toolCallId")
+        if not isinstance(call_id, str) or not is_bridged_tool(tool_call, self._policy.server_name):
+            return
+        if as_made and call_id not in self._announced_calls:
+            self._last_running_report = now
+            if self._batch_arrivals:
+                self._told_while_calling = True
+        self._announced_calls.add(call_id)
 
     @property
     def _expected_calls(self) -> int:
         """How many client-tool calls the agent has told of in the open batch."""
-        return len(self._announced_calls | self._started_calls)
+        return len(self._announced_calls)
 
     def _arm_window(self, now: float) -> None:
         """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
@@ -835,7 +861,8 @@ class SessionMachine:
         self._window_deadline = None
         self._window_opened = None
         self._announced_calls.clear()
-        self._started_calls.clear()
+        self._last_running_report = None
+        self._told_while_calling = False
         self._batch_arrivals = 0
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
         context = self._renderer.usage

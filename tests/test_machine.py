@@ -119,10 +119,12 @@ def test_a_batch_ends_as_soon_as_every_announced_call_has_arrived() -> None:
     assert machine.state is State.AWAITING_TOOL_RESULTS and machine.deadline is None
 
 
-def test_calls_reported_running_hold_the_idle_timer_but_never_end_a_batch_early() -> None:
+def test_calls_reported_running_end_the_batch_once_all_have_arrived() -> None:
+    """Codex reports every call of a response as in progress before its first MCP request arrives (~20 ms later,
+    one after another): the batch waits for all of them, then ends at once."""
     machine = new_machine(batch_window=0.05, batch_idle=0.015)
     machine.handle(EditorTurn(1, PROMPT), 0)
-    machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), 9.0)  # Codex's report
+    machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), 9.0)
     machine.handle(announced("c2", status="in_progress", title="Tool: editor/read_file"), 9.0)
     machine.handle(announced("toolu_9"), 9.0)
     machine.handle(AgentUpdate({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_9", "status": "failed"}), 9.1)
@@ -131,10 +133,40 @@ def test_calls_reported_running_hold_the_idle_timer_but_never_end_a_batch_early(
     assert machine.deadline == pytest.approx(10.05)  # a call reported running has yet to come: no idle timer
     assert machine.handle(Tick(), 10.02) == []
     actions = machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.021)
-    assert not [a for a in actions if isinstance(a, EndTurn)]  # Codex reports and calls interleaved: more may come
-    assert machine.deadline == pytest.approx(10.036)
-    (end,) = machine.handle(Tick(), 10.0365)
-    assert end.pending_calls == ("lmb_1", "lmb_2")  # 21 ms apart (Codex over HTTP): still one batch
+    (end,) = [a for a in actions if isinstance(a, EndTurn)]
+    assert end.pending_calls == ("lmb_1", "lmb_2")  # 21 ms apart (Codex over HTTP): one batch, ended at once
+
+
+def test_calls_reported_only_as_they_arrive_never_end_a_batch_early() -> None:
+    """Over the stdio relay Codex's MCP requests arrive with or before its reports: a report after the batch's
+    first call says nothing of calls still to come, so the idle timer decides."""
+    for first_report in (9.9995, 10.001):  # just before the first call, or after it
+        machine = new_machine(batch_window=0.05, batch_idle=0.015)
+        machine.handle(EditorTurn(1, PROMPT), 0)
+        machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), first_report)
+        machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+        machine.handle(announced("c2", status="in_progress", title="Tool: editor/read_file"), 10.001)
+        actions = machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.002)
+        assert not [a for a in actions if isinstance(a, EndTurn)]  # a third call may be on its way
+        assert machine.deadline == pytest.approx(10.017)
+        machine.handle(ToolInvocation("k3", "read_file", {"path": "c"}), 10.004)
+        (end,) = machine.handle(Tick(), 10.019)
+        assert end.pending_calls == ("lmb_1", "lmb_2", "lmb_3")
+
+
+def test_a_permission_granted_for_a_client_tool_announces_its_call() -> None:
+    """Gemini CLI tells of an MCP call only by asking permission for it (allowed without the editor): the call
+    that follows ends the batch at once."""
+    machine = new_machine(batch_window=0.05, batch_idle=0.015)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    tool_call = {"toolCallId": "mcp_editor_read_file_1", "status": "pending", "title": "read_file (editor MCP Server)"}
+    options = [{"optionId": "proceed_once", "name": "Allow", "kind": "allow_once"}]
+    request = PermissionRequest("p1", {"sessionId": "s", "toolCall": tool_call, "options": options})
+    [answer] = machine.handle(request, 9.0)
+    assert isinstance(answer, AnswerPermission) and answer.outcome["outcome"]["optionId"] == "proceed_once"
+    actions = machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 9.003)
+    (end,) = [a for a in actions if isinstance(a, EndTurn)]
+    assert end.pending_calls == ("lmb_1",)
 
 
 def test_an_announced_call_that_never_comes_holds_the_batch_only_until_the_window_ends() -> None:

@@ -267,11 +267,15 @@ async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) ->
     assert final.text == "It is sunny in Paris."
 
 
-@pytest.mark.parametrize("cities", [("Paris", "Oslo"), ("Paris", "Oslo", "Rome")], ids=["two", "three"])
+@pytest.mark.parametrize(
+    ("cities", "mcp_transport"),
+    [(("Paris", "Oslo"), "auto"), (("Paris", "Oslo", "Rome"), "auto"), (("Paris", "Oslo", "Rome"), "stdio")],
+    ids=["two", "three", "three-over-the-stdio-relay"],
+)
 async def test_parallel_editor_tools(live: LiveBridge, cities: tuple[str, ...]) -> None:
     """Calls the model made together reach the editor together (Claude Code, Codex: the tools carry readOnlyHint),
     or one per response (Gemini CLI runs MCP calls one after the other; OpenCode mostly does); results go back in
-    reverse order."""
+    reverse order. Over the stdio relay Codex's calls arrive before its reports of them: still one batch."""
     kit, model = live.kit, live.model
     model.add(parallel(*(kit.editor_tool("get_weather", {"city": city}) for city in cities)), say("Weather told."))
     tools = [WEATHER_TOOL, live.permission_tool]
