@@ -9,6 +9,7 @@ agents that have had no session for ``agent_idle_ttl`` seconds.
 from __future__ import annotations
 
 import math
+import subprocess
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,7 @@ from bridge.config import AgentConfig
 from bridge.errors import AgentStartError, UnknownModel
 
 from .process import AgentProcess
+from .spawn import EarlyAgent, kill_spawned
 
 __all__ = ["AgentPool"]
 
@@ -132,15 +134,27 @@ class AgentPool:
             self._log.info("prestarting an agent", agent=agent_id)
             self._begin(config)
 
-    def _begin(self, config: AgentConfig) -> _Start:
+    def adopt(self, early: EarlyAgent) -> None:
+        """Run an agent process started before the pool existed (``lmbridge stdio`` starts the agent of an editor's
+        first chat while it imports the rest of itself), as if ``prestart`` had started it. Stopped at once when
+        the pool cannot take it."""
+        config = early.config
+        if self._closed or self._nursery is None or config.id in self._starting or config.id in self._running:
+            early.abandon()
+            return
+        early.adopted = True
+        self.configs.setdefault(config.id, config)
+        self._begin(config, early.process)
+
+    def _begin(self, config: AgentConfig, spawned: subprocess.Popen[bytes] | None = None) -> _Start:
         assert self._nursery is not None
         start = self._starting[config.id] = _Start()
-        self._nursery.start_soon(self._start, config, start)
+        self._nursery.start_soon(self._start, config, start, spawned)
         return start
 
-    async def _start(self, config: AgentConfig, start: _Start) -> None:
+    async def _start(self, config: AgentConfig, start: _Start, spawned: subprocess.Popen[bytes] | None) -> None:
         assert self._nursery is not None
-        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer)
+        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer, spawned=spawned)
         begun = trio.current_time()
         try:
             with start.scope:
@@ -157,6 +171,8 @@ class AgentPool:
             start.error = exc
             self._log.warning("agent failed to start", agent=config.id, error=str(exc))
         finally:
+            if spawned is not None and process.pid is None:  # cancelled before it ran the adopted process
+                kill_spawned(spawned)
             del self._starting[config.id]
             start.done.set()
 

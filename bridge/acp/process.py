@@ -12,7 +12,6 @@ It does not decide anything about turns or history: that is ``session/``.
 from __future__ import annotations
 
 import collections
-import fnmatch
 import os
 import signal
 import subprocess
@@ -36,13 +35,13 @@ from bridge.rpc.connection import (
 )
 
 from .handshake import AgentInfo, HandshakeError, handshake
+from .spawn import agent_environment
 from .watchdog import forget_group, watch_group
 
 __all__ = [
     "AgentProcess",
     "SessionEndpoint",
     "StderrTail",
-    "agent_environment",
     "stop_process_group",
 ]
 
@@ -92,8 +91,12 @@ class AgentProcess:
         stop_grace: float = 3.0,
         tracer: Any = None,
         max_message_bytes: int = 64 * 1024 * 1024,
+        spawned: subprocess.Popen[bytes] | None = None,
     ) -> None:
+        """``spawned``: the agent's process, already started (``bridge.acp.spawn``), to run instead of starting
+        one."""
         self.config = config
+        self._spawned = spawned
         self.id = config.id
         self.info: AgentInfo | None = None
         self.stderr = StderrTail()
@@ -105,7 +108,7 @@ class AgentProcess:
         self._tracer = tracer
         self._max_message_bytes = max_message_bytes
         self._log = get_logger().bind(agent=config.id)
-        self._process: trio.Process | None = None
+        self._process: trio.Process | AdoptedProcess | None = None
         self._conn: JsonRpcConnection | None = None
         self._sessions: dict[str, SessionEndpoint] = {}
         self._early: collections.OrderedDict[str, list[dict[str, Any]]] = collections.OrderedDict()
@@ -127,15 +130,18 @@ class AgentProcess:
         environment = agent_environment(config)
         add_secrets_from_env(environment)  # so that they are masked if the agent prints them
         try:
-            self._process = await trio.lowlevel.open_process(
-                config.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=environment,
-                cwd=config.cwd,
-            )
+            if self._spawned is not None:
+                self._process = AdoptedProcess(self._spawned)
+            else:
+                self._process = await trio.lowlevel.open_process(
+                    config.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    env=environment,
+                    cwd=config.cwd,
+                )
         except FileNotFoundError:
             raise AgentStartError(
                 config.id, f"command not found: {config.command!r} (check [agents.{config.id}].command and PATH)"
@@ -144,7 +150,9 @@ class AgentProcess:
             raise AgentStartError(config.id, f"cannot run {config.command!r}: {exc.strerror or exc}") from None
         process = self._process
         watch_group(process.pid)  # start_new_session: the pid is the group's id
-        self._log.info("agent process started", pid=process.pid, command=config.command)
+        self._log.info(
+            "agent process started", pid=process.pid, command=config.command, early=self._spawned is not None
+        )
         assert process.stdin is not None and process.stdout is not None
         methods = MethodTable()
         methods.notification("session/update", self._on_updates, batch=True)
@@ -417,18 +425,45 @@ class AgentReply:
         self._call.on_answer(relay)
 
 
-def agent_environment(config: AgentConfig) -> dict[str, str]:
-    """lmbridge's environment minus the agent's ``unset_env`` patterns, plus its ``env``."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)
-    }
-    env.update(config.env)
-    return env
+class AdoptedProcess:
+    """A ``subprocess.Popen`` started before Trio ran (``bridge.acp.spawn``), with the part of ``trio.Process``
+    that lmbridge uses: the pipes as Trio streams, ``wait``, ``returncode``, ``pid``."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
+        self._popen = popen
+        self.pid = popen.pid
+        # The streams own duplicates of the pipes (made non-blocking); the Popen's own file objects are closed.
+        self.stdin: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(os.dup(popen.stdin.fileno()))
+        self.stdout: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
+        self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(os.dup(popen.stderr.fileno()))
+        for pipe in (popen.stdin, popen.stdout, popen.stderr):
+            pipe.close()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        """The exit status, once the process has exited (it is reaped here)."""
+        while self._popen.poll() is None:
+            try:
+                pidfd = os.pidfd_open(self.pid)
+            except (AttributeError, OSError):  # no pidfd (old kernel), or it was just reaped: poll again soon
+                await trio.sleep(0.05)
+                continue
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+        code = self._popen.returncode
+        assert code is not None
+        return code
 
 
-async def stop_process_group(process: trio.Process, grace: float, *, on_kill: Callable[[], None] | None = None) -> None:
+async def stop_process_group(
+    process: trio.Process | AdoptedProcess, grace: float, *, on_kill: Callable[[], None] | None = None
+) -> None:
     """Stop a process started with ``start_new_session`` and everything in its group: close its stdin, SIGTERM
     the group, SIGKILL it after ``grace`` seconds. Also sweeps the group after the leader exited, for launchers
     that leave children behind. Returns once the leader has exited."""

@@ -197,31 +197,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
-    from bridge.daemon.stdio import answer_initialize_early, reserve_stdout
+    from bridge.daemon.stdio import answer_initialize_early, reserve_stdout, start_first_chat_agent
 
     # The editor waits for the answer to initialize while it starts up: give it before importing the rest.
     protocol_fd = reserve_stdout()
     hello, pending = answer_initialize_early(
         config, 0, protocol_fd, tracer=tracer, max_message_bytes=args.max_message_bytes
     )
-    import trio
+    early_agent = start_first_chat_agent(config, hello, pending)
+    try:
+        import trio
 
-    from bridge.daemon.stdio import serve_stdio
-    from bridge.observe.logs import configure, get_logger
+        from bridge.daemon.stdio import serve_stdio
+        from bridge.observe.logs import configure, get_logger
 
-    configure(args.log_level, args.log_format)
-    log = get_logger()
-    return trio.run(
-        lambda: serve_stdio(
-            config,
-            log=log,
-            tracer=tracer,
-            stdout_fd=protocol_fd,
-            max_message_bytes=args.max_message_bytes,
-            hello=hello,
-            pending_input=pending,
+        configure(args.log_level, args.log_format)
+        log = get_logger()
+        return trio.run(
+            lambda: serve_stdio(
+                config,
+                log=log,
+                tracer=tracer,
+                stdout_fd=protocol_fd,
+                max_message_bytes=args.max_message_bytes,
+                hello=hello,
+                pending_input=pending,
+                early_agent=early_agent,
+            )
         )
-    )
+    finally:
+        if early_agent is not None:
+            early_agent.abandon()  # nothing when the pool adopted it
 
 
 def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:

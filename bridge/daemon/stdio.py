@@ -3,7 +3,8 @@
 Owns the process-level plumbing of that mode: stdout is reserved for the protocol (the original fd is kept for
 it and fd 1 is pointed at stderr, so a stray print or a library writing to stdout cannot corrupt the stream);
 answering the editor's first message, ``initialize``, before the bulk of the bridge (Trio, the session layer) is
-even imported — an editor waits for that answer while it starts; and the stop conditions — ``shutdown``, end of
+even imported — an editor waits for that answer while it starts — and starting the agent of a first chat sent
+along with it just as early; and the stop conditions — ``shutdown``, end of
 stdin, SIGTERM/SIGINT — which all lead to the same orderly exit: running turns answered ``cancelled``, sessions
 closed, agent process groups stopped, exit status 0.
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from bridge.config import Config
 
-__all__ = ["answer_initialize_early", "reserve_stdout", "serve_stdio"]
+__all__ = ["answer_initialize_early", "reserve_stdout", "serve_stdio", "start_first_chat_agent"]
 
 
 def reserve_stdout() -> int:
@@ -77,6 +78,17 @@ def answer_initialize_early(
     return hello, rest
 
 
+def start_first_chat_agent(config: Config, hello: Any, pending: bytes) -> Any:
+    """When the editor's first chat came with ``initialize`` (an editor woken by a chat), start its agent now,
+    before Trio and the session layer are imported (~90 ms): the agent's own start-up, usually the longest wait of
+    a first chat, overlaps lmbridge's. Returns the ``EarlyAgent`` for ``serve_stdio``, or None."""
+    if hello is None:
+        return None
+    from bridge.acp.spawn import start_early
+
+    return start_early({**config.agents, **hello.agents}, pending)
+
+
 async def serve_stdio(
     config: Config,
     *,
@@ -87,9 +99,12 @@ async def serve_stdio(
     max_message_bytes: int = 64 * 1024 * 1024,
     hello: Any = None,
     pending_input: bytes = b"",
+    early_agent: Any = None,
 ) -> int:
     """Serve the editor on ``stdin_fd``/``stdout_fd``. ``hello`` and ``pending_input`` come from
-    ``answer_initialize_early`` when it answered ``initialize`` already."""
+    ``answer_initialize_early`` when it answered ``initialize`` already; ``early_agent`` (``bridge.acp.spawn``)
+    is the agent of the first chat, started meanwhile: the pool adopts it (the caller stops it if this fails
+    before)."""
     import trio
 
     from bridge.core.service import BridgeService
@@ -100,6 +115,8 @@ async def serve_stdio(
     service = BridgeService(config, log=log, tracer=tracer)
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
+        if early_agent is not None:
+            service.pool.adopt(early_agent)
         editor = EditorConnection(service)
         if hello is not None:
             editor.apply(hello)

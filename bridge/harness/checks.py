@@ -31,7 +31,8 @@ from typing import Any
 import trio
 
 from bridge.acp.handshake import initialize_params
-from bridge.acp.process import agent_environment, stop_process_group
+from bridge.acp.process import stop_process_group
+from bridge.acp.spawn import agent_environment
 from bridge.acp.vocabulary import STOP_REASONS
 from bridge.errors import RpcError
 from bridge.rpc.connection import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, StreamWire

@@ -1,0 +1,118 @@
+"""Starting an agent's process, without Trio: what ``lmbridge stdio`` uses to start the agent of an editor's first
+chat while the rest of lmbridge (Trio, the session layer: about 90 ms) is still being imported.
+
+Owns the agent's environment (lmbridge's minus ``unset_env``, plus ``env``), the spawn itself (its own process
+group, three pipes), and ``EarlyAgent``: a process started that way until the agent pool adopts it — or, when
+lmbridge gives up before that, stops it. ``bridge.acp.process`` spawns through the same functions.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.config import AgentConfig
+from bridge.observe.redact import add_secrets_from_env
+
+__all__ = ["EarlyAgent", "agent_environment", "first_chat_agent", "kill_spawned", "spawn_agent", "start_early"]
+
+# A first request larger than this is not read before the rest of lmbridge is imported: parsing it twice would
+# cost more than the early start saves.
+_MAX_EARLY_LINE = 1024 * 1024
+
+
+def agent_environment(config: AgentConfig) -> dict[str, str]:
+    """lmbridge's environment minus the agent's ``unset_env`` patterns, plus its ``env``."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in config.unset_env)
+    }
+    env.update(config.env)
+    return env
+
+
+def spawn_agent(config: AgentConfig) -> subprocess.Popen[bytes]:
+    """Start the agent in a process group of its own, with pipes for stdin, stdout and stderr. ``OSError`` (among
+    them ``FileNotFoundError``) when it cannot be run."""
+    environment = agent_environment(config)
+    add_secrets_from_env(environment)  # so that they are masked if the agent prints them
+    return subprocess.Popen(
+        config.argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=environment,
+        cwd=config.cwd,
+    )
+
+
+@dataclass(slots=True)
+class EarlyAgent:
+    """An agent process started before the pool existed; ``adopted`` once the pool runs it."""
+
+    config: AgentConfig
+    process: subprocess.Popen[bytes]
+    adopted: bool = False
+
+    def abandon(self) -> None:
+        """lmbridge stops without having adopted the process: stop it."""
+        if not self.adopted:
+            self.adopted = True  # once
+            kill_spawned(self.process)
+
+
+def kill_spawned(process: subprocess.Popen[bytes]) -> None:
+    """Kill the process group of a process ``spawn_agent`` started and never ran, and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def first_chat_agent(line: bytes, agents: Mapping[str, AgentConfig]) -> AgentConfig | None:
+    """The agent an ``lm/chat`` request names (its ``modelId``: ``agent`` or ``agent/model``), if ``line`` is one
+    and the agent runs in a shared process; None for anything else (the protocol engine will read it properly)."""
+    if len(line) > _MAX_EARLY_LINE:
+        return None
+    try:
+        message: Any = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("method") != "lm/chat":
+        return None
+    params = message.get("params")
+    model_id = params.get("modelId") if isinstance(params, dict) else None
+    if not isinstance(model_id, str):
+        return None
+    config = agents.get(model_id) or agents.get(model_id.partition("/")[0])
+    if config is None or config.isolation != "agent":
+        return None
+    return config
+
+
+def start_early(agents: Mapping[str, AgentConfig], pending: bytes) -> EarlyAgent | None:
+    """Start the agent of the editor's first chat if that request is already in ``pending`` (an editor woken by a
+    chat sends it with ``initialize``). Any problem — no such request, an unknown model, a command that cannot
+    run — starts nothing: the normal path then starts the agent and reports the error as it always does."""
+    line, newline, _rest = pending.partition(b"\n")
+    if not newline:
+        return None
+    config = first_chat_agent(line, agents)
+    if config is None:
+        return None
+    try:
+        return EarlyAgent(config, spawn_agent(config))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None

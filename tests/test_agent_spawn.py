@@ -1,0 +1,99 @@
+"""Starting an agent before Trio runs (``bridge.acp.spawn``) and the pool adopting it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import trio
+from conftest import processes_with_marker
+
+from bridge.acp.pool import AgentPool
+from bridge.acp.spawn import EarlyAgent, first_chat_agent, spawn_agent, start_early
+from bridge.config import AgentConfig
+from bridge.observe.logs import get_logger
+
+SHARED = AgentConfig(id="claude", name="Claude", command=sys.executable)
+OWN = AgentConfig(id="own", name="Own", command=sys.executable, isolation="session")
+AGENTS = {"claude": SHARED, "own": OWN}
+
+
+def chat(model: object, method: str = "lm/chat") -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"modelId": model}}).encode()
+
+
+@pytest.mark.parametrize("model", ["claude", "claude/sonnet"])
+def test_the_agent_of_a_chat_is_its_model_id_or_the_part_before_the_slash(model: str) -> None:
+    assert first_chat_agent(chat(model), AGENTS) is SHARED
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        chat("nobody"),
+        chat("own"),  # a process per session: nothing to start before the session exists
+        chat(7),
+        chat("claude", method="lm/countTokens"),
+        b'{"jsonrpc":"2.0","id":1,"method":"lm/chat"',
+        b"[1]",
+        chat("claude") + b" " * (1024 * 1024),
+    ],
+    ids=["unknown", "isolated", "not-a-string", "other-method", "truncated", "not-an-object", "too-long"],
+)
+def test_anything_else_starts_nothing(line: bytes) -> None:
+    assert first_chat_agent(line, AGENTS) is None
+
+
+def test_only_a_complete_first_line_is_read() -> None:
+    assert start_early(AGENTS, chat("claude")) is None  # no newline yet: the request may be cut
+
+
+def test_an_agent_that_cannot_run_is_not_started_early() -> None:
+    missing = AgentConfig(id="gone", name="Gone", command="/nonexistent/agent")
+    assert start_early({"gone": missing}, chat("gone") + b"\n") is None
+
+
+def _sleeper(marker: str) -> AgentConfig:
+    """An agent whose process starts a child in its group, says so on stdout, then sleeps."""
+    script = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    return AgentConfig(
+        id="sleeper", name="Sleeper", command=sys.executable, args=("-c", script), env={"LMBRIDGE_TEST_MARKER": marker}
+    )
+
+
+def _started(marker: str) -> EarlyAgent:
+    early = EarlyAgent(_sleeper(marker), spawn_agent(_sleeper(marker)))
+    assert early.process.stdout is not None and early.process.stdout.readline() == b"ready\n"
+    assert len(processes_with_marker(marker)) == 2
+    return early
+
+
+def test_abandoning_an_early_agent_stops_its_whole_process_group(marker: str) -> None:
+    early = _started(marker)
+    early.abandon()
+    early.abandon()  # once is enough; twice is harmless
+    assert early.process.returncode is not None
+    assert processes_with_marker(marker) == []
+
+
+async def test_a_pool_that_cannot_take_an_early_agent_stops_it(marker: str) -> None:
+    pool = AgentPool({}, log=get_logger())  # never run: it cannot adopt anything
+    early = _started(marker)
+    pool.adopt(early)
+    assert early.adopted and early.process.returncode is not None
+    assert processes_with_marker(marker) == []
+
+
+async def test_shutting_down_before_an_adopted_agent_ran_stops_it(marker: str) -> None:
+    pool = AgentPool({}, log=get_logger(), stop_grace=1)
+    early = _started(marker)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.run)
+        pool.adopt(early)
+        nursery.cancel_scope.cancel()  # before the start task ran: the pool's nursery is cancelled with it
+    assert early.process.poll() is not None
+    assert processes_with_marker(marker) == []
