@@ -88,10 +88,13 @@ def _tag() -> str:
 
 
 def _warm(bridge: BridgeClient) -> None:
-    """Start the bench agent behind the bridge and render one of each kind of activity (a plan) once, so that
-    nothing measured afterwards pays a first time."""
+    """Start the bench agent behind the bridge, render one of each kind of activity (a plan) once, and make one
+    editor-tool call, so that nothing measured afterwards pays a first time. The tool call returns only once the
+    daemon's background import of the MCP SDK (started when the editor connected, about half a second of CPU
+    holding the GIL) is over: measured along, it would show as stalls of a few milliseconds."""
     _parts, result = bridge.chat("bench", [user(f"#{_tag()}\nplan")])
     assert result["stopReason"] == "end_turn", result
+    _bridged_tool_timings(bridge, 1)
 
 
 # -- 1. streaming throughput ---------------------------------------------------------------------------------------
@@ -291,8 +294,8 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             b,
             d,
             "the same call to an MCP server (official SDK) answering in-process",
-            goal="overhead ≤ 1 ms",
-            passed=added["median"] <= 1.0,
+            goal="overhead ≤ 0.5 ms",
+            passed=added["median"] <= 0.5,
             added=added,
             notes=f"tool_batch_window = 1 µs; {plan.tool_reps} × {plan.tool_calls} calls each way, alternating; "
             f"timed by the agent; each call adds 2 messages to the history the editor re-sends: median of "
@@ -438,8 +441,8 @@ def cold_start(ws: Workspace, plan: Plan) -> list[Row]:
             s["first part"],
             s["demo direct"],
             "the demo agent spawned directly: spawn → its first chunk of /say hi",
-            goal="≤ 1000 ms",
-            passed=s["first part"].median <= 1000,
+            goal="≤ 1000 ms and ≤ 1.2 × the agent alone",
+            passed=s["first part"].median <= 1000 and s["first part"].median <= 1.2 * s["demo direct"].median,
             notes="initialize and lm/chat sent at once; the bridge starts the demo agent (official ACP SDK)",
         ),
     ]
