@@ -3,8 +3,11 @@ whose session is gone from memory (closed when idle, or a daemon restart) can be
 or ``session/load`` instead of re-told as a transcript.
 
 Owns the file: JSON, written atomically (temporary file + rename), mode 0600 in a 0700 directory, bounded to the
-most recent entries. A fingerprint is the digest chain of a history (``session.history``); two are stored per turn:
-the history the agent answered, and the same followed by the answer the editor is expected to send back.
+most recent entries. With ``on_change`` the store only serialises (``snapshot``) and its owner writes (``write``)
+when it suits it — lmbridge's service does so after the turn that changed the store was answered, in a worker
+thread; without it every change is written at once. A fingerprint is the digest chain of a history
+(``session.history``); two are stored per turn: the history the agent answered, and the same followed by the
+answer the editor is expected to send back.
 
 The file also keeps what each agent offers (``session.catalog``: its models, options and commands, as JSON), so a
 restarted lmbridge lists them before the agent's first session; an offer is kept with the agent's command line and
@@ -17,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +53,20 @@ def _key(scope: str, fingerprint: bytes) -> str:
 
 
 class SessionStore:
-    def __init__(self, path: Path | None, *, max_entries: int = 2000, log: Any = None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        max_entries: int = 2000,
+        log: Any = None,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_change``: called (instead of writing the file) whenever there is something to write."""
         self.path = path
         self._max_entries = max_entries
         self._log = log
+        self._on_change = on_change
+        self._dirty = False
         self._entries: dict[str, StoredSession] | None = None  # fingerprint hex → session, loaded on first use
         self._offers: dict[str, Any] = {}  # agent id → {"command": [...], "offer": {...}}, loaded with the entries
 
@@ -87,9 +101,9 @@ class SessionStore:
     def remember_offer(self, agent: str, command: list[str], offer: Any) -> None:
         if self.path is None:
             return
-        entries = self._load()
+        self._load()
         self._offers[agent] = {"command": command, "offer": offer}
-        self._write(entries)
+        self._changed()
 
     def has_agent(self, agent: str) -> bool:
         return any(entry.agent == agent for entry in self._load().values())
@@ -116,7 +130,7 @@ class SessionStore:
                 : len(entries) - self._max_entries
             ]:
                 del entries[key]
-        self._write(entries)
+        self._changed()
 
     def forget(self, session_id: str) -> None:
         entries = self._load()
@@ -124,10 +138,25 @@ class SessionStore:
         for key in stale:
             del entries[key]
         if stale:
-            self._write(entries)
+            self._changed()
 
-    def _write(self, entries: dict[str, StoredSession]) -> None:
-        assert self.path is not None
+    def _changed(self) -> None:
+        if self.path is None:
+            return
+        self._dirty = True
+        if self._on_change is not None:
+            self._on_change()
+            return
+        data = self.snapshot()
+        if data is not None:
+            self.write(data)
+
+    def snapshot(self) -> bytes | None:
+        """The file's new content if something changed since the last snapshot, else None."""
+        if not self._dirty or self.path is None:
+            return None
+        self._dirty = False
+        entries = self._load()
         data = {
             "version": _VERSION,
             "entries": {
@@ -136,12 +165,18 @@ class SessionStore:
             },
             "offers": self._offers,
         }
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    def write(self, content: bytes) -> None:
+        """Replace the file with ``content`` (from ``snapshot``), atomically; a failure is logged. Safe to call from
+        a worker thread (one call at a time)."""
+        assert self.path is not None
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, separators=(",", ":"))
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(content)
             os.replace(temporary, self.path)
         except OSError as exc:
             if self._log is not None:

@@ -23,6 +23,57 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "value": text}]}
 
 
+async def first_chat_with_initialize(
+    config: Path,
+    model: str,
+    text: str,
+    *,
+    workspace: Path | None = None,
+    timeout: float = 30,
+) -> tuple[list[dict[str, Any]], str, int]:
+    """Run ``lmbridge stdio`` and write ``initialize`` and an ``lm/chat`` in one write, as an editor woken by a chat
+    does; read until the chat's answer, close stdin. Returns the messages read, lmbridge's stderr, its exit status."""
+    import json
+    import subprocess
+
+    from bridge.editor.client import lmbridge_command
+
+    initialize = {"protocolVersion": 1, "workspaceFolders": [str(workspace)] if workspace else []}
+    chat = {"modelId": model, "messages": [user(text)]}
+    first = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "id": 1, "method": "lm/chat", "params": chat},
+    ]
+    process = await trio.lowlevel.open_process(
+        lmbridge_command("stdio", "--config", str(config)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    messages: list[dict[str, Any]] = []
+    err = bytearray()
+
+    async def drain_stderr() -> None:
+        assert process.stderr is not None
+        while chunk := await process.stderr.receive_some():
+            err.extend(chunk)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(drain_stderr)
+        await process.stdin.send_all("".join(json.dumps(m) + "\n" for m in first).encode())
+        buffered = b""
+        with trio.fail_after(timeout):
+            while not any(m.get("id") == 1 for m in messages):
+                data = await process.stdout.receive_some()
+                assert data, f"lmbridge closed stdout early: {bytes(err).decode(errors='replace')}"
+                *lines, buffered = (buffered + data).split(b"\n")
+                messages += [json.loads(line) for line in lines if line.strip()]
+            await process.stdin.aclose()
+            code = await process.wait()
+    return messages, bytes(err).decode(errors="replace"), code
+
+
 def processes_with_marker(marker: str) -> list[int]:
     """Pids of live processes whose environment carries ``marker`` (every agent the tests start has one)."""
     needle = f"LMBRIDGE_TEST_MARKER={marker}".encode()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
+from conftest import PYTHON, Bridge, first_chat_with_initialize, open_bridge, processes_with_marker, user
 
 
 async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Path, agents_toml: Path) -> None:
@@ -607,54 +607,12 @@ async def test_with_isolation_per_session_a_crash_touches_one_conversation_only(
     assert processes_with_marker(marker) == [] or await _gone_soon(marker)
 
 
-def _initialize_and_chat(model: str, text: str) -> bytes:
-    """What an editor woken by a chat writes at once: ``initialize`` and the chat, in one write."""
-    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
-    chat = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "lm/chat",
-        "params": {"modelId": model, "messages": [user(text)]},
-    }
-    return (json.dumps(initialize) + "\n" + json.dumps(chat) + "\n").encode()
-
-
-async def _first_chat_at_once(config: Path, model: str, text: str) -> tuple[list[dict[str, Any]], str, int]:
-    """Run ``lmbridge stdio``, send initialize and a chat together, read until the chat's answer, close stdin;
-    the messages, lmbridge's stderr, and its exit status."""
-    import subprocess as sp
-
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "bridge", "stdio", "--config", str(config)],
-        stdin=sp.PIPE,
-        stdout=sp.PIPE,
-        stderr=sp.PIPE,
-    )
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-    await process.stdin.send_all(_initialize_and_chat(model, text))
-    out, err = b"", b""
-    messages: list[dict[str, Any]] = []
-    with trio.fail_after(30):
-        while not any(m.get("id") == 1 for m in messages):
-            data = await process.stdout.receive_some()
-            assert data, f"lmbridge closed stdout early: {err!r}"
-            out += data
-            *lines, rest = out.split(b"\n")
-            out = rest
-            messages += [json.loads(line) for line in lines if line.strip()]
-        await process.stdin.aclose()
-        code = await process.wait()
-        while chunk := await process.stderr.receive_some():
-            err += chunk
-    return messages, err.decode(), code
-
-
 async def test_the_agent_of_a_first_chat_sent_with_initialize_starts_before_lmbridge_is_up(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
     """An editor woken by a chat sends it with initialize: lmbridge starts that chat's agent before importing the
     rest of itself, and the pool runs that very process (one start, stopped with lmbridge)."""
-    messages, stderr, code = await _first_chat_at_once(agents_toml, "scripted", "/say early")
+    messages, stderr, code = await first_chat_with_initialize(agents_toml, "scripted", "/say early")
     parts = [m["params"]["part"] for m in messages if m.get("method") == "lm/part"]
     assert [m["result"] for m in messages if m.get("id") == 1] == [{"stopReason": "end_turn"}]
     assert "".join(p["value"] for p in parts if p["type"] == "text") == "early\n"
@@ -671,7 +629,7 @@ async def test_the_agent_of_a_first_chat_sent_with_initialize_starts_before_lmbr
 async def test_a_first_chat_whose_agent_cannot_start_early_gets_the_usual_error(
     tmp_path: Path, agents_toml: Path, model: str, error_code: int
 ) -> None:
-    messages, stderr, code = await _first_chat_at_once(agents_toml, model, "hello")
+    messages, stderr, code = await first_chat_with_initialize(agents_toml, model, "hello")
     [answer] = [m for m in messages if m.get("id") == 1]
     assert answer["error"]["code"] == error_code, answer
     assert code == 0

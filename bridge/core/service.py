@@ -48,7 +48,8 @@ class BridgeService:
         from mcp_synthetic.wiring import EditorToolsSetup
 
         self.tools = EditorToolsSetup(log=log, tracer=tracer, parallel_tools=config.tools.parallel)
-        self.store = SessionStore(state_path, log=log)
+        self._state_changed = trio.Event()
+        self.store = SessionStore(state_path, log=log, on_change=self._note_state_change)
         self.catalog = AgentCatalog(on_change=self._offer_changed)
         self._model_watchers: set[Callable[[], None]] = set()
         self._seed_offers(config.agents.values())
@@ -82,12 +83,31 @@ class BridgeService:
             await nursery.start(self.pool.run)
             await nursery.start(self.tools.run)
             await nursery.start(self.router.run)
+            nursery.start_soon(self._keep_state_file)
             # Everything allocated so far (mostly imported modules) lives as long as the process: keep it out of the
             # garbage collector's scans, which otherwise show as pauses in streaming latency.
             gc.freeze()
             task_status.started()
             await self.stopped.wait()
             nursery.cancel_scope.cancel()
+
+    def _note_state_change(self) -> None:
+        self._state_changed.set()
+
+    async def _keep_state_file(self) -> None:
+        """Write the session state file whenever the store changed, in a worker thread: a turn's answer does not
+        wait for the disk (about a millisecond per turn). What changed by the end is written on the way out."""
+        try:
+            while True:
+                await self._state_changed.wait()
+                self._state_changed = trio.Event()
+                content = self.store.snapshot()
+                if content is not None:
+                    await trio.to_thread.run_sync(self.store.write, content)
+        finally:
+            content = self.store.snapshot()
+            if content is not None:
+                self.store.write(content)
 
     async def shutdown(self) -> None:
         """Close all sessions, stop all agents. Idempotent."""

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from conftest import processes_with_marker, user
+from conftest import first_chat_with_initialize, processes_with_marker, user
 
 from .conftest import FIRST_TURN_TIMEOUT, LiveBridge
-from .fake_models import call, parallel, say, stall
-from .kits import AgentKit, model_name, requested_model
+from .fake_models import FakeModel, call, parallel, say, stall
+from .kits import AgentKit, model_name, requested_model, write_config
 
 pytestmark = pytest.mark.interop
 
@@ -251,6 +252,31 @@ async def test_prestarted_agent_serves_the_first_chat(live: LiveBridge) -> None:
 
     assert result.stop_reason == "end_turn" and result.text == "Ready when you are.", f"{result!r}" + live.evidence()
     assert len(live.agent_pids) == 1 and live.stderr.count("agent ready") == 1, live.evidence()
+
+
+async def test_a_first_chat_sent_with_initialize_runs_on_the_agent_started_early(
+    installed: Any, kit: AgentKit, model: FakeModel, tmp_path: Path, marker: str
+) -> None:
+    """An editor woken by a chat sends it along with initialize: lmbridge starts the agent before importing the
+    rest of itself, and that very process (npm launchers, native binaries) answers the chat."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    table = kit.agent_table(model_url=model.base_url, home=home, project=project, marker=marker)
+    config = write_config(tmp_path / "lmbridge.toml", {kit.id: table})
+    model.add(say("Up early."))
+
+    messages, stderr, code = await first_chat_with_initialize(
+        config, kit.id, "Are you up?", workspace=project, timeout=FIRST_TURN_TIMEOUT
+    )
+
+    [answer] = [m for m in messages if m.get("id") == 1]
+    text = "".join(m["params"]["part"].get("value", "") for m in messages if m.get("method") == "lm/part")
+    assert answer.get("result", {}).get("stopReason") == "end_turn", f"{answer}\n{stderr[-3000:]}"
+    assert text.endswith("Up early."), text
+    assert "early=True" in stderr and stderr.count("agent process started") == 1, stderr[-3000:]
+    assert code == 0
+    assert processes_with_marker(marker) == [], "the early agent outlived lmbridge"
 
 
 async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) -> None:
