@@ -22,6 +22,10 @@ from session.catalog import AgentCatalog, AgentOffer
 __all__ = ["BridgeService"]
 
 
+# Seconds between a change of the session store and its write: what a crash (not a shutdown) may lose.
+STATE_WRITE_DELAY = 1.0
+
+
 class BridgeService:
     def __init__(self, config: Config, *, log: Any, tracer: Any = None) -> None:
         from pathlib import Path
@@ -95,11 +99,13 @@ class BridgeService:
         self._state_changed.set()
 
     async def _keep_state_file(self) -> None:
-        """Write the session state file whenever the store changed, in a worker thread: a turn's answer does not
-        wait for the disk (about a millisecond per turn). What changed by the end is written on the way out."""
+        """Write the session state file a moment after the store changed, in a worker thread: a turn's answer does
+        not wait for the disk (a millisecond or more per turn, growing with the file), and a burst of turns (many
+        conversations at once) makes one write. What changed by the end is written on the way out."""
         try:
             while True:
                 await self._state_changed.wait()
+                await trio.sleep(STATE_WRITE_DELAY)
                 self._state_changed = trio.Event()
                 content = self.store.snapshot()
                 if content is not None:
