@@ -711,11 +711,14 @@ class SessionMachine:
     def _arm_window(self, now: float) -> None:
         """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
         latest ``batch_window`` after the first (agents issue parallel calls within a millisecond or two). While a
-        call the agent announced has not arrived, only the window counts (Codex over HTTP: 20 ms between calls)."""
+        call the agent reported *in progress* has not arrived, only the window counts: it is being made (Codex
+        over HTTP: 20 ms between calls). A call reported only ``pending`` may never come before the editor answers
+        the others (OpenCode, or Claude Code with tools it runs one by one, make them one after the other): the
+        idle timer still runs."""
         if self._window_opened is None:
             self._window_opened = now
         closing = self._window_opened + self._batch_window
-        if self._expected_calls <= self._batch_arrivals:
+        if self._expected_calls <= self._batch_arrivals or self._last_running_report is None:
             closing = min(closing, now + self._batch_idle)
         self._window_deadline = closing
 

@@ -112,7 +112,7 @@ def test_a_batch_ends_as_soon_as_every_announced_call_has_arrived() -> None:
     machine.handle(announced("toolu_2"), 9.0)
     machine.handle(announced("toolu_own", title="Bash"), 9.0)  # the agent's own tool: not a client call
     machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
-    assert machine.deadline == pytest.approx(10.05)  # one of two: the batch waits for it, up to the window
+    assert machine.deadline == pytest.approx(10.015)  # one of two: the batch waits for it while calls come
     actions = machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.001)
     (end,) = [a for a in actions if isinstance(a, EndTurn)]
     assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1", "lmb_2")  # at once, no timer
@@ -169,14 +169,27 @@ def test_a_permission_granted_for_a_client_tool_announces_its_call() -> None:
     assert end.pending_calls == ("lmb_1",)
 
 
-def test_an_announced_call_that_never_comes_holds_the_batch_only_until_the_window_ends() -> None:
+def test_a_call_reported_in_progress_that_never_comes_holds_the_batch_only_until_the_window_ends() -> None:
+    machine = new_machine(batch_window=0.05, batch_idle=0.015)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), 9.0)
+    machine.handle(announced("c2", status="in_progress", title="Tool: editor/read_file"), 9.0)
+    machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+    assert machine.handle(Tick(), 10.049) == []
+    (end,) = machine.handle(Tick(), 10.05)
+    assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1",)
+
+
+def test_a_call_announced_pending_that_does_not_come_waits_only_for_the_idle_timer() -> None:
+    """OpenCode reports every call of a response as pending, then makes them one after the other: the rest may come
+    only once the editor answered the first."""
     machine = new_machine(batch_window=0.05, batch_idle=0.015)
     machine.handle(EditorTurn(1, PROMPT), 0)
     machine.handle(announced("toolu_1"), 9.0)
     machine.handle(announced("toolu_2"), 9.0)
     machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
-    assert machine.handle(Tick(), 10.049) == []
-    (end,) = machine.handle(Tick(), 10.05)
+    assert machine.handle(Tick(), 10.0149) == []
+    (end,) = machine.handle(Tick(), 10.015)
     assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1",)
 
 
