@@ -68,8 +68,8 @@ BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-# The real agents (Claude Code, Codex, Gemini CLI; installed as for `make interop`) driven directly and through
-# lmbridge, offline against a local fake model: about 5 minutes; results in bench/results/agents.json.
+# The real agents (Claude Code, Codex, Gemini CLI, OpenCode; installed as for `make interop`) driven directly and
+# through lmbridge, offline against a local fake model: about 8 minutes; results in bench/results/agents.json.
 # BENCH_AGENTS_ARGS=--reps 3 for a quicker run; --agents codex,gemini to choose.
 BENCH_AGENTS_ARGS ?=
 bench-agents: $(STAMP)
