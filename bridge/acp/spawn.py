@@ -3,7 +3,8 @@ chat while the rest of lmbridge (Trio, the session layer: about 90 ms) is still 
 
 Owns the agent's environment (lmbridge's minus ``unset_env``, plus ``env``), the spawn itself (its own process
 group, three pipes), and ``EarlyAgent``: a process started that way until the agent pool adopts it — or, when
-lmbridge gives up before that, stops it. ``bridge.acp.process`` spawns through the same functions.
+lmbridge gives up before that, stops it. ``bridge.acp.process`` starts agents the usual way (under Trio) with the
+same environment, and runs an adopted process.
 """
 
 from __future__ import annotations
