@@ -673,9 +673,7 @@ class SessionMachine:
                 if self._batch_arrivals == 1 and reported is not None and now - reported < _REPORT_LEAD:
                     self._told_while_calling = True
             self._arm_window(now)
-            complete = (
-                self._announced_calls and not self._told_while_calling and self._batch_arrivals >= self._expected_calls
-            )
+            complete = 0 < len(self._announced_calls) <= self._batch_arrivals and not self._told_while_calling
             if pending.permission is None and complete and self.state is State.STREAMING:
                 self._close_batch(out)  # every call the agent announced is here: nothing more to wait for
         # else: announced by the next turn's buffer flush
@@ -703,11 +701,6 @@ class SessionMachine:
                 self._told_while_calling = True
         self._announced_calls.add(call_id)
 
-    @property
-    def _expected_calls(self) -> int:
-        """How many client-tool calls the agent has told of in the open batch."""
-        return len(self._announced_calls)
-
     def _arm_window(self, now: float) -> None:
         """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
         latest ``batch_window`` after the first (agents issue parallel calls within a millisecond or two). While a
@@ -718,7 +711,7 @@ class SessionMachine:
         if self._window_opened is None:
             self._window_opened = now
         closing = self._window_opened + self._batch_window
-        if self._expected_calls <= self._batch_arrivals or self._last_running_report is None:
+        if len(self._announced_calls) <= self._batch_arrivals or self._last_running_report is None:
             closing = min(closing, now + self._batch_idle)
         self._window_deadline = closing
 

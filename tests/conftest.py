@@ -36,7 +36,7 @@ async def first_chat_with_initialize(
     import json
     import subprocess
 
-    from bridge.editor.client import lmbridge_command
+    from bridge.editor.client import lmbridge_command, stop_lmbridge
 
     initialize = {"protocolVersion": 1, "workspaceFolders": [str(workspace)] if workspace else []}
     chat = {"modelId": model, "messages": [user(text)]}
@@ -59,19 +59,22 @@ async def first_chat_with_initialize(
         while chunk := await process.stderr.receive_some():
             err.extend(chunk)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(drain_stderr)
-        await process.stdin.send_all("".join(json.dumps(m) + "\n" for m in first).encode())
-        buffered = b""
-        with trio.fail_after(timeout):
-            while not any(m.get("id") == 1 for m in messages):
-                data = await process.stdout.receive_some()
-                assert data, f"lmbridge closed stdout early: {bytes(err).decode(errors='replace')}"
-                *lines, buffered = (buffered + data).split(b"\n")
-                messages += [json.loads(line) for line in lines if line.strip()]
-            await process.stdin.aclose()
-            code = await process.wait()
-    return messages, bytes(err).decode(errors="replace"), code
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain_stderr)
+            await process.stdin.send_all("".join(json.dumps(m) + "\n" for m in first).encode())
+            buffered = b""
+            with trio.fail_after(timeout):
+                while not any(m.get("id") == 1 for m in messages):
+                    data = await process.stdout.receive_some()
+                    assert data, f"lmbridge closed stdout early: {bytes(err).decode(errors='replace')}"
+                    *lines, buffered = (buffered + data).split(b"\n")
+                    messages += [json.loads(line) for line in lines if line.strip()]
+            await stop_lmbridge(process, timeout)
+    finally:
+        await stop_lmbridge(process, timeout)  # a failed check leaves no lmbridge (nor its agent) behind
+    assert process.returncode is not None
+    return messages, bytes(err).decode(errors="replace"), process.returncode
 
 
 def processes_with_marker(marker: str) -> list[int]:

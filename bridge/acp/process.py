@@ -127,12 +127,12 @@ class AgentProcess:
 
     async def run(self, *, task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED) -> None:
         config = self.config
-        environment = agent_environment(config)
-        add_secrets_from_env(environment)  # so that they are masked if the agent prints them
         try:
             if self._spawned is not None:
-                self._process = AdoptedProcess(self._spawned)
+                self._process = AdoptedProcess(self._spawned)  # its environment's secrets are known already
             else:
+                environment = agent_environment(config)
+                add_secrets_from_env(environment)  # so that they are masked if the agent prints them
                 self._process = await trio.lowlevel.open_process(
                     config.argv,
                     stdin=subprocess.PIPE,

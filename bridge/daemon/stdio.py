@@ -4,9 +4,9 @@ Owns the process-level plumbing of that mode: stdout is reserved for the protoco
 it and fd 1 is pointed at stderr, so a stray print or a library writing to stdout cannot corrupt the stream);
 answering the editor's first message, ``initialize``, before the bulk of the bridge (Trio, the session layer) is
 even imported — an editor waits for that answer while it starts — and starting the agent of a first chat sent
-along with it just as early; and the stop conditions — ``shutdown``, end of
-stdin, SIGTERM/SIGINT — which all lead to the same orderly exit: running turns answered ``cancelled``, sessions
-closed, agent process groups stopped, exit status 0.
+along with it just as early; and the stop conditions — ``shutdown``, end of stdin, SIGTERM/SIGINT — which all
+lead to the same orderly exit: running turns answered ``cancelled``, sessions closed, agent process groups
+stopped, exit status 0.
 
 This module imports nothing heavy at the top: ``answer_initialize_early`` runs before Trio is loaded.
 """

@@ -29,6 +29,7 @@ __all__ = [
     "connect_daemon",
     "lmbridge_command",
     "spawn_stdio",
+    "stop_lmbridge",
 ]
 
 PartCallback = Callable[[dict[str, Any]], None]
@@ -218,16 +219,23 @@ async def spawn_stdio(
             try:
                 yield client, process
             finally:
-                with trio.CancelScope(shield=True):
-                    await process.stdin.aclose()
-                    with trio.move_on_after(stop_timeout):
-                        await process.wait()
-                    nursery.cancel_scope.cancel()
+                await stop_lmbridge(process, stop_timeout)
+                nursery.cancel_scope.cancel()
     finally:
+        await stop_lmbridge(process, 0)
+
+
+async def stop_lmbridge(process: trio.Process, timeout: float) -> None:
+    """Stop an ``lmbridge stdio`` subprocess: close its stdin (its orderly stop: sessions closed, agents stopped)
+    and wait for it, killing it if it has not exited within ``timeout`` seconds. Shielded; idempotent."""
+    with trio.CancelScope(shield=True):
+        if process.stdin is not None:
+            await process.stdin.aclose()
+        with trio.move_on_after(timeout):
+            await process.wait()
         if process.returncode is None:
             process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
+            await process.wait()
 
 
 @asynccontextmanager
