@@ -29,8 +29,13 @@ from .names import ToolNames
 from .validation import ToolSchema
 
 __all__ = [
+    "HEARTBEAT_MESSAGE",
+    "INSTRUCTIONS",
+    "PROGRESS_INTERVAL",
     "SERVER_NAME",
+    "SERVER_VERSION",
     "EditorTool",
+    "Progress",
     "SessionTools",
     "agent_annotations",
     "load_sdk",
@@ -39,10 +44,14 @@ __all__ = [
 ]
 
 SERVER_NAME = "editor"
+SERVER_VERSION = "1"
+INSTRUCTIONS = "Tools of the user's editor. Calls run in the editor."
 PROGRESS_INTERVAL = 15.0  # seconds between heartbeats while the editor runs a tool (agents time tools out)
+HEARTBEAT_MESSAGE = "waiting for the editor to run the tool"
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
 Invoke = Callable[[str, Any, trio.Event], Awaitable[tuple[dict[str, Any] | None, str]]]
+Progress = Callable[[int], Awaitable[None]]  # a heartbeat's number (1, 2, …) → told to the agent
 
 
 def load_sdk() -> None:
@@ -185,8 +194,8 @@ class SessionTools:
 
             self._server = _editor_server_class()(
                 SERVER_NAME,
-                version="1",
-                instructions="Tools of the user's editor. Calls run in the editor.",
+                version=SERVER_VERSION,
+                instructions=INSTRUCTIONS,
                 on_list_tools=self._list_tools,
                 on_call_tool=self._call_tool,
             )
@@ -255,10 +264,10 @@ class SessionTools:
     async def _initialized(self, ctx: Any, params: Any) -> None:
         self._connections.append(ctx.session)
 
-    async def _list_tools(self, ctx: Any, params: Any) -> Any:
-        import mcp_types as types
-
-        tools = []
+    def listing(self) -> list[dict[str, Any]]:
+        """The tools as ``tools/list`` gives them (MCP's JSON): the SDK's handler and the early handshake
+        (``mcp_synthetic.early``) both answer with it."""
+        tools: list[dict[str, Any]] = []
         for tool in self._tools.values():
             if tool.schema.error:
                 description = f"(Unavailable: the editor gave this tool an {tool.schema.error}.) {tool.description}"
@@ -266,45 +275,67 @@ class SessionTools:
             else:
                 description = tool.description
                 schema = tool.schema.schema if isinstance(tool.schema.schema, dict) else {"type": "object"}
-            annotations = types.ToolAnnotations.model_validate(tool.annotations) if tool.annotations else None
-            tools.append(
-                types.Tool(name=tool.agent_name, description=description, input_schema=schema, annotations=annotations)
-            )
-        return types.ListToolsResult(tools=tools)
+            listed = {"name": tool.agent_name, "description": description, "inputSchema": schema}
+            if tool.annotations:
+                listed["annotations"] = tool.annotations
+            tools.append(listed)
+        return tools
+
+    async def _list_tools(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        return types.ListToolsResult.model_validate({"tools": self.listing()})
 
     async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        """The SDK's ``tools/call`` handler: ``call``, with heartbeats as the SDK's progress notifications."""
+        import mcp_types as types
 
+        token = (getattr(ctx, "meta", None) or {}).get("progress_token")
+        progress: Progress | None = None
+        if token is not None:
+
+            async def progress(beat: int) -> None:
+                await ctx.session.send_progress_notification(
+                    token, beat, None, HEARTBEAT_MESSAGE, related_request_id=ctx.request_id
+                )
+
+        return types.CallToolResult.model_validate(await self.call(params.name, params.arguments, progress))
+
+    async def call(self, name: str, arguments: Any, progress: Progress | None = None) -> dict[str, Any]:
+        """Run one of the agent's ``tools/call``: MCP's ``CallToolResult`` as JSON. Never raises (but
+        ``trio.Cancelled``, when the agent withdraws the call): the model must see what happened, as an ``isError``
+        result. ``progress(beat)``, if given, is awaited every ``PROGRESS_INTERVAL`` seconds while the editor runs
+        the tool (agents time tools out)."""
         try:
-            return await self._call(ctx, params)
-        except Exception as exc:  # never a JSON-RPC error: the model must see what happened
-            self._log.exception("tool call failed inside lmbridge", tool=getattr(params, "name", None))
+            return await self._call(name, arguments, progress)
+        except Exception as exc:
+            self._log.exception("tool call failed inside lmbridge", tool=name)
             return _error_result(f"lmbridge could not run this tool call: {type(exc).__name__}: {exc}")
 
-    async def _call(self, ctx: Any, params: Any) -> Any:
-        tool = self._tools.get(params.name)
+    async def _call(self, name: str, arguments: Any, progress: Progress | None) -> dict[str, Any]:
+        tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(sorted(self._tools)) or "none"
             return _error_result(
-                f"Unknown tool {params.name!r}: the editor does not offer it (any more). Available tools: {available}."
+                f"Unknown tool {name!r}: the editor does not offer it (any more). Available tools: {available}."
             )
         if tool.schema.error:
             return _error_result(
                 f"the tool {tool.agent_name!r} cannot be called: the editor gave it an "
                 f"{tool.schema.error}. Do not call it again; use another tool or ask the user."
             )
-        check = tool.schema.check(params.arguments)
+        check = tool.schema.check(arguments)
         if not check.ok:
             return _error_result(
                 f"Invalid arguments for {tool.agent_name}:\n- "
                 + "\n- ".join(check.problems)
                 + "\nFix the arguments and call the tool again."
             )
-        token = (getattr(ctx, "meta", None) or {}).get("progress_token")
         answered = False
         try:
             async with trio.open_nursery() as nursery:
-                if token is not None:
-                    nursery.start_soon(_heartbeat, ctx, token)
+                if progress is not None:
+                    nursery.start_soon(_heartbeat, progress)
                 result, reason = await self._invoke(tool.editor_name, check.arguments, trio.Event())
                 answered = True
                 nursery.cancel_scope.cancel()
@@ -313,11 +344,7 @@ class SessionTools:
                 self._log.info("the agent withdrew a tool call", tool=tool.editor_name)
         if result is None:
             return _error_result(reason or "The tool call was withdrawn.")
-        import mcp_types as types
-
-        return types.CallToolResult(
-            content=to_mcp_content(result.get("content", [])), is_error=bool(result.get("isError"))
-        )
+        return {"content": to_mcp_content(result.get("content", [])), "isError": bool(result.get("isError"))}
 
 
 def _is_json(line: bytes) -> bool:
@@ -338,39 +365,33 @@ async def receive_some(stream: trio.abc.Stream, max_bytes: int = 65536) -> bytes
         return b""
 
 
-async def _heartbeat(ctx: Any, token: Any) -> None:
+async def _heartbeat(progress: Progress) -> None:
     beats = 0
     while True:
         await trio.sleep(PROGRESS_INTERVAL)
         beats += 1
         try:
-            await ctx.session.send_progress_notification(
-                token, beats, None, "waiting for the editor to run the tool", related_request_id=ctx.request_id
-            )
+            await progress(beats)
         except Exception:
             return
 
 
-def _error_result(text: str) -> Any:
-    import mcp_types as types
-
-    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+def _error_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
-def to_mcp_content(parts: list[dict[str, Any]]) -> list[Any]:
-    """Editor result parts → MCP content: text as text, images as images, textual data decoded, other data
+def to_mcp_content(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Editor result parts → MCP content (JSON): text as text, images as images, textual data decoded, other data
     described (agents cannot take arbitrary blobs)."""
-    import mcp_types as types
-
-    content: list[Any] = []
+    content: list[dict[str, Any]] = []
     for part in parts:
         kind = part.get("type")
         if kind == "text":
-            content.append(types.TextContent(text=part["value"]))
+            content.append({"type": "text", "text": part["value"]})
         elif kind == "data":
             mime = part.get("mimeType", "")
             if mime.startswith("image/"):
-                content.append(types.ImageContent(data=part["data"], mime_type=mime))
+                content.append({"type": "image", "data": part["data"], "mimeType": mime})
                 continue
             try:
                 raw = base64.b64decode(part["data"], validate=True)
@@ -378,10 +399,10 @@ def to_mcp_content(parts: list[dict[str, Any]]) -> list[Any]:
                 raw = None
             if raw is not None and (mime.startswith("text/") or mime.endswith(("json", "xml"))):
                 try:
-                    content.append(types.TextContent(text=raw.decode("utf-8")))
+                    content.append({"type": "text", "text": raw.decode("utf-8")})
                     continue
                 except UnicodeDecodeError:
                     pass
             size = len(raw) if raw is not None else len(part.get("data", ""))
-            content.append(types.TextContent(text=f"[{mime or 'binary'} data, {size} bytes]"))
+            content.append({"type": "text", "text": f"[{mime or 'binary'} data, {size} bytes]"})
     return content

@@ -92,9 +92,9 @@ def test_result_content_maps_text_images_and_data() -> None:
             {"type": "data", "mimeType": "application/zip", "data": base64.b64encode(b"PK\x03\x04").decode()},
         ]
     )
-    assert [c.type for c in content] == ["text", "image", "text", "text"]
-    assert content[1].data == png and content[1].mime_type == "image/png"
-    assert content[2].text == '{"a": 1}' and content[3].text == "[application/zip data, 4 bytes]"
+    assert [c["type"] for c in content] == ["text", "image", "text", "text"]
+    assert content[1] == {"type": "image", "data": png, "mimeType": "image/png"}
+    assert content[2]["text"] == '{"a": 1}' and content[3]["text"] == "[application/zip data, 4 bytes]"
 
 
 async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
@@ -111,21 +111,10 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
         await release.wait()
         return {"type": "tool_result", "callId": "x", "content": [{"type": "text", "value": "done"}]}, ""
 
-    class Session:
-        def __init__(self) -> None:
-            self.beats: list[tuple] = []
+    beats: list[tuple[int, float]] = []
 
-        async def send_progress_notification(self, token, progress, total, message, related_request_id=None):
-            self.beats.append((token, progress, trio.current_time()))
-
-    class Ctx:
-        meta = {"progress_token": "tok"}
-        request_id = 7
-        session = Session()
-
-    class Params:
-        name = "slow"
-        arguments: dict = {}
+    async def progress(beat: int) -> None:
+        beats.append((beat, trio.current_time()))
 
     tools = SessionTools(invoke, log=get_logger())
     tools.update([{"name": "slow", "description": "", "inputSchema": {"type": "object"}}])
@@ -133,14 +122,13 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
         results = []
 
         async def call() -> None:
-            results.append(await tools._call(Ctx(), Params()))
+            results.append(await tools.call("slow", {}, progress))
 
         nursery.start_soon(call)
         await trio.sleep(PROGRESS_INTERVAL * 3 + 1)
         release.set()
-    assert [(t, p) for t, p, _ in Ctx.session.beats] == [("tok", 1), ("tok", 2), ("tok", 3)]
-    assert [round(at) for _, _, at in Ctx.session.beats] == [15, 30, 45]
-    assert results[0].content[0].text == "done" and not results[0].is_error
+    assert [(beat, round(at)) for beat, at in beats] == [(1, 15), (2, 30), (3, 45)]
+    assert results == [{"content": [{"type": "text", "text": "done"}], "isError": False}]
 
 
 @pytest.fixture
