@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from bridge.rpc.asgi import load_server
+
 from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
 from .validation import warm_up_schemas
 
@@ -62,10 +64,15 @@ def _remove_stale_runtime_dirs(parent: Path) -> None:
             continue
 
 
-def _load_everything() -> None:
-    """What serving a session's tools needs, soonest first: the schema checker (each session's ``session/new``
-    compiles its tools' schemas), then the SDK and the HTTP server (its MCP connections)."""
+def _load_front() -> None:
+    """What a session needs first, soonest first: the schema checker (each session's ``session/new`` compiles its
+    tools' schemas), then the HTTP server (an agent's MCP connection may come ~0.2 s after it started)."""
     warm_up_schemas()
+    load_server()
+
+
+def _load_sdk_parts() -> None:
+    """The MCP SDK, for everything past an MCP session's opening (about half a second of CPU)."""
     load_sdk()
     from .http import load_http
 
@@ -85,6 +92,7 @@ class EditorToolsSetup:
         self._runtime: Path | None = None
         self._nursery: trio.Nursery | None = None
         self._sdk_loaded: trio.Event | None = None
+        self._front_loaded = trio.Event()  # the schema checker and the HTTP server are imported (or failed to)
         self._sdk_error: BaseException | None = None
         self._served: dict[str, _Served] = {}  # by session key
         self._http: HttpEndpoints | None = None  # one streamable-HTTP listener for every session, started on demand
@@ -112,7 +120,7 @@ class EditorToolsSetup:
             self.preload()
 
     def preload(self) -> None:
-        """Start importing the MCP SDK and the HTTP server in a worker thread, once."""
+        """Start importing the HTTP server, then the MCP SDK, in a worker thread, once."""
         if self._sdk_loaded is None and self._nursery is not None:
             self._sdk_loaded = trio.Event()
             self._nursery.start_soon(self._load_sdk, self._sdk_loaded)
@@ -122,6 +130,13 @@ class EditorToolsSetup:
         self.preload()
         assert self._sdk_loaded is not None
         await self._sdk_loaded.wait()
+        if self._sdk_error is not None:
+            raise RuntimeError(f"the MCP SDK failed to load: {self._sdk_error}")
+
+    async def server_ready(self) -> None:
+        """Wait for the HTTP server's import, the first part of ``preload``'s; ``RuntimeError`` when it failed."""
+        self.preload()
+        await self._front_loaded.wait()
         if self._sdk_error is not None:
             raise RuntimeError(f"the MCP SDK failed to load: {self._sdk_error}")
 
@@ -205,7 +220,7 @@ class EditorToolsSetup:
             if self._http is None and not self._http_failed:
                 from .http import HttpEndpoints
 
-                endpoints = HttpEndpoints(self._log, self.sdk_ready)
+                endpoints = HttpEndpoints(self._log, self.sdk_ready, self.server_ready)
                 assert self._nursery is not None
                 try:
                     await self._nursery.start(endpoints.run)
@@ -245,7 +260,11 @@ class EditorToolsSetup:
 
     async def _load_sdk(self, loaded: trio.Event) -> None:
         try:
-            await trio.to_thread.run_sync(_load_everything)
+            begun = trio.current_time()
+            await trio.to_thread.run_sync(_load_front)
+            self._front_loaded.set()
+            await trio.to_thread.run_sync(_load_sdk_parts)
+            self._log.debug("MCP SDK imported", seconds=round(trio.current_time() - begun, 3))
             # The modules just imported live as long as the process: out of the garbage collector's scans, as
             # bridge.core.service does for everything imported at start (else every full collection walks them).
             gc.freeze()
@@ -253,6 +272,7 @@ class EditorToolsSetup:
             self._sdk_error = exc
             self._log.error("cannot import the mcp SDK", error=str(exc))
         finally:
+            self._front_loaded.set()
             loaded.set()
 
     def _runtime_base(self) -> Path:
