@@ -89,8 +89,10 @@ class BridgeService:
             await nursery.start(self.router.run)
             nursery.start_soon(self._keep_state_file)
             # Everything allocated so far (mostly imported modules) lives as long as the process: keep it out of the
-            # garbage collector's scans, which otherwise show as pauses in streaming latency.
+            # garbage collector's scans, which otherwise show as pauses in streaming latency. The commands that
+            # start a service import it with the collector paused (bridge.cli): start-up is over, collect again.
             gc.freeze()
+            gc.enable()
             task_status.started()
             await self.stopped.wait()
             nursery.cancel_scope.cancel()
