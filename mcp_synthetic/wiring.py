@@ -142,7 +142,8 @@ class EditorToolsSetup:
 
     async def mcp_servers(self, session: Any, request: Any) -> list[dict[str, Any]]:
         """The session's server entry, at once: the import runs on while the agent starts its session; the MCP
-        connections wait for it (``sdk_ready``), not ``session/new``."""
+        connections wait for it (the HTTP server's, then for most requests the SDK's: ``mcp_synthetic.http``), not
+        ``session/new``."""
         if not request.tools:
             return []
         self.preload()
@@ -261,7 +262,8 @@ class EditorToolsSetup:
     async def _load_sdk(self, loaded: trio.Event) -> None:
         # The import makes ~100,000 objects that live as long as the process: the cyclic collector scanning them as
         # they come costs ~12 % of it. Paused meanwhile; they are then frozen out of every later scan, as
-        # bridge.core.service does for everything imported at start.
+        # bridge.core.service does for everything imported at start (with whatever garbage the turns of that half
+        # second left: a one-off).
         collecting = gc.isenabled()
         gc.disable()
         try:
