@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from mcp_synthetic.early import EARLY_PROTOCOL_VERSIONS, EarlyAnswer, EarlyCall, EarlyCancel, answer_early
 
@@ -144,7 +145,7 @@ async def test_the_early_answers_are_valid_mcp() -> None:
 
 async def test_the_sdk_takes_over_a_session_opened_before_it_was_imported() -> None:
     sdk = trio.Event()
-    async with _listener(sdk) as (url, tools), trio.open_nursery() as nursery:
+    async with _listener(sdk) as (url, tools):
         _, headers, _ = await _request(url, _initialize("2025-06-18"))
         session = headers["mcp-session-id"]
         assert (await _request(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session))[0] == 202
@@ -153,18 +154,13 @@ async def test_the_sdk_takes_over_a_session_opened_before_it_was_imported() -> N
         assert status == 200 and _events(body)[0]["result"]["content"][0]["text"] == "erase: {}"
         assert tools._connections == []  # no SDK session yet
 
-        streams: list[tuple[int, str]] = []
-
-        async def open_stream() -> None:  # the early path never answers a GET: it waits for the SDK
-            status, headers, _ = await trio.to_thread.run_sync(_get_stream_start, url, session)
-            streams.append((status, headers))
-
-        nursery.start_soon(open_stream)
+        stream = await _open_stream(url, session)
+        await trio.testing.wait_all_tasks_blocked()  # the GET is in, held: the early path never answers a GET
         sdk.set()
         with trio.fail_after(30):
-            while not streams:
-                await trio.sleep(0.01)
-        assert streams == [(200, "text/event-stream")]
+            head = await _response_head(stream)
+        assert head.startswith(b"HTTP/1.1 200") and b"content-type: text/event-stream" in head.lower(), head
+        await stream.aclose()
         [sdk_session] = tools._connections  # the replayed notifications/initialized reached the SDK
         assert sdk_session is not None
 
@@ -176,11 +172,26 @@ async def test_the_sdk_takes_over_a_session_opened_before_it_was_imported() -> N
         assert (await _request(url, call, session))[0] == 404  # ended at the SDK: MCP clients open a new one
 
 
-def _get_stream_start(url: str, session: str) -> tuple[int, str, None]:
-    headers = {"accept": "text/event-stream", "authorization": f"Bearer {TOKEN}", "mcp-session-id": session}
-    request = urllib.request.Request(url, method="GET", headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as response:  # headers only: the stream stays open
-        return response.status, response.headers["content-type"], None
+async def _open_stream(url: str, session: str) -> trio.SocketStream:
+    """A GET for the session's event stream, sent; the answer is read by ``_response_head``."""
+    address, path = url.removeprefix("http://").split("/", 1)
+    host, port = address.split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    request = (
+        f"GET /{path} HTTP/1.1\r\nHost: {address}\r\nAccept: text/event-stream\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nMcp-Session-Id: {session}\r\n\r\n"
+    )
+    await stream.send_all(request.encode())
+    return stream
+
+
+async def _response_head(stream: trio.SocketStream) -> bytes:
+    head = b""
+    while b"\r\n\r\n" not in head:
+        data = await stream.receive_some()
+        assert data, head
+        head += data
+    return head.split(b"\r\n\r\n")[0]
 
 
 async def test_a_tool_call_made_before_the_sdk_is_imported_can_be_withdrawn() -> None:
@@ -198,10 +209,12 @@ async def test_a_tool_call_made_before_the_sdk_is_imported_can_be_withdrawn() ->
         _, headers, _ = await _request(url, _initialize("2025-03-26"))
         session = headers["mcp-session-id"]
         answers: list[Any] = []
+        answered = trio.Event()
 
         async def call() -> None:
             message = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "erase", "arguments": {}}}
             answers.append(await _request(url, message, session))
+            answered.set()
 
         nursery.start_soon(call)
         with trio.fail_after(30):
@@ -210,8 +223,7 @@ async def test_a_tool_call_made_before_the_sdk_is_imported_can_be_withdrawn() ->
         assert (await _request(url, cancel, session))[0] == 202
         with trio.fail_after(30):
             await withdrawn.wait()
-            while not answers:
-                await trio.sleep(0.01)
+            await answered.wait()
     [(status, _, body)] = answers
     assert status == 200 and _events(body) == []  # MCP: a cancelled request gets no answer
 
