@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from bridge.rpc.asgi import listening_socket, serve_asgi
+from bridge.rpc.asgi import listening_socket, read_body, serve_asgi
 
 from .early import (
     SESSION_HEADER,
@@ -143,8 +143,8 @@ class HttpEndpoints:
                 )
                 async with manager.run():  # the SDK's task group for this session's MCP connections
                     entry.manager = manager  # from here on no session opens early: the ones that did are handed over
-                    for session_id, early in list(entry.early.items()):
-                        await self._hand_over(entry, session_id, early)
+                    for early in list(entry.early.values()):
+                        await self._hand_over(manager, early)
                     entry.served.set()
                     await trio.sleep_forever()
             finally:
@@ -200,7 +200,7 @@ class HttpEndpoints:
         ``receive`` that gives the SDK the request again, body included."""
         if scope.get("method") != "POST":
             return receive
-        body, more = await _read_body(receive, _EARLY_BODY)
+        body, more = await read_body(receive, _EARLY_BODY)
         if more is not None or entry.manager is not None:
             return _replay(body, more, receive)
         sessions = {session_id: early.version for session_id, early in entry.early.items()}
@@ -254,20 +254,12 @@ class HttpEndpoints:
         body = result_event(call.request_id, result) if result is not None else b""
         await send({"type": "http.response.body", "body": body})
 
-    async def _hand_over(self, entry: _Route, session_id: str, early: _EarlySession) -> None:
+    async def _hand_over(self, manager: Any, early: _EarlySession) -> None:
         """Replay an early session's ``initialize`` (and ``notifications/initialized``) to the SDK, which opens the
         session under its own id; requests of the agent's id are then served under it."""
         try:
-            status, response = await _call(entry.manager, early.scope, early.body)
-            sdk_id = dict(response).get(SESSION_HEADER)
-            if status != 200 or sdk_id is None:
-                raise RuntimeError(f"the SDK answered the replayed initialize with HTTP {status}")
-            if early.initialized:
-                notified = {k: v for k, v in early.scope["headers"] if k != b"content-length"}
-                notified |= {SESSION_HEADER: sdk_id, b"mcp-protocol-version": early.version.encode()}
-                scope = dict(early.scope, headers=list(notified.items()))
-                await _call(entry.manager, scope, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
-            early.sdk_id = sdk_id
+            with trio.fail_after(_START_TIMEOUT):  # the agent's requests of this session wait for it
+                await _replay_opening(manager, early)
             self._log.debug("an MCP session opened before the SDK was imported is served by it now")
         except Exception as exc:  # the agent's next request of it gets 404, and MCP clients then open a new session
             self._log.warning("the MCP SDK did not take over a session opened early", error=str(exc))
@@ -275,24 +267,22 @@ class HttpEndpoints:
             early.adopted.set()
 
 
+async def _replay_opening(manager: Any, early: _EarlySession) -> None:
+    """The agent's ``initialize`` (and ``notifications/initialized``) once more, to the SDK's manager; the
+    session id it gives goes to ``early.sdk_id``."""
+    status, response = await _call(manager, early.scope, early.body)
+    sdk_id = dict(response).get(SESSION_HEADER)
+    if status != 200 or sdk_id is None:
+        raise RuntimeError(f"the SDK answered the replayed initialize with HTTP {status}")
+    if early.initialized:
+        notified = {k: v for k, v in early.scope["headers"] if k != b"content-length"}
+        notified |= {SESSION_HEADER: sdk_id, b"mcp-protocol-version": early.version.encode()}
+        scope = dict(early.scope, headers=list(notified.items()))
+        await _call(manager, scope, b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    early.sdk_id = sdk_id
+
+
 _EARLY_BODY = 1024 * 1024  # bytes: a session's opening is far smaller; a larger request is left to the SDK
-
-
-async def _read_body(receive: Any, limit: int) -> tuple[bytes, dict[str, Any] | None]:
-    """The request's body, read whole up to ``limit`` bytes; past it, what was read and the last message received
-    (the rest is for whoever reads on)."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks), message
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if not message.get("more_body", False):
-            return b"".join(chunks), None
-        if size > limit:
-            return b"".join(chunks), {"type": "http.request", "body": b"", "more_body": True}
 
 
 async def _accepted(send: Any, session_id: str) -> None:

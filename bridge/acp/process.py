@@ -23,7 +23,7 @@ import trio
 from bridge.config import AgentConfig
 from bridge.errors import AgentExitedError, AgentStartError, InvalidParams
 from bridge.observe.logs import get_logger
-from bridge.observe.redact import add_secrets_from_env, redact
+from bridge.observe.redact import redact
 from bridge.rpc.connection import (
     ACP_CANCEL,
     ConnectionClosed,
@@ -35,7 +35,7 @@ from bridge.rpc.connection import (
 )
 
 from .handshake import AgentInfo, HandshakeError, handshake
-from .spawn import agent_environment
+from .spawn import spawn_options
 from .watchdog import forget_group, watch_group
 
 __all__ = [
@@ -131,17 +131,7 @@ class AgentProcess:
             if self._spawned is not None:
                 self._process = AdoptedProcess(self._spawned)  # its environment's secrets are known already
             else:
-                environment = agent_environment(config)
-                add_secrets_from_env(environment)  # so that they are masked if the agent prints them
-                self._process = await trio.lowlevel.open_process(
-                    config.argv,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                    env=environment,
-                    cwd=config.cwd,
-                )
+                self._process = await trio.lowlevel.open_process(config.argv, **spawn_options(config))
         except FileNotFoundError:
             raise AgentStartError(
                 config.id, f"command not found: {config.command!r} (check [agents.{config.id}].command and PATH)"

@@ -21,7 +21,15 @@ from typing import Any
 from bridge.config import AgentConfig
 from bridge.observe.redact import add_secrets_from_env
 
-__all__ = ["EarlyAgent", "agent_environment", "first_chat_agent", "kill_spawned", "spawn_agent", "start_early"]
+__all__ = [
+    "EarlyAgent",
+    "agent_environment",
+    "first_chat_agent",
+    "kill_spawned",
+    "spawn_agent",
+    "spawn_options",
+    "start_early",
+]
 
 # A first request larger than this is not read before the rest of lmbridge is imported: parsing it twice would
 # cost more than the early start saves.
@@ -39,20 +47,26 @@ def agent_environment(config: AgentConfig) -> dict[str, str]:
     return env
 
 
-def spawn_agent(config: AgentConfig) -> subprocess.Popen[bytes]:
-    """Start the agent in a process group of its own, with pipes for stdin, stdout and stderr. ``OSError`` (among
-    them ``FileNotFoundError``) when it cannot be run."""
+def spawn_options(config: AgentConfig) -> dict[str, Any]:
+    """How an agent's process is started, by ``spawn_agent`` or under Trio: in a process group of its own, with
+    pipes for stdin, stdout and stderr, in its environment (whose secrets are registered for masking: the agent
+    may print them) and working directory."""
     environment = agent_environment(config)
-    add_secrets_from_env(environment)  # so that they are masked if the agent prints them
-    return subprocess.Popen(
-        config.argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=environment,
-        cwd=config.cwd,
-    )
+    add_secrets_from_env(environment)
+    return {
+        "stdin": subprocess.PIPE,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.PIPE,
+        "start_new_session": True,
+        "env": environment,
+        "cwd": config.cwd,
+    }
+
+
+def spawn_agent(config: AgentConfig) -> subprocess.Popen[bytes]:
+    """Start the agent without Trio (``spawn_options``). ``OSError`` (among them ``FileNotFoundError``) when it
+    cannot be run."""
+    return subprocess.Popen(config.argv, **spawn_options(config))
 
 
 @dataclass(slots=True)

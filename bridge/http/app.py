@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from starlette.types import Message, Receive, Scope, Send
 
 from bridge.core.service import BridgeService
+from bridge.rpc.asgi import read_body
 
 from .anthropic_messages import CountTokensRequest, Messages
 from .openai_chat import ChatCompletions
@@ -383,19 +384,12 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     length = dict(scope["headers"]).get(b"content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise too_large
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        body = message.get("body", b"")
-        size += len(body)
-        if size > limit:
-            raise too_large
-        chunks.append(body)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    body, rest = await read_body(receive, limit)
+    if rest is not None and rest["type"] == "http.disconnect":
+        raise _ClientGone
+    if rest is not None or len(body) > limit:
+        raise too_large
+    return body
 
 
 async def _respond_error(send: Send, api: Any, error: ApiError) -> None:

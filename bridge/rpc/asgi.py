@@ -16,9 +16,28 @@ from typing import Any
 
 import trio
 
-__all__ = ["listening_socket", "load_server", "serve_asgi"]
+__all__ = ["MORE_TO_COME", "listening_socket", "load_server", "read_body", "serve_asgi"]
 
 _HEADER_BYTES = 64 * 1024
+MORE_TO_COME: dict[str, Any] = {"type": "http.request", "body": b"", "more_body": True}
+
+
+async def read_body(receive: Any, limit: int) -> tuple[bytes, dict[str, Any] | None]:
+    """An ASGI request's body, read whole: ``(body, None)``. When the client leaves first, what was read and the
+    ``http.disconnect``; past ``limit`` bytes, what was read (the last chunk included) and ``MORE_TO_COME``: the rest
+    is still for whoever calls ``receive`` next."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), message
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if not message.get("more_body", False):
+            return b"".join(chunks), None
+        if size > limit:
+            return b"".join(chunks), MORE_TO_COME
 
 
 def load_server() -> None:
