@@ -695,24 +695,30 @@ class SessionMachine:
         call_id = tool_call.get("toolCallId")
         if not isinstance(call_id, str) or not is_bridged_tool(tool_call, self._policy.server_name):
             return
-        if as_made and call_id not in self._announced_calls:
+        new = call_id not in self._announced_calls
+        self._announced_calls.add(call_id)
+        if as_made and new:
             self._last_running_report = now
             if self._batch_arrivals:
                 self._told_while_calling = True
-        self._announced_calls.add(call_id)
+            if self._window_opened is not None and self.state is State.STREAMING:
+                self._arm_window(now)  # a call being made while the batch is open: wait for it (the window)
 
     def _arm_window(self, now: float) -> None:
         """Tool calls go out together: the turn ends once no call has come for ``batch_idle`` seconds, and at the
         latest ``batch_window`` after the first (agents issue parallel calls within a millisecond or two). While a
-        call the agent reported *in progress* has not arrived, only the window counts: it is being made (Codex
-        over HTTP: 20 ms between calls). A call reported only ``pending`` may never come before the editor answers
-        the others (OpenCode, or Claude Code with tools it runs one by one, make them one after the other): the
-        idle timer still runs."""
+        call the agent reported *in progress* has not arrived, the idle timer does not run and the window runs
+        from the latest call: it is being made (Codex over HTTP: 20 ms between calls, 25-30 ms when the machine is
+        busy, so three calls can take longer than one window). A call reported only ``pending`` may never come
+        before the editor answers the others (OpenCode, or Claude Code with tools it runs one by one, make them one
+        after the other): the idle timer still runs."""
         if self._window_opened is None:
             self._window_opened = now
         closing = self._window_opened + self._batch_window
         if len(self._announced_calls) <= self._batch_arrivals or self._last_running_report is None:
             closing = min(closing, now + self._batch_idle)
+        else:
+            closing = max(closing, now + self._batch_window)
         self._window_deadline = closing
 
     def _on_withdrawn(self, event: InvocationWithdrawn, now: float, out: list[Action]) -> None:

@@ -180,6 +180,35 @@ def test_a_call_reported_in_progress_that_never_comes_holds_the_batch_only_until
     assert end.stop_reason == "tool_calls" and end.pending_calls == ("lmb_1",)
 
 
+def test_calls_reported_in_progress_are_waited_for_a_window_after_each_call() -> None:
+    """Codex over HTTP on a busy machine: three calls reported together, made 25-27 ms apart (51 ms in all)."""
+    machine = new_machine(batch_window=0.05, batch_idle=0.015)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    for call_id in ("c1", "c2", "c3"):
+        machine.handle(announced(call_id, status="in_progress", title="Tool: editor/read_file"), 9.98)
+    for n, at in enumerate((10.0, 10.027, 10.051), start=1):
+        actions = machine.handle(ToolInvocation(f"k{n}", "read_file", {"path": str(n)}), at)
+        if n < 3:
+            assert not [a for a in actions if isinstance(a, EndTurn)]
+            assert machine.handle(Tick(), at + 0.0499) == []
+    (end,) = [a for a in actions if isinstance(a, EndTurn)]  # the last one: nothing more to wait for
+    assert end.pending_calls == ("lmb_1", "lmb_2", "lmb_3")
+
+
+def test_a_call_reported_in_progress_after_the_batch_opened_is_waited_for() -> None:
+    """Codex on a busy machine: its reports interleave with its calls, 25 ms apart (more than the idle time)."""
+    machine = new_machine(batch_window=0.05, batch_idle=0.015)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), 9.999)
+    machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+    machine.handle(announced("c2", status="in_progress", title="Tool: editor/read_file"), 10.006)
+    assert machine.handle(Tick(), 10.03) == []  # past the idle time: c2 is being made
+    actions = machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.031)
+    assert not [a for a in actions if isinstance(a, EndTurn)]  # the reports raced the calls: the idle timer decides
+    (end,) = machine.handle(Tick(), 10.05)
+    assert end.pending_calls == ("lmb_1", "lmb_2")
+
+
 def test_a_call_announced_pending_that_does_not_come_waits_only_for_the_idle_timer() -> None:
     """OpenCode reports every call of a response as pending, then makes them one after the other: the rest may come
     only once the editor answered the first."""
