@@ -1,18 +1,22 @@
-"""The opening of an MCP session over streamable HTTP, answered before the MCP SDK is imported.
+"""MCP over streamable HTTP answered without the MCP SDK, for the revisions that open a session with ``initialize``.
 
-A cold lmbridge imports the SDK (about half a second of CPU) in a worker thread while the agent starts. An agent that
-connects to its MCP servers before its first model call — Codex does, about 0.2 s after it was spawned — would wait
-that long for ``initialize`` and ``tools/list``, whose answers depend on nothing but the session's tools. So
-``mcp_synthetic.http`` gives them itself, in the SDK's words (the tests compare both, for every protocol version
-answered here), and hands the session to the SDK once it is imported, by replaying the agent's ``initialize`` to it.
+Importing the SDK costs about half a second of CPU per lmbridge process. On a small machine that CPU is taken from
+the agent, which is starting at the same moment: every agent's cold first chat paid for it (Claude Code's own start
+is CPU-bound, and ~0.6 s of CPU beside it delays it by ~0.15 s), and Codex, which connects ~0.2 s after it was
+spawned, waited for it. Yet what an agent asks of lmbridge's MCP server depends on nothing but the session's tools:
+``mcp_synthetic.http`` answers it itself, in the SDK's words (the tests compare both, message by message, for every
+revision answered here), and imports the SDK only when a request needs it.
 
-Tool calls made before the SDK is imported are run here too (``EarlyCall``: the session's own ``SessionTools.call``,
-its answer and heartbeats sent as the SDK sends them), and the agent may cancel them (``EarlyCancel``): at machine
-speed (a local model) the first call can come while the import still runs.
+Answered here: ``initialize`` (2024-11-05 … 2025-11-25), ``notifications/initialized``, ``tools/list``, ``ping``,
+``tools/call`` (``EarlyCall``: the session's own ``SessionTools.call``, heartbeats included), ``notifications/
+cancelled`` (``EarlyCancel``), the server's event stream (``GET``: ``EarlyStream``), the session's end (``DELETE``:
+``EarlyEnd``), a session id not known (404), and MCP 2026-07-28's ``server/discover``, refused as a server of the
+earlier revisions refuses it (``EarlyRefusal``), upon which clients open the session with ``initialize`` (the SDK's
+client and Claude Code do). Everything else — a batch, another method, a resumed stream, a header or a message the
+SDK would refuse — returns ``None``: the SDK takes the session over (``mcp_synthetic.http`` replays its
+``initialize`` to it) and answers.
 
-Owns the decisions only (sans-IO): given one HTTP request, what to do, or ``None`` — "wait for the SDK", which is what
-happens to anything unusual: another protocol revision, a batch, a GET stream, a header or a message the SDK would
-refuse.
+Owns the decisions only (sans-IO): given one HTTP request, what to do.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .server import HEARTBEAT_MESSAGE, INSTRUCTIONS, SERVER_NAME, SERVER_VERSION
+from .server import DISCOVERY_REFUSAL, HEARTBEAT_MESSAGE, INSTRUCTIONS, SERVER_NAME, SERVER_VERSION
 
 __all__ = [
     "EARLY_PROTOCOL_VERSIONS",
@@ -31,14 +35,19 @@ __all__ = [
     "EarlyAnswer",
     "EarlyCall",
     "EarlyCancel",
+    "EarlyEnd",
+    "EarlyRefusal",
+    "EarlyStream",
     "answer_early",
+    "list_changed_event",
     "progress_event",
     "result_event",
     "sse_headers",
+    "stream_conflict",
 ]
 
-# The revisions whose session opening is answered here: those of the SDK's that begin with ``initialize`` (it
-# answers an unknown revision with its newest, which is left to it).
+# The revisions answered here: those of the SDK's that begin with ``initialize`` (it answers an unknown revision with
+# its newest, which is left to it).
 EARLY_PROTOCOL_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 SESSION_HEADER = b"mcp-session-id"
 _VERSION_HEADER = b"mcp-protocol-version"
@@ -73,6 +82,44 @@ class EarlyCancel:
     request_id: str | int
 
 
+@dataclass(frozen=True, slots=True)
+class EarlyEnd:
+    """``DELETE`` of an early session: the agent ends it; withdraw its calls and answer 200 (as the SDK does)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyStream:
+    """``GET`` of an early session: its event stream, held open for the server's notifications (the tool list
+    changed) and pinged as the SDK pings it, until the agent hangs up or the session ends."""
+
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyRefusal:
+    """A JSON-RPC error sent as JSON at an HTTP error status: ``server/discover``, which servers of the revisions
+    answered here do not know. MCP 2026-07-28 clients take any error to it as "open the session with initialize"."""
+
+    status: int
+    body: bytes
+    session_id: str = ""  # sent back as the session's header (the SDK does for an existing session)
+
+
+# What the SDK answers for a session id it does not know (MCP: the client then opens a new session).
+_SESSION_NOT_FOUND = EarlyRefusal(
+    404, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
+)
+
+
+def stream_conflict(session_id: str) -> EarlyRefusal:
+    """The SDK's answer to a second event stream (GET) of a session: MCP allows one."""
+    message = "Conflict: Only one SSE stream is allowed per session"
+    body = _json({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
+    return EarlyRefusal(409, body, session_id)
+
+
 def sse_headers(session_id: str) -> list[tuple[bytes, bytes]]:
     """The SDK's headers for a response sent as a server-sent event stream."""
     return [
@@ -91,15 +138,27 @@ def answer_early(
     host: str,
     sessions: Mapping[str, str],
     listing: Callable[[], list[dict[str, Any]]],
-) -> EarlyAnswer | EarlyCall | EarlyCancel | None:
-    """What to do with one HTTP request made before the SDK is imported, or ``None`` to leave it to the SDK.
+) -> EarlyAnswer | EarlyCall | EarlyCancel | EarlyEnd | EarlyRefusal | EarlyStream | None:
+    """What to do with one HTTP request of a route the SDK does not serve, or ``None`` to leave it to the SDK.
 
     ``headers``: lower-case names; ``host``: the listener's ``127.0.0.1:<port>`` (the SDK's DNS-rebinding check, kept
-    here); ``sessions``: the MCP sessions opened early so far (id → negotiated protocol version); ``listing``: the
-    session's tools as ``tools/list`` gives them."""
-    if method != "POST" or headers.get(b"host", b"").decode("latin-1") != host or b"origin" in headers:
+    here); ``sessions``: the route's MCP sessions, all opened here (id → negotiated protocol version); ``listing``:
+    the session's tools as ``tools/list`` gives them."""
+    if headers.get(b"host", b"").decode("latin-1") != host or b"origin" in headers:
         return None
+    session_id = headers.get(SESSION_HEADER, b"").decode("latin-1")
+    if session_id and session_id not in sessions:  # the route's sessions are all here: an ended one, or a stranger
+        return _SESSION_NOT_FOUND
     accept = headers.get(b"accept", b"").decode("latin-1")
+    if method in ("DELETE", "GET"):
+        if not _in_session(headers, session_id, sessions):
+            return None
+        if method == "DELETE":
+            return EarlyEnd(session_id)
+        # The server's stream (MCP: for its own requests and notifications); resuming one is left to the SDK.
+        return EarlyStream(session_id) if "text/event-stream" in accept and b"last-event-id" not in headers else None
+    if method != "POST":
+        return None
     content_type = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
     if content_type != "application/json" or "application/json" not in accept or "text/event-stream" not in accept:
         return None
@@ -112,13 +171,15 @@ def answer_early(
     request_id = message.get("id")
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
         return None
-    session_id = headers.get(SESSION_HEADER, b"").decode("latin-1")
     rpc_method = message["method"]
     if not session_id:
+        if rpc_method == "server/discover" and request_id is not None:
+            error = {"code": -32601, "message": DISCOVERY_REFUSAL}
+            return EarlyRefusal(400, _json({"jsonrpc": "2.0", "id": request_id, "error": error}))
         return _initialize(message, request_id) if rpc_method == "initialize" else None
-    version = sessions.get(session_id)
-    if version is None or headers.get(_VERSION_HEADER, version.encode()).decode("latin-1") != version:
+    if not _in_session(headers, session_id, sessions):
         return None
+    version = sessions[session_id]
     params = message.get("params")
     if request_id is None:
         if rpc_method == "notifications/initialized":
@@ -142,6 +203,13 @@ def answer_early(
     return None
 
 
+def _in_session(headers: Mapping[bytes, bytes], session_id: str, sessions: Mapping[str, str]) -> bool:
+    """The request belongs to a session opened here, under its revision (a request without the version header is
+    taken as of it, as the SDK takes it)."""
+    version = sessions.get(session_id)
+    return version is not None and headers.get(_VERSION_HEADER, version.encode()).decode("latin-1") == version
+
+
 def _initialize(message: dict[str, Any], request_id: Any) -> EarlyAnswer | None:
     params = message.get("params")
     if request_id is None or not isinstance(params, dict):
@@ -163,6 +231,11 @@ def result_event(request_id: str | int, result: dict[str, Any]) -> bytes:
     return _event({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
+def list_changed_event() -> bytes:
+    """``notifications/tools/list_changed``, on a session's event stream."""
+    return _event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+
 def progress_event(token: str | int, beat: int) -> bytes:
     """A tool call's heartbeat (``notifications/progress``), on that call's event stream."""
     params = {"progressToken": token, "progress": beat, "message": HEARTBEAT_MESSAGE}
@@ -170,5 +243,8 @@ def progress_event(token: str | int, beat: int) -> bytes:
 
 
 def _event(message: dict[str, Any]) -> bytes:
-    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
-    return b"event: message\r\ndata: " + data.encode() + b"\r\n\r\n"
+    return b"event: message\r\ndata: " + _json(message) + b"\r\n\r\n"
+
+
+def _json(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()

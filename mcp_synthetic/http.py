@@ -6,9 +6,11 @@ Owns one listener for every session of an lmbridge process (``HttpEndpoints``): 
 all served by the project's HTTP server (``bridge.rpc.asgi``: Hypercorn's Trio worker). The SDK's DNS-rebinding
 protection stays on (the Host header must be this listener's address). A closed session's path answers 404.
 
-While the SDK is still importing, ``mcp_synthetic.early`` decides what can be answered without it (the opening of a
-session, its tool list, its tool calls), and this module answers; once imported, the SDK takes such a session over
-(the agent's ``initialize`` replayed to it) and requests of the agent's session id are served under the SDK's.
+The SDK is imported, and a route's session manager started, only when a request needs it: ``mcp_synthetic.early``
+decides what can be answered without it (for the revisions that open a session with ``initialize``: the opening,
+the tool list, the tool calls, the event stream, the end), and this module answers. A request that needs the SDK
+(a batch, another method, a resumed stream: anything unusual) starts it; the SDK then takes the route's sessions
+over (each agent's ``initialize`` replayed to it) and requests of an agent's session id are served under the SDK's.
 """
 
 from __future__ import annotations
@@ -27,10 +29,15 @@ from .early import (
     SESSION_HEADER,
     EarlyCall,
     EarlyCancel,
+    EarlyEnd,
+    EarlyRefusal,
+    EarlyStream,
     answer_early,
+    list_changed_event,
     progress_event,
     result_event,
     sse_headers,
+    stream_conflict,
 )
 from .server import SessionTools
 
@@ -38,20 +45,29 @@ __all__ = ["MAX_BODY", "HttpEndpoints", "load_http"]
 
 MAX_BODY = 16 * 1024 * 1024
 _PREFIX = "/mcp/"
-_START_TIMEOUT = 30.0  # seconds a request may wait for its route's session manager to start
+_PING_INTERVAL = 15.0  # seconds between keep-alive comments on an idle event stream, as the SDK sends them
+_START_TIMEOUT = 30.0  # seconds a request may wait for its route's session manager to start (the SDK's import too)
 
 
 @dataclass(slots=True)
 class _EarlySession:
-    """An MCP session opened by ``mcp_synthetic.early`` while the SDK was importing, until the SDK takes it over."""
+    """An MCP session opened by ``mcp_synthetic.early``, until it ends or the SDK takes it over."""
 
     scope: dict[str, Any]  # the agent's initialize request, replayed to the SDK
     body: bytes
     version: str
     initialized: bool = False  # the agent sent notifications/initialized (replayed too)
-    calls: dict[str | int, trio.CancelScope] = field(default_factory=dict)  # tool calls run early, by request id
+    calls: dict[str | int, trio.CancelScope] = field(default_factory=dict)  # tool calls run here, by request id
+    stream: trio.CancelScope | None = None  # its event stream (GET), while open
     sdk_id: bytes | None = None  # the SDK's id for it, once taken over (None after a failed take-over)
     adopted: trio.Event = field(default_factory=trio.Event)
+
+    def close(self) -> None:
+        """The session ended (or its route closed): withdraw its tool calls, end its event stream."""
+        for call in self.calls.values():
+            call.cancel()
+        if self.stream is not None:
+            self.stream.cancel()
 
 
 @dataclass(slots=True)
@@ -59,7 +75,9 @@ class _Route:
     tools: SessionTools
     authorization: bytes  # b"Bearer <token>"
     manager: Any = None  # mcp.server.streamable_http_manager.StreamableHTTPSessionManager, once the SDK runs it
-    served: trio.Event = field(default_factory=trio.Event)  # the manager runs (or the route closed)
+    needs_sdk: trio.Event = field(default_factory=trio.Event)  # a request needs the SDK: start the manager
+    served: trio.Event = field(default_factory=trio.Event)  # the manager runs (or cannot: the route closed, no SDK)
+    sdk_failed: bool = False  # the SDK could not be imported: what needs it gets 500, the rest is answered still
     early: dict[str, _EarlySession] = field(default_factory=dict)  # by the session id the agent was given
 
 
@@ -77,15 +95,21 @@ class HttpEndpoints:
     """The shared streamable-HTTP listener: ``run`` it in a nursery, then ``add`` a session's tools.
 
     The socket is bound, and URLs handed out, before anything is imported. It serves as soon as the HTTP server is
-    imported (``serving``, ~40 ms); until the SDK is imported too (``ready``, ~0.5 s, in a worker thread), the
-    opening of an MCP session is answered by ``mcp_synthetic.early`` and every other request waits for the SDK."""
+    imported (``serving``, ~40 ms). ``ready`` imports the SDK (~0.5 s of CPU, in a worker thread): it is awaited only
+    when a request needs the SDK (``own_answers=False``: for every route, at once — the tests compare both)."""
 
     def __init__(
-        self, log: Any, ready: Callable[[], Awaitable[None]], serving: Callable[[], Awaitable[None]] | None = None
+        self,
+        log: Any,
+        ready: Callable[[], Awaitable[None]],
+        serving: Callable[[], Awaitable[None]] | None = None,
+        *,
+        own_answers: bool = True,
     ) -> None:
         self._log = log
         self._ready = ready
         self._serving = serving or ready
+        self._own_answers = own_answers
         self._routes: dict[str, _Route] = {}
         self._port = 0
         self._nursery: trio.Nursery | None = None
@@ -102,8 +126,7 @@ class HttpEndpoints:
                     await self._serving()
                     await nursery.start(serve_asgi, self._app, [sock])
                     self._log.debug("MCP endpoints listening", port=self._port)
-                    await self._ready()
-                except Exception as exc:  # the SDK cannot be imported: refuse connections rather than hold them
+                except Exception as exc:  # the HTTP server cannot be imported: refuse connections, not hold them
                     self._log.error("cannot serve MCP over HTTP", error=str(exc))
                     nursery.cancel_scope.cancel()
                     return
@@ -120,16 +143,21 @@ class HttpEndpoints:
         route = secrets.token_hex(8)
         scope = trio.CancelScope()
         entry = self._routes[route] = _Route(tools, f"Bearer {token}".encode())
+        if not self._own_answers:
+            entry.needs_sdk.set()
         self._nursery.start_soon(self._serve_route, route, entry, scope)
         return f"http://127.0.0.1:{self._port}{_PREFIX}{route}", scope
 
     async def _serve_route(self, route: str, entry: _Route, scope: trio.CancelScope) -> None:
         with scope:
             try:
+                await entry.needs_sdk.wait()
                 try:
                     await self._ready()
-                except Exception:  # the SDK cannot be imported: run() says so and stops listening
-                    return
+                except Exception:  # the SDK cannot be imported (the import logged why): answer what needs no SDK
+                    entry.sdk_failed = True
+                    entry.served.set()
+                    await trio.sleep_forever()  # until the route closes
                 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
                 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -142,7 +170,7 @@ class HttpEndpoints:
                     security_settings=TransportSecuritySettings(allowed_hosts=[self._host], allowed_origins=[]),
                 )
                 async with manager.run():  # the SDK's task group for this session's MCP connections
-                    entry.manager = manager  # from here on no session opens early: the ones that did are handed over
+                    entry.manager = manager  # from here on the SDK opens sessions: those opened here are handed over
                     for early in list(entry.early.values()):
                         await self._hand_over(manager, early)
                     entry.served.set()
@@ -153,8 +181,7 @@ class HttpEndpoints:
                 entry.served.set()
                 for early in entry.early.values():
                     early.adopted.set()
-                    for call in early.calls.values():
-                        call.cancel()
+                    early.close()
 
     @property
     def _host(self) -> str:
@@ -175,14 +202,20 @@ class HttpEndpoints:
         tools = entry.tools
         if tools.tracer is not None:
             receive, send = _traced_receive(receive, tools), _traced_send(send, tools)
-        if entry.manager is None:  # the SDK is still importing
-            receive = await self._open_early(entry, scope, headers, receive, send)
+        if entry.manager is None:  # the SDK does not serve this route (yet)
+            receive = await self._answer_here(entry, scope, headers, receive, send)
             if receive is None:
                 return
+            if not entry.needs_sdk.is_set():
+                self._log.debug("an MCP request needs the SDK", method=scope.get("method"))
+                entry.needs_sdk.set()
             with trio.move_on_after(_START_TIMEOUT):
                 await entry.served.wait()
             if entry.manager is None:
-                await _plain(send, 404, b"no such MCP endpoint: the session it served has closed")
+                if entry.sdk_failed:
+                    await _plain(send, 500, b"the MCP SDK could not be imported: see lmbridge's log")
+                else:
+                    await _plain(send, 404, b"no such MCP endpoint: the session it served has closed")
                 return
         early = entry.early.get(headers.get(SESSION_HEADER, b"").decode("latin-1"))
         if early is not None:  # a session opened early: the SDK knows it under its own id
@@ -193,20 +226,33 @@ class HttpEndpoints:
             scope, send = _with_session_id(scope, send, early.sdk_id, headers[SESSION_HEADER])
         await entry.manager.handle_request(scope, receive, send)
 
-    async def _open_early(
+    async def _answer_here(
         self, entry: _Route, scope: dict[str, Any], headers: dict[bytes, bytes], receive: Any, send: Any
     ) -> Any:
-        """Answer a request of an MCP session's opening while the SDK imports (``None``: answered); else the
-        ``receive`` that gives the SDK the request again, body included."""
-        if scope.get("method") != "POST":
+        """Answer a request ``mcp_synthetic.early`` can answer (``None``: answered); else the ``receive`` that gives
+        the SDK the request again, body included."""
+        method = scope.get("method")
+        if method not in ("POST", "GET", "DELETE"):
             return receive
         body, more = await read_body(receive, _EARLY_BODY)
         if more is not None or entry.manager is not None:
             return _replay(body, more, receive)
         sessions = {session_id: early.version for session_id, early in entry.early.items()}
-        answer = answer_early("POST", headers, body, host=self._host, sessions=sessions, listing=entry.tools.listing)
+        answer = answer_early(method, headers, body, host=self._host, sessions=sessions, listing=entry.tools.listing)
         if answer is None:
             return _replay(body, None, receive)
+        if isinstance(answer, EarlyRefusal):
+            await _refuse(send, answer)
+            return None
+        if isinstance(answer, EarlyEnd):
+            ended = entry.early.pop(answer.session_id)
+            ended.close()
+            ended.adopted.set()  # a request of it still waiting for a take-over gets 404 (no SDK id)
+            await _answer_empty(send, 200, answer.session_id)
+            return None
+        if isinstance(answer, EarlyStream):
+            await self._stream(entry.tools, entry.early[answer.session_id], answer.session_id, receive, send)
+            return None
         if isinstance(answer, EarlyCall):
             await self._call_early(entry.tools, entry.early[answer.session_id], answer, receive, send)
             return None
@@ -214,13 +260,13 @@ class HttpEndpoints:
             running = entry.early[answer.session_id].calls.get(answer.request_id)
             if running is not None:
                 running.cancel()
-            await _accepted(send, answer.session_id)
+            await _answer_empty(send, 202, answer.session_id)
             return None
         if answer.opens_session:
             entry.early[answer.session_id] = _EarlySession(dict(scope), body, answer.protocol_version)
         if answer.status == 202:  # notifications/initialized
             entry.early[answer.session_id].initialized = True
-            await _accepted(send, answer.session_id)
+            await _answer_empty(send, 202, answer.session_id)
             return None
         await send({"type": "http.response.start", "status": 200, "headers": sse_headers(answer.session_id)})
         await send({"type": "http.response.body", "body": answer.body})
@@ -229,9 +275,9 @@ class HttpEndpoints:
     async def _call_early(
         self, tools: SessionTools, early: _EarlySession, call: EarlyCall, receive: Any, send: Any
     ) -> None:
-        """Run a tool call made before the SDK is imported, streaming its heartbeats and answer as the SDK would.
-        The agent withdraws it with ``notifications/cancelled`` (while the SDK is importing: after that the SDK,
-        which does not know the call, ignores it, and the call ends with the turn) or by hanging up."""
+        """Run a tool call, streaming its heartbeats and answer as the SDK would. The agent withdraws it with
+        ``notifications/cancelled`` (once the SDK has taken the session over, the SDK, which does not know the
+        call, ignores that: the call ends with the turn), by ending the session or by hanging up."""
         await send({"type": "http.response.start", "status": 200, "headers": sse_headers(call.session_id)})
         progress = None
         if call.progress_token is not None:
@@ -254,6 +300,38 @@ class HttpEndpoints:
         body = result_event(call.request_id, result) if result is not None else b""
         await send({"type": "http.response.body", "body": body})
 
+    async def _stream(
+        self, tools: SessionTools, early: _EarlySession, session_id: str, receive: Any, send: Any
+    ) -> None:
+        """The session's event stream: ``notifications/tools/list_changed`` when the editor's tools change, a
+        keep-alive comment every 15 s otherwise, until the agent hangs up, the session ends or the SDK takes it
+        over (MCP clients then open the stream again, from the SDK)."""
+        if early.stream is not None:  # MCP: one stream per session
+            await _refuse(send, stream_conflict(session_id))
+            return
+        changed = trio.Event()
+
+        def on_change() -> None:
+            changed.set()
+
+        headers = [*sse_headers(session_id), (b"connection", b"keep-alive")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        unwatch = tools.watch_changes(on_change)
+        try:
+            with trio.CancelScope() as early.stream:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_on_disconnect, receive, nursery.cancel_scope)
+                    while True:
+                        with trio.move_on_after(_PING_INTERVAL):
+                            await changed.wait()
+                        event = list_changed_event() if changed.is_set() else b": ping\r\n\r\n"
+                        changed = trio.Event()
+                        await send({"type": "http.response.body", "body": event, "more_body": True})
+        finally:
+            unwatch()
+            early.stream = None
+        await send({"type": "http.response.body", "body": b""})
+
     async def _hand_over(self, manager: Any, early: _EarlySession) -> None:
         """Replay an early session's ``initialize`` (and ``notifications/initialized``) to the SDK, which opens the
         session under its own id; requests of the agent's id are then served under it."""
@@ -265,6 +343,8 @@ class HttpEndpoints:
             self._log.warning("the MCP SDK did not take over a session opened early", error=str(exc))
         finally:
             early.adopted.set()
+            if early.stream is not None:  # the agent opens it again, from the SDK
+                early.stream.cancel()
 
 
 async def _replay_opening(manager: Any, early: _EarlySession) -> None:
@@ -282,13 +362,20 @@ async def _replay_opening(manager: Any, early: _EarlySession) -> None:
     early.sdk_id = sdk_id
 
 
-_EARLY_BODY = 1024 * 1024  # bytes: a session's opening is far smaller; a larger request is left to the SDK
+_EARLY_BODY = 1024 * 1024  # bytes: the requests answered here are far smaller; a larger one is left to the SDK
+_JSON = [(b"content-type", b"application/json")]
 
 
-async def _accepted(send: Any, session_id: str) -> None:
-    """202, as the SDK answers a notification."""
-    headers = [(b"content-type", b"application/json"), (SESSION_HEADER, session_id.encode())]
-    await send({"type": "http.response.start", "status": 202, "headers": headers})
+async def _refuse(send: Any, refusal: EarlyRefusal) -> None:
+    headers = [*_JSON, (SESSION_HEADER, refusal.session_id.encode())] if refusal.session_id else _JSON
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": refusal.body})
+
+
+async def _answer_empty(send: Any, status: int, session_id: str) -> None:
+    """No body, as the SDK answers a notification (202) and a session's end (200)."""
+    headers = [*_JSON, (SESSION_HEADER, session_id.encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 
 

@@ -29,6 +29,7 @@ from .names import ToolNames
 from .validation import ToolSchema
 
 __all__ = [
+    "DISCOVERY_REFUSAL",
     "HEARTBEAT_MESSAGE",
     "INSTRUCTIONS",
     "PROGRESS_INTERVAL",
@@ -59,6 +60,21 @@ def load_sdk() -> None:
     import mcp_types  # noqa: F401
     from mcp.server.lowlevel import NotificationOptions, Server  # noqa: F401
     from mcp.shared.message import SessionMessage  # noqa: F401
+
+
+# lmbridge's MCP server speaks the revisions that open a session with ``initialize``, on every transport: served
+# without the SDK over HTTP (``mcp_synthetic.early``), and alike where the SDK serves. A client of MCP 2026-07-28 asks
+# ``server/discover`` first and takes any error as "open the session with initialize".
+DISCOVERY_REFUSAL = (
+    "Method not found: server/discover. This server speaks MCP 2025-11-25 and earlier: open the session with "
+    "initialize."
+)
+
+
+async def _refuse_discovery(context: Any, params: Any) -> Any:
+    from mcp.shared.exceptions import MCPError
+
+    raise MCPError(-32601, DISCOVERY_REFUSAL)
 
 
 @functools.cache
@@ -128,6 +144,7 @@ class SessionTools:
         self._tools: dict[str, EditorTool] = {}  # by agent-facing name
         self._signature: tuple[Any, ...] = ()
         self._connections: list[Any] = []  # the SDK's per-connection sessions, for list_changed
+        self._watchers: set[Callable[[], None]] = set()  # event streams served without the SDK, for list_changed
         self._server: Any = None
 
     # -- the tool list ----------------------------------------------------------------------------------------
@@ -177,7 +194,14 @@ class SessionTools:
     def editor_names(self) -> set[str]:
         return {tool.editor_name for tool in self._tools.values()}
 
+    def watch_changes(self, watcher: Callable[[], None]) -> Callable[[], None]:
+        """Have ``watcher`` called when the tool list changes (``notify_changed``); returns what stops that."""
+        self._watchers.add(watcher)
+        return lambda: self._watchers.discard(watcher)
+
     async def notify_changed(self) -> None:
+        for watcher in list(self._watchers):
+            watcher()
         for connection in list(self._connections):
             try:
                 await connection.send_tool_list_changed()
@@ -202,6 +226,7 @@ class SessionTools:
             self._server.add_notification_handler(
                 "notifications/initialized", types.NotificationParams, self._initialized
             )
+            self._server.add_request_handler("server/discover", types.RequestParams, _refuse_discovery)
             # The SDK wraps every request in an OpenTelemetry span by default: about a sixth of a tool round trip's
             # cost here, for traces nobody collects (lmbridge has its own wire traces).
             self._server.middleware.clear()
@@ -235,6 +260,13 @@ class SessionTools:
                             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                         except Exception as exc:
                             await to_server_send.send(exc)
+                            continue
+                        if isinstance(message, types.JSONRPCRequest) and message.method == "server/discover":
+                            # Refused before the SDK sees it: it would hold the connection to MCP 2026-07-28 and
+                            # refuse the initialize that follows.
+                            error = types.ErrorData(code=-32601, message=DISCOVERY_REFUSAL)
+                            refusal = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+                            await from_server.send(SessionMessage(refusal))
                             continue
                         await to_server_send.send(SessionMessage(message))
 

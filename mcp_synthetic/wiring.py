@@ -18,6 +18,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,11 +73,31 @@ def _load_front() -> None:
 
 
 def _load_sdk_parts() -> None:
-    """The MCP SDK, for everything past an MCP session's opening (about half a second of CPU)."""
+    """The MCP SDK (about half a second of CPU): for the stdio relay, and over HTTP for what ``mcp_synthetic.early``
+    leaves to it."""
     load_sdk()
     from .http import load_http
 
     load_http()
+
+
+async def _import_quietly(load: Callable[[], None]) -> BaseException | None:
+    """Run ``load`` in a worker thread; the exception it raised, if any.
+
+    The SDK's import makes ~100,000 objects that live as long as the process: the cyclic collector scanning them as
+    they come costs ~12 % of it. Paused meanwhile; they are then frozen out of every later scan, as bridge.core.service
+    does for everything imported at start (with whatever garbage the turns of that moment left: a one-off)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        await trio.to_thread.run_sync(load)
+    except Exception as exc:
+        return exc
+    finally:
+        gc.freeze()
+        if collecting:
+            gc.enable()
+    return None
 
 
 class EditorToolsSetup:
@@ -91,8 +112,9 @@ class EditorToolsSetup:
         self._runtime_parent = runtime_dir
         self._runtime: Path | None = None
         self._nursery: trio.Nursery | None = None
+        self._front_loaded: trio.Event | None = None  # the schema checker and the HTTP server are imported (or not)
+        self._front_error: BaseException | None = None
         self._sdk_loaded: trio.Event | None = None
-        self._front_loaded = trio.Event()  # the schema checker and the HTTP server are imported (or failed to)
         self._sdk_error: BaseException | None = None
         self._served: dict[str, _Served] = {}  # by session key
         self._http: HttpEndpoints | None = None  # one streamable-HTTP listener for every session, started on demand
@@ -115,35 +137,44 @@ class EditorToolsSetup:
     # -- SessionSetup -------------------------------------------------------------------------------------------
 
     def prepare(self, request: Any) -> None:
-        """Start importing the MCP SDK (about half a second) as soon as a request with tools arrives."""
+        """Start importing what serving tools needs as soon as a request with tools arrives."""
         if request.tools:
             self.preload()
 
     def preload(self) -> None:
-        """Start importing the HTTP server, then the MCP SDK, in a worker thread, once."""
+        """Start importing the schema checker and the HTTP server (~0.1 s) in a worker thread, once. The MCP SDK is
+        imported only when something needs it (``sdk_ready``)."""
+        if self._front_loaded is None and self._nursery is not None:
+            self._front_loaded = trio.Event()
+            self._nursery.start_soon(self._import_front)
+
+    async def server_ready(self) -> None:
+        """Wait for ``preload``'s import (starting it if need be); ``RuntimeError`` when it failed."""
+        self.preload()
+        assert self._front_loaded is not None
+        await self._front_loaded.wait()
+        if self._front_error is not None:
+            raise RuntimeError(f"the HTTP server failed to load: {self._front_error}")
+
+    def _preload_sdk(self) -> None:
         if self._sdk_loaded is None and self._nursery is not None:
             self._sdk_loaded = trio.Event()
-            self._nursery.start_soon(self._load_sdk, self._sdk_loaded)
+            self._nursery.start_soon(self._import_sdk)
 
     async def sdk_ready(self) -> None:
-        """Wait for the import ``preload`` started (starting it if need be); ``RuntimeError`` when it failed."""
-        self.preload()
+        """Import the MCP SDK, once (about half a second of CPU, in a worker thread); ``RuntimeError`` when it
+        failed."""
+        await self.server_ready()
+        self._preload_sdk()
         assert self._sdk_loaded is not None
         await self._sdk_loaded.wait()
         if self._sdk_error is not None:
             raise RuntimeError(f"the MCP SDK failed to load: {self._sdk_error}")
 
-    async def server_ready(self) -> None:
-        """Wait for the HTTP server's import, the first part of ``preload``'s; ``RuntimeError`` when it failed."""
-        self.preload()
-        await self._front_loaded.wait()
-        if self._sdk_error is not None:
-            raise RuntimeError(f"the MCP SDK failed to load: {self._sdk_error}")
-
     async def mcp_servers(self, session: Any, request: Any) -> list[dict[str, Any]]:
-        """The session's server entry, at once: the import runs on while the agent starts its session; the MCP
-        connections wait for it (the HTTP server's, then for most requests the SDK's: ``mcp_synthetic.http``), not
-        ``session/new``."""
+        """The session's server entry, at once: the imports run on while the agent starts its session; the MCP
+        connections wait for them (the HTTP server's; the SDK's for the stdio relay, and over HTTP for what
+        ``mcp_synthetic.early`` leaves to it), not ``session/new``."""
         if not request.tools:
             return []
         self.preload()
@@ -177,6 +208,7 @@ class EditorToolsSetup:
                     "headers": [{"name": "Authorization", "value": f"Bearer {token}"}],
                 }
             ]
+        self._preload_sdk()  # the relay's connection will need it, a few hundred milliseconds from now
         path = self._socket_path()
         served.listener = await self._nursery.start(self._listen, path, token, tools)
         served.socket_path = path
@@ -259,28 +291,22 @@ class EditorToolsSetup:
 
     # -- sockets ----------------------------------------------------------------------------------------------
 
-    async def _load_sdk(self, loaded: trio.Event) -> None:
-        # The import makes ~100,000 objects that live as long as the process: the cyclic collector scanning them as
-        # they come costs ~12 % of it. Paused meanwhile; they are then frozen out of every later scan, as
-        # bridge.core.service does for everything imported at start (with whatever garbage the turns of that half
-        # second left: a one-off).
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            begun = trio.current_time()
-            await trio.to_thread.run_sync(_load_front)
-            self._front_loaded.set()
-            await trio.to_thread.run_sync(_load_sdk_parts)
+    async def _import_front(self) -> None:
+        assert self._front_loaded is not None
+        self._front_error = await _import_quietly(_load_front)
+        if self._front_error is not None:
+            self._log.error("cannot import the HTTP server", error=str(self._front_error))
+        self._front_loaded.set()
+
+    async def _import_sdk(self) -> None:
+        assert self._sdk_loaded is not None
+        begun = trio.current_time()
+        self._sdk_error = await _import_quietly(_load_sdk_parts)
+        if self._sdk_error is None:
             self._log.debug("MCP SDK imported", seconds=round(trio.current_time() - begun, 3))
-        except Exception as exc:
-            self._sdk_error = exc
-            self._log.error("cannot import the mcp SDK", error=str(exc))
-        finally:
-            gc.freeze()
-            if collecting:
-                gc.enable()
-            self._front_loaded.set()
-            loaded.set()
+        else:
+            self._log.error("cannot import the mcp SDK", error=str(self._sdk_error))
+        self._sdk_loaded.set()
 
     def _runtime_base(self) -> Path:
         parent = self._runtime_parent or os.environ.get("XDG_RUNTIME_DIR")

@@ -1,5 +1,6 @@
-"""The opening of an MCP session answered before the SDK is imported (mcp_synthetic.early): the same answers as the
-SDK's, over real HTTP on 127.0.0.1, and the SDK taking the session over once it is imported."""
+"""MCP over HTTP answered without the SDK (mcp_synthetic.early): the same answers as the SDK's, over real HTTP on
+127.0.0.1; the official SDK's client served start to end without the SDK's server; and the SDK taking a session over
+when a request needs it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -15,7 +16,16 @@ import pytest
 import trio
 import trio.testing
 
-from mcp_synthetic.early import EARLY_PROTOCOL_VERSIONS, EarlyAnswer, EarlyCall, EarlyCancel, answer_early
+from mcp_synthetic.early import (
+    EARLY_PROTOCOL_VERSIONS,
+    EarlyAnswer,
+    EarlyCall,
+    EarlyCancel,
+    EarlyEnd,
+    EarlyRefusal,
+    EarlyStream,
+    answer_early,
+)
 
 TOKEN = "secret-token"
 PNG = base64.b64encode(b"\x89PNG....").decode()
@@ -41,9 +51,11 @@ async def _answer(name: str, arguments: Any, cancel: Any) -> Any:
 
 
 @asynccontextmanager
-async def _listener(sdk: trio.Event | None, invoke: Callable[..., Any] = _answer) -> AsyncIterator[tuple[str, Any]]:
-    """An MCP endpoint on 127.0.0.1 whose HTTP server runs at once; its SDK is "imported" when ``sdk`` is set
-    (``None``: at once)."""
+async def _listener(
+    sdk: trio.Event | Callable[[], Awaitable[Any]] | None, invoke: Callable[..., Any] = _answer
+) -> AsyncIterator[tuple[str, Any]]:
+    """An MCP endpoint on 127.0.0.1 whose HTTP server runs at once; its SDK, when a request needs it, is "imported"
+    once ``sdk`` is set or returns (``None``: the SDK serves every request, as before lmbridge answered any itself)."""
     from mcp_synthetic.http import HttpEndpoints
     from mcp_synthetic.server import SessionTools
 
@@ -52,7 +64,8 @@ async def _listener(sdk: trio.Event | None, invoke: Callable[..., Any] = _answer
 
     tools = SessionTools(invoke, log=_Log())
     tools.update(TOOLS)
-    endpoints = HttpEndpoints(_Log(), sdk.wait if sdk is not None else nothing, nothing)
+    ready = nothing if sdk is None else sdk.wait if isinstance(sdk, trio.Event) else sdk
+    endpoints = HttpEndpoints(_Log(), ready, nothing, own_answers=sdk is not None)
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoints.run)
         url, _stop = endpoints.add(tools, TOKEN)
@@ -87,16 +100,29 @@ def _events(body: bytes) -> list[Any]:
     return [json.loads(line[5:]) for line in body.split(b"\r\n") if line.startswith(b"data:")]
 
 
+def _messages(headers: dict[str, str], body: bytes) -> Any:
+    """The JSON-RPC messages of an answer: an event stream's, or a JSON body (an error)."""
+    if headers.get("content-type", "").startswith("text/event-stream"):
+        return _events(body)
+    return json.loads(body) if body else None
+
+
 def _initialize(version: str) -> dict[str, Any]:
     params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
     return {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
 
 
 async def _exchange(url: str, version: str) -> list[tuple[int, str, Any]]:
-    """One session's opening and its use, as an agent makes them: status, content type and messages of each."""
+    """One session's opening, its use and its end, as an agent makes them: status, content type and messages of
+    each (the event stream's head included)."""
     status, headers, body = await _request(url, _initialize(version))
     session = headers["mcp-session-id"]
     answers = [(status, headers["content-type"], _events(body))]
+    stream = await _open_stream(url, session)
+    head = (await _response_head(stream)).decode().lower().replace(session, "(the session)").split("\r\n")
+    await stream.aclose()
+    wanted = ("content-type", "cache-control", "mcp-session-id")
+    answers.append((int(head[0].split()[1]), "", sorted(line for line in head[1:] if line.startswith(wanted))))
     for message in (
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
@@ -114,6 +140,9 @@ async def _exchange(url: str, version: str) -> list[tuple[int, str, Any]]:
         status, headers, body = await _request(url, message, session)
         assert headers["mcp-session-id"] == session
         answers.append((status, headers["content-type"], _events(body)))
+    for method, message in (("DELETE", None), ("POST", {"jsonrpc": "2.0", "id": 7, "method": "tools/list"})):
+        status, headers, body = await _request(url, message, session, method)  # the end, then a request after it
+        answers.append((status, headers["content-type"], _messages(headers, body)))
     return answers
 
 
@@ -125,7 +154,7 @@ async def test_a_session_opened_before_the_sdk_is_imported_gets_the_sdks_answers
         by_sdk = await _exchange(sdk_url, version)
     assert early == by_sdk
     assert early[0][2][0]["result"]["protocolVersion"] == version  # the SDK takes this revision: it echoes it
-    assert [status for status, _, _ in early] == [200, 202, 200, 200, 200, 200, 200, 200]
+    assert [status for status, _, _ in early] == [200, 200, 202, 200, 200, 200, 200, 200, 200, 200, 404]
 
 
 async def test_the_early_answers_are_valid_mcp() -> None:
@@ -137,39 +166,118 @@ async def test_the_early_answers_are_valid_mcp() -> None:
     async with _listener(never) as (url, _):
         answers = await _exchange(url, "2025-11-25")
     mcp_types.InitializeResult.model_validate(answers[0][2][0]["result"])
-    mcp_types.ListToolsResult.model_validate(answers[2][2][0]["result"])
-    mcp_types.CallToolResult.model_validate(answers[4][2][0]["result"])
+    mcp_types.ListToolsResult.model_validate(answers[3][2][0]["result"])
+    mcp_types.CallToolResult.model_validate(answers[5][2][0]["result"])
     [beat] = _events(progress_event("tok", 2))
     mcp_types.ProgressNotification.model_validate(beat)
 
 
-async def test_the_sdk_takes_over_a_session_opened_before_it_was_imported() -> None:
+async def test_the_sdk_takes_over_a_session_when_a_request_needs_it() -> None:
     sdk = trio.Event()
-    async with _listener(sdk) as (url, tools):
+    async with _listener(sdk) as (url, tools), trio.open_nursery() as nursery:
         _, headers, _ = await _request(url, _initialize("2025-06-18"))
         session = headers["mcp-session-id"]
         assert (await _request(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session))[0] == 202
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "erase", "arguments": {}}}
         status, _, body = await _request(url, call, session)
         assert status == 200 and _events(body)[0]["result"]["content"][0]["text"] == "erase: {}"
+        stream = await _open_stream(url, session)
+        assert (await _response_head(stream)).startswith(b"HTTP/1.1 200")
         assert tools._connections == []  # no SDK session yet
 
-        stream = await _open_stream(url, session)
-        await trio.testing.wait_all_tasks_blocked()  # the GET is in, held: the early path never answers a GET
+        answers: list[Any] = []
+
+        async def unusual() -> None:  # a method lmbridge does not answer itself: the SDK's "method not found"
+            answers.append(await _request(url, {"jsonrpc": "2.0", "id": 2, "method": "resources/list"}, session))
+
+        nursery.start_soon(unusual)
+        await trio.testing.wait_all_tasks_blocked()  # the request is in, held while the SDK "imports"
+        assert answers == []
         sdk.set()
         with trio.fail_after(30):
-            head = await _response_head(stream)
-        assert head.startswith(b"HTTP/1.1 200") and b"content-type: text/event-stream" in head.lower(), head
-        await stream.aclose()
+            while not answers:
+                await trio.sleep(0.01)
+            rest = b""
+            while not rest.endswith(b"0\r\n\r\n"):  # the stream served without the SDK ends at the take-over,
+                rest += await stream.receive_some()  # in good order: the last chunk, not a cut connection
+        [(status, headers, body)] = answers
+        assert status == 200 and headers["mcp-session-id"] == session  # the agent keeps its id
+        assert _events(body)[0]["error"]["code"] == -32601
         [sdk_session] = tools._connections  # the replayed notifications/initialized reached the SDK
         assert sdk_session is not None
 
-        call["id"] = 2
+        call["id"] = 3
         status, headers, body = await _request(url, call, session)
-        assert status == 200 and headers["mcp-session-id"] == session  # the agent keeps its id
+        assert status == 200 and headers["mcp-session-id"] == session
         assert _events(body)[0]["result"]["content"][0]["text"] == "erase: {}"
         assert (await _request(url, None, session, "DELETE"))[0] == 200
         assert (await _request(url, call, session))[0] == 404  # ended at the SDK: MCP clients open a new one
+
+
+async def test_the_official_client_is_served_start_to_end_without_the_sdks_server() -> None:
+    """The MCP SDK's own client, as it connects by default (``server/discover`` first, MCP 2026-07-28): it falls back
+    to ``initialize``, opens the event stream, lists and calls tools, hears of a tool list change, and ends the
+    session — and lmbridge never needs the SDK's server for any of it."""
+    import httpx2
+    import mcp_types
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    needed: list[str] = []
+
+    async def sdk() -> None:
+        needed.append("the SDK")
+        await trio.sleep_forever()
+
+    notified = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            notified.set()
+
+    async with _listener(sdk) as (url, tools):
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with trio.fail_after(30):
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=None) as http,
+                Client(streamable_http_client(url, http_client=http), message_handler=on_message) as client,
+            ):
+                assert client.protocol_version == "2025-11-25"
+                listed = await client.list_tools()
+                assert [tool.name for tool in listed.tools] == ["get_weather", "erase", "broken"]
+                result = await client.call_tool("get_weather", {"city": "Oslo"})
+                assert result.content[0].text == 'get_weather: {"city": "Oslo"}'  # type: ignore[union-attr]
+                await trio.testing.wait_all_tasks_blocked()  # the client's event stream is open
+                assert tools.update([*TOOLS, {"name": "get_time", "inputSchema": {"type": "object"}}])
+                await tools.notify_changed()
+                await notified.wait()
+                assert "get_time" in [tool.name for tool in (await client.list_tools()).tools]
+    assert needed == []
+
+
+async def test_when_the_sdk_cannot_be_imported_only_what_needs_it_fails() -> None:
+    async def broken() -> None:
+        raise RuntimeError("the MCP SDK failed to load: No module named 'mcp'")
+
+    from mcp_synthetic.http import HttpEndpoints
+    from mcp_synthetic.server import SessionTools
+
+    async def nothing() -> None:
+        pass
+
+    tools = SessionTools(_answer, log=_Log())
+    tools.update(TOOLS)
+    endpoints = HttpEndpoints(_Log(), broken, nothing)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoints.run)
+        url, _stop = endpoints.add(tools, TOKEN)
+        _, headers, _ = await _request(url, _initialize("2025-11-25"))
+        session = headers["mcp-session-id"]
+        status, _, body = await _request(url, {"jsonrpc": "2.0", "id": 1, "method": "resources/list"}, session)
+        assert status == 500 and b"could not be imported" in body
+        status, _, body = await _request(url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+        assert status == 200 and len(_events(body)[0]["result"]["tools"]) == 3
+        nursery.cancel_scope.cancel()
 
 
 async def _open_stream(url: str, session: str) -> trio.SocketStream:
@@ -259,11 +367,17 @@ def _decide(message: Any, headers: dict[bytes, bytes] | None = None, method: str
         ("no event stream accepted", _initialize("2025-06-18"), {**GOOD, b"accept": b"application/json"}, "POST"),
         ("not JSON content", _initialize("2025-06-18"), {**GOOD, b"content-type": b"text/plain"}, "POST"),
         (
-            "an unknown session",
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-            {**GOOD, b"mcp-session-id": b"s9"},
-            "POST",
+            "a resumed event stream",
+            b"",
+            {**GOOD, b"mcp-session-id": b"s1", b"last-event-id": b"e1"},
+            "GET",
         ),
+        ("an event stream not accepted", b"", {b"host": HOST.encode(), b"mcp-session-id": b"s1"}, "GET"),
+        ("a stream without a session", b"", GOOD, "GET"),
+        ("an end without a session", b"", GOOD, "DELETE"),
+        ("another HTTP method", b"", {**GOOD, b"mcp-session-id": b"s1"}, "PUT"),
+        ("an end from another host", b"", {b"host": b"evil.example:4000", b"mcp-session-id": b"s1"}, "DELETE"),
+        ("a discovery that is a notification", {"jsonrpc": "2.0", "method": "server/discover"}, None, "POST"),
         (
             "another revision's header",
             {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
@@ -301,3 +415,54 @@ def test_the_decisions_for_a_session_opened_early() -> None:
     )
     cancelled = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}}
     assert _decide(cancelled, in_session) == EarlyCancel("s1", "c")
+    assert _decide(b"", in_session, "GET") == EarlyStream("s1")
+    assert _decide(b"", in_session, "DELETE") == EarlyEnd("s1")
+
+
+@pytest.mark.parametrize("method", ["POST", "GET", "DELETE"])
+def test_a_session_not_known_is_not_found(method: str) -> None:
+    """All of a route's sessions are opened here until the SDK serves it: another id is an ended session's, or a
+    stranger's. The SDK's answer, which tells MCP clients to open a new session."""
+    refusal = _decide({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {**GOOD, b"mcp-session-id": b"s9"}, method)
+    assert isinstance(refusal, EarlyRefusal) and refusal.status == 404
+    error = {"code": -32600, "message": "Session not found"}
+    assert json.loads(refusal.body) == {"jsonrpc": "2.0", "id": None, "error": error}
+
+
+def test_discovery_is_refused_as_a_server_of_the_initialize_revisions_refuses_it() -> None:
+    refusal = _decide({"jsonrpc": "2.0", "id": "d1", "method": "server/discover", "params": {}})
+    assert isinstance(refusal, EarlyRefusal) and refusal.status == 400 and refusal.session_id == ""
+    answer = json.loads(refusal.body)
+    assert answer["id"] == "d1" and answer["error"]["code"] == -32601
+    assert "initialize" in answer["error"]["message"]  # what the client should do instead
+
+
+async def test_where_the_sdk_serves_discovery_is_refused_alike_and_initialize_follows() -> None:
+    """The stdio relay's server is the SDK's: a ``server/discover`` reaching it would hold the connection to MCP
+    2026-07-28 and refuse the ``initialize`` after it. lmbridge refuses discovery there as over HTTP."""
+    from mcp_synthetic.server import DISCOVERY_REFUSAL, SessionTools, load_sdk
+
+    await trio.to_thread.run_sync(load_sdk)
+    tools = SessionTools(_answer, log=_Log())
+    tools.update(TOOLS)
+    agent, server = trio.testing.memory_stream_pair()
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    discover = {"jsonrpc": "2.0", "id": "d", "method": "server/discover", "params": {"_meta": meta}}
+    answers = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tools.serve, server)
+        received = b""
+        for message in (discover, _initialize("2025-11-25")):
+            await agent.send_all(json.dumps(message).encode() + b"\n")
+            with trio.fail_after(30):
+                while b"\n" not in received:
+                    received += await agent.receive_some()
+            line, _, received = received.partition(b"\n")
+            answers.append(json.loads(line))
+        nursery.cancel_scope.cancel()
+    assert answers[0] == {"jsonrpc": "2.0", "id": "d", "error": {"code": -32601, "message": DISCOVERY_REFUSAL}}
+    assert answers[1]["result"]["protocolVersion"] == "2025-11-25"

@@ -157,7 +157,7 @@ def test_the_agent_sees_the_clients_annotations_and_read_only_unless_told_otherw
     assert agent_annotations(client, parallel=parallel) == seen
 
 
-# -- the shared HTTP listener: URLs before the SDK is imported ------------------------------------------------------
+# -- the shared HTTP listener: URLs before the HTTP server is imported -------------------------------------------------
 
 
 def _post_initialize(url: str) -> int:
@@ -197,14 +197,14 @@ def _endpoints(ready: Any) -> tuple[Any, Any]:
     return HttpEndpoints(Log(), ready), tools
 
 
-async def test_a_session_gets_its_url_before_the_sdk_is_ready_and_is_served_once_it_is() -> None:
+async def test_a_session_gets_its_url_before_the_http_server_is_imported_and_is_served_once_it_is() -> None:
     import trio
 
-    sdk_imported = trio.Event()
-    endpoints, tools = _endpoints(sdk_imported.wait)
+    server_imported = trio.Event()
+    endpoints, tools = _endpoints(server_imported.wait)
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoints.run)
-        url, _stop = endpoints.add(tools, "secret-token")  # at once: the SDK is not "imported" yet
+        url, _stop = endpoints.add(tools, "secret-token")  # at once: the HTTP server is not "imported" yet
         assert url.startswith("http://127.0.0.1:") and "/mcp/" in url
         statuses: list[int] = []
         answered = trio.Event()
@@ -214,14 +214,14 @@ async def test_a_session_gets_its_url_before_the_sdk_is_ready_and_is_served_once
             answered.set()
 
         nursery.start_soon(agent_connects)
-        sdk_imported.set()  # the agent's request, wherever it is by now, is answered once serving starts
+        server_imported.set()  # the agent's request, wherever it is by now, is answered once serving starts
         with trio.fail_after(30):
             await answered.wait()
         assert statuses == [200]
         nursery.cancel_scope.cancel()
 
 
-async def test_when_the_sdk_cannot_be_imported_connections_are_refused_not_held() -> None:
+async def test_when_the_http_server_cannot_be_imported_connections_are_refused_not_held() -> None:
     import urllib.error
 
     import trio
@@ -230,7 +230,7 @@ async def test_when_the_sdk_cannot_be_imported_connections_are_refused_not_held(
 
     async def broken() -> None:
         await import_ends.wait()
-        raise RuntimeError("the MCP SDK failed to load: No module named 'mcp'")
+        raise RuntimeError("the HTTP server failed to load: No module named 'hypercorn'")
 
     endpoints, tools = _endpoints(broken)
     gave_up = trio.Event()

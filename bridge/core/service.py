@@ -164,8 +164,8 @@ class BridgeService:
 
     def prestart_agents(self) -> None:
         """An editor connected: start the agents configured with ``prestart``, and the imports serving its tools
-        needs (the MCP SDK, the HTTP server, the schema checker: about half a second of CPU, once per process), which
-        its first chat would otherwise wait for (editors send their tools with every chat)."""
+        needs (the HTTP server and the schema checker, ~0.1 s of CPU once per process; the MCP SDK only when something
+        needs it), which its first chat would otherwise wait for (editors send their tools with every chat)."""
         for config in self.pool.configs.values():
             if config.prestart:
                 self.pool.prestart(config.id)
