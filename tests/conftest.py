@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -92,6 +93,16 @@ def processes_with_marker(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def gone_after_kill(marker: str, timeout: float = 10.0) -> list[int]:
+    """``processes_with_marker`` once the processes a SIGKILL was just sent to are gone: a process killed with its
+    group dies asynchronously (the group leader is reaped at once, another member may still be exiting). Returns
+    what is left after ``timeout`` — ``[]`` unless something survived."""
+    deadline = time.monotonic() + timeout
+    while (left := processes_with_marker(marker)) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling an outside condition (a process's exit), bounded: not a synchronisation
+    return left
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import trio
-from conftest import processes_with_marker
+from conftest import gone_after_kill, processes_with_marker
 
 from bridge.acp.pool import AgentPool
 from bridge.acp.spawn import EarlyAgent, first_chat_agent, spawn_agent, start_early
@@ -77,7 +77,7 @@ def test_abandoning_an_early_agent_stops_its_whole_process_group(marker: str) ->
     early.abandon()
     early.abandon()  # once is enough; twice is harmless
     assert early.process.returncode is not None
-    assert processes_with_marker(marker) == []
+    assert gone_after_kill(marker) == []
 
 
 async def test_a_pool_that_cannot_take_an_early_agent_stops_it(marker: str) -> None:
@@ -85,7 +85,7 @@ async def test_a_pool_that_cannot_take_an_early_agent_stops_it(marker: str) -> N
     early = _started(marker)
     pool.adopt(early)
     assert early.adopted and early.process.returncode is not None
-    assert processes_with_marker(marker) == []
+    assert gone_after_kill(marker) == []
 
 
 async def test_shutting_down_before_an_adopted_agent_ran_stops_it(marker: str) -> None:
@@ -96,4 +96,4 @@ async def test_shutting_down_before_an_adopted_agent_ran_stops_it(marker: str) -
         pool.adopt(early)
         nursery.cancel_scope.cancel()  # before the start task ran: the pool's nursery is cancelled with it
     assert early.process.poll() is not None
-    assert processes_with_marker(marker) == []
+    assert gone_after_kill(marker) == []
