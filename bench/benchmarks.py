@@ -20,7 +20,7 @@ from typing import Any
 
 from .common import Row, Workspace, children_of, rss_kib, summarize, tree_memory
 from .mcp_server import ECHO_TOOL
-from .wire import MCP_SERVER, BridgeClient, assistant_message, clock, user
+from .wire import MCP_SERVER, BridgeClient, Peer, assistant_message, clock, user
 
 __all__ = ["BENCHMARKS", "FULL", "QUICK", "Plan"]
 
@@ -242,9 +242,23 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
     windowed = ws.bridge(ws.config(max_sessions=5000), "tools-window") if plan.tool_window_reps else None
     direct = ws.direct(name="tools-agent")
     server = [{"name": "editor", "command": sys.executable, "args": [MCP_SERVER], "env": []}]
+    # The same over streamable HTTP, what agents advertising HTTP MCP get (all four real agents).
+    bridge_http = ws.bridge(ws.config(mcp_http=True, max_sessions=5000, tool_batch_window=1e-6), "tools-http")
+    http_server = Peer([sys.executable, MCP_SERVER, "--http"], env=ws.env)
+    endpoint = json.loads(http_server.line())
+    server_http = [
+        {
+            "type": "http",
+            "name": "editor",
+            "url": endpoint["url"],
+            "headers": [{"name": "Authorization", "value": f"Bearer {endpoint['token']}"}],
+        }
+    ]
     samples: dict[str, list[float]] = {
         "bridge": [],
         "direct": [],
+        "bridge_http": [],
+        "direct_http": [],
         "window": [],
         "announced": [],
         "early": [],
@@ -252,10 +266,14 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
     }
     try:
         bridge.initialize()
+        bridge_http.initialize()
         direct.initialize()
         _warm(bridge)
-        _bridged_tool_timings(bridge, 2)  # warm-up: the agent starts, the bridge imports the MCP SDK
+        _warm(bridge_http)
+        _bridged_tool_timings(bridge, 2)  # warm-up: the agent starts, the bridge imports the MCP SDK (for the relay)
+        _bridged_tool_timings(bridge_http, 2)
         _timings(direct.prompt_texts(direct.new_session(server), "tools 2")[-1])
+        _timings(direct.prompt_texts(direct.new_session(server_http), "tools 2")[-1])
 
         def via_bridge() -> None:
             timings = _bridged_tool_timings(bridge, plan.tool_calls)
@@ -268,8 +286,15 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             texts = direct.prompt_texts(direct.new_session(server), f"tools {plan.tool_calls}")
             samples["direct"] += _timings(texts[-1])
 
+        def via_bridge_http() -> None:
+            samples["bridge_http"] += _bridged_tool_timings(bridge_http, plan.tool_calls)
+
+        def via_direct_http() -> None:
+            texts = direct.prompt_texts(direct.new_session(server_http), f"tools {plan.tool_calls}")
+            samples["direct_http"] += _timings(texts[-1])
+
         for rep in range(plan.tool_reps):
-            order = (via_bridge, via_direct)
+            order = (via_bridge, via_direct, via_bridge_http, via_direct_http)
             for run in order if rep % 2 == 0 else order[::-1]:
                 run()
         if windowed is not None:
@@ -281,7 +306,9 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
                 samples["announced"] += _bridged_tool_timings(windowed, 20, announce=True)
     finally:
         bridge.close()
+        bridge_http.close()
         direct.close()
+        http_server.close()
         if windowed is not None:
             windowed.close()
     b, d = summarize(samples["bridge"]), summarize(samples["direct"])
@@ -307,6 +334,23 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             },
         )
     ]
+    bh, dh = summarize(samples["bridge_http"]), summarize(samples["direct_http"])
+    added_http = {"median": bh.median - dh.median, "p99": bh.p99 - dh.p99}  # type: ignore[operator]
+    rows.append(
+        Row(
+            "3 tool round trip",
+            "… MCP over streamable HTTP (what agents advertising it get)",
+            "ms",
+            bh,
+            dh,
+            "the same call to lmbridge's MCP endpoint code answering in-process (bench/mcp_server.py --http)",
+            goal="overhead ≤ 0.5 ms",
+            passed=added_http["median"] <= 0.5,
+            added=added_http,
+            notes=f"tool_batch_window = 1 µs; {plan.tool_reps} × {plan.tool_calls} calls each way, alternating "
+            "with the rows above; one keep-alive HTTP connection; the MCP SDK is not imported on this path",
+        )
+    )
     if samples["window"]:
         w = summarize(samples["window"])
         added_w = {"median": w.median - d.median, "p99": w.p99 - d.p99}  # type: ignore[operator]
@@ -627,6 +671,9 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
     first_part["direct"] = []
     lengths: dict[int, list[int]] = {size: [] for size in sizes}
     request_bytes: dict[int, int] = {}
+    requests: dict[int, bytes] = {}  # the last request sent at each size: the floor readers get the same bytes
+    floors = {kind: Peer(_line_reader(kind), env=ws.env) for kind in ("read", "parse")}
+    floor_ms: dict[tuple[str, int], list[float]] = {(kind, size): [] for kind in floors for size in sizes}
     try:
         bridge.initialize()
         direct.initialize()
@@ -670,7 +717,15 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
             first_part[size].append((seen[0] - started) * 1000)
             lengths[size].append(len(messages))
             request_bytes[size] = len(data)
+            requests[size] = data
             conversations[size] = messages + [assistant_message(parts)]
+
+        def via_floor(kind: str, size: int) -> None:
+            reader = floors[kind]
+            started = clock()
+            reader.write(requests[size])
+            reader.line()
+            floor_ms[(kind, size)].append((reader.read_at - started) * 1000)
 
         def via_direct(rep: int) -> None:
             started = clock()
@@ -686,9 +741,14 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
             via_direct(rep)
             for size in order:
                 via_bridge(size, rep)
+            for size in order:
+                for kind in floors:
+                    via_floor(kind, size)
     finally:
         bridge.close()
         direct.close()
+        for reader in floors.values():
+            reader.close()
 
     rows = []
     direct_summary = summarize(first_part["direct"])
@@ -724,8 +784,31 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
                     extra={"request_bytes": request_bytes[size], "messages": lengths[size][:3]},
                 )
             )
+    large = sizes[-1]
+    for kind, what in (("read", "reads it"), ("parse", "reads it and parses it once (json.loads)")):
+        s, small_floor = summarize(floor_ms[(kind, large)]), summarize(floor_ms[(kind, sizes[0])])
+        rows.append(
+            Row(
+                "6 history",
+                f"floor: the same {large:,}-message request to a process that {what}, then answers",
+                "ms",
+                s,
+                small_floor,
+                f"the same with {sizes[0]} messages",
+                notes=f"growth {s.median - small_floor.median:.2f} ms (median; lmbridge's: "
+                f"{summarize(first_part[large]).median - small.median:.2f} ms): what moving"
+                + (" and decoding" if kind == "parse" else "")
+                + " the bytes costs a Python process (bench/line_reader.py, standard library, its pipe widened "
+                "as lmbridge's)",
+            )
+        )
     rows += _matching(plan)
     return rows
+
+
+def _line_reader(kind: str) -> list[str]:
+    script = str(Path(__file__).with_name("line_reader.py"))
+    return [sys.executable, script, *(["--parse"] if kind == "parse" else [])]
 
 
 def _matching(plan: Plan) -> list[Row]:

@@ -6,6 +6,10 @@ MCP server (``mcp_synthetic/server.py``), over its own stdin/stdout instead of t
 between the two measurements is the bridge's part — the shim's relay, the socket, the session actor and the round
 trip to the editor. It offers one tool, ``echo``, whose result is the text ``ok`` (the bench editor answers the
 bridged call with the same text). Run as ``python bench/mcp_server.py``; it exits at end of input.
+
+With ``--http`` it is the baseline of the same figure over streamable HTTP: lmbridge's own MCP endpoint
+(``mcp_synthetic.http``, what agents advertising HTTP MCP get) on 127.0.0.1, the tool answered in-process at once.
+It writes one line, ``{"url": …, "token": …}``, then serves until its stdin ends.
 """
 
 from __future__ import annotations
@@ -79,7 +83,46 @@ async def serve() -> None:
         nursery.cancel_scope.cancel()
 
 
-if __name__ == "__main__":
+async def serve_http() -> None:
+    import json
+    import secrets
+    import sys
+
     import trio
 
-    trio.run(serve)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from mcp_synthetic.http import HttpEndpoints
+    from mcp_synthetic.server import SessionTools
+
+    class Quiet:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: self if name == "bind" else None
+
+    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+        return {"content": [{"type": "text", "value": "ok"}]}, ""
+
+    async def nothing() -> None:
+        from bridge.rpc.asgi import load_server
+
+        load_server()
+
+    tools = SessionTools(invoke, log=Quiet())
+    tools.update([ECHO_TOOL])
+    endpoints = HttpEndpoints(Quiet(), nothing, nothing)
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(endpoints.run)
+        token = secrets.token_urlsafe(16)
+        url, _stop = endpoints.add(tools, token)
+        os.write(1, json.dumps({"url": url, "token": token}).encode() + b"\n")
+        while await stdin.receive_some(4096):
+            pass
+        nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    import sys
+
+    import trio
+
+    trio.run(serve_http if "--http" in sys.argv[1:] else serve)

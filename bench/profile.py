@@ -1,7 +1,7 @@
 """Where the bridge's time goes: run one benchmark scenario against ``lmbridge stdio`` with py-spy attached to the
 daemon, then print the hottest functions (self and inclusive time) and modules, as percentages of the samples.
 
-    python -m bench.profile throughput|latency|tools|history [--py-spy PATH] [--rate HZ] [--save DIR]
+    python -m bench.profile throughput|latency|tools|history [--py-spy PATH] [--rate HZ] [--save DIR] [--mcp-http]
 
 py-spy is not a dependency of lmbridge; install it anywhere (``python -m venv /tmp/spy && /tmp/spy/bin/pip install
 py-spy``) and pass ``--py-spy /tmp/spy/bin/py-spy`` or put it on PATH. The daemon is paused for each sample
@@ -149,11 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--save", type=Path, help="keep py-spy's raw output (collapsed stacks) in this directory")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--mcp-http",
+        action="store_true",
+        help="the bench agent takes HTTP MCP servers (tools: over HTTP, not the relay)",
+    )
     args = parser.parse_args(argv)
 
     workspace = Workspace()
     window = {"tool_batch_window": 1e-6} if args.scenario == "tools" else {}
-    bridge = workspace.bridge(workspace.config(max_sessions=5000, **window))
+    bridge = workspace.bridge(workspace.config(mcp_http=args.mcp_http, max_sessions=5000, **window))
     out_dir = args.save or workspace.path
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / f"{args.scenario}.collapsed.txt"
