@@ -100,7 +100,8 @@ class EarlyStream:
 @dataclass(frozen=True, slots=True)
 class EarlyRefusal:
     """A JSON-RPC error sent as JSON at an HTTP error status: ``server/discover``, which servers of the revisions
-    answered here do not know. MCP 2026-07-28 clients take any error to it as "open the session with initialize"."""
+    answered here do not know (MCP 2026-07-28 clients take any error to it as "open the session with initialize"),
+    an unknown session (404), a second event stream (409)."""
 
     status: int
     body: bytes

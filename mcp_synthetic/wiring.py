@@ -300,6 +300,8 @@ class EditorToolsSetup:
 
     async def _import_sdk(self) -> None:
         assert self._sdk_loaded is not None
+        if self._front_loaded is not None:  # one import at a time: the relay starts this one beside preload's
+            await self._front_loaded.wait()
         begun = trio.current_time()
         self._sdk_error = await _import_quietly(_load_sdk_parts)
         if self._sdk_error is None:
