@@ -67,9 +67,11 @@ def _remove_stale_runtime_dirs(parent: Path) -> None:
 
 def _load_front() -> None:
     """What a session needs first, soonest first: the schema checker (each session's ``session/new`` compiles its
-    tools' schemas), then the HTTP server (an agent's MCP connection may come ~0.2 s after it started)."""
+    tools' schemas), then the HTTP server and lmbridge's MCP endpoint (an agent's MCP connection may come ~0.2 s after
+    it started; a prestarted agent's comes with the first chat, which should not import them)."""
     warm_up_schemas()
     load_server()
+    from . import http  # noqa: F401
 
 
 def _load_sdk_parts() -> None:
