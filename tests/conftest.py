@@ -7,7 +7,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,11 @@ async def first_chat_with_initialize(
     *,
     workspace: Path | None = None,
     timeout: float = 30,
+    on_initialized: Callable[[], None] | None = None,
 ) -> tuple[list[dict[str, Any]], str, int]:
     """Run ``lmbridge stdio`` and write ``initialize`` and an ``lm/chat`` in one write, as an editor woken by a chat
-    does; read until the chat's answer, close stdin. Returns the messages read, lmbridge's stderr, its exit status."""
+    does; read until the chat's answer, close stdin. Returns the messages read, lmbridge's stderr, its exit status.
+    ``on_initialized`` is called as soon as the answer to ``initialize`` has been read."""
     import json
     import subprocess
 
@@ -70,7 +72,10 @@ async def first_chat_with_initialize(
                     data = await process.stdout.receive_some()
                     assert data, f"lmbridge closed stdout early: {bytes(err).decode(errors='replace')}"
                     *lines, buffered = (buffered + data).split(b"\n")
+                    answered = any(m.get("id") == 0 for m in messages)
                     messages += [json.loads(line) for line in lines if line.strip()]
+                    if on_initialized is not None and not answered and any(m.get("id") == 0 for m in messages):
+                        on_initialized()
             await stop_lmbridge(process, timeout)
     finally:
         await stop_lmbridge(process, timeout)  # a failed check leaves no lmbridge (nor its agent) behind

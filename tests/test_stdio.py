@@ -621,6 +621,23 @@ async def test_the_agent_of_a_first_chat_sent_with_initialize_starts_before_lmbr
     assert processes_with_marker(marker) == [], "the early agent outlived lmbridge"
 
 
+async def test_the_agent_of_a_first_chat_sent_with_initialize_is_started_before_initialize_is_answered(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    """The editor sent its chat already, so it does not wait for the answer to initialize: the agent's start comes
+    first (the answer needs modules the spawn does not)."""
+    running_when_answered: list[int] = []
+    messages, _stderr, code = await first_chat_with_initialize(
+        agents_toml,
+        "scripted",
+        "/say hi",
+        on_initialized=lambda: running_when_answered.extend(processes_with_marker(marker)),
+    )
+    assert [m["result"]["serverInfo"]["name"] for m in messages if m.get("id") == 0] == ["lmbridge"]
+    assert len(running_when_answered) == 1, "the agent was not running yet when initialize was answered"
+    assert code == 0
+
+
 @pytest.mark.parametrize(
     ("model", "error_code"),
     [("nobody", -32602), ("missing", -32001), ("failing", -32001)],

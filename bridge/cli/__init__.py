@@ -197,16 +197,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
-    from bridge.daemon.stdio import answer_initialize_early, reserve_stdout, start_first_chat_agent
+    from bridge.daemon.stdio import answer_initialize, read_initialize, reserve_stdout, start_first_chat_agent
 
-    # The editor waits for the answer to initialize while it starts up: give it before importing the rest.
+    # The editor waits for the answer to initialize while it starts up: give it before importing the rest. A first
+    # chat sent along with it has its agent started first: that start is the longest wait of the chat.
     protocol_fd = reserve_stdout()
-    hello, pending = answer_initialize_early(
-        config, 0, protocol_fd, tracer=tracer, max_message_bytes=args.max_message_bytes
-    )
-    early_agent = start_first_chat_agent(config, hello, pending)
-    _pause_collector_while_starting()
+    first, pending = read_initialize(0, max_message_bytes=args.max_message_bytes)
+    early_agent = start_first_chat_agent(config, first, pending)
     try:
+        if first is not None:
+            answer_initialize(config, first, protocol_fd, tracer=tracer)
+        _pause_collector_while_starting()
         import trio
 
         from bridge.daemon.stdio import serve_stdio
@@ -221,7 +222,7 @@ def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
                 tracer=tracer,
                 stdout_fd=protocol_fd,
                 max_message_bytes=args.max_message_bytes,
-                hello=hello,
+                hello=first.hello if first is not None else None,
                 pending_input=pending,
                 early_agent=early_agent,
             )

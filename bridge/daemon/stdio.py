@@ -8,7 +8,8 @@ along with it just as early; and the stop conditions — ``shutdown``, end of st
 lead to the same orderly exit: running turns answered ``cancelled``, sessions closed, agent process groups
 stopped, exit status 0.
 
-This module imports nothing heavy at the top: ``answer_initialize_early`` runs before Trio is loaded.
+This module imports nothing heavy at the top: ``read_initialize`` and ``answer_initialize`` run before Trio is
+loaded.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.config import Config
 
-__all__ = ["answer_initialize_early", "reserve_stdout", "serve_stdio", "start_first_chat_agent"]
+__all__ = [
+    "EarlyInitialize",
+    "answer_initialize",
+    "read_initialize",
+    "reserve_stdout",
+    "serve_stdio",
+    "start_first_chat_agent",
+]
 
 
 def reserve_stdout() -> int:
@@ -31,16 +40,23 @@ def reserve_stdout() -> int:
     return protocol_fd
 
 
-def answer_initialize_early(
-    config: Config, stdin_fd: int, protocol_fd: int, *, tracer: Any = None, max_message_bytes: int = 64 * 1024 * 1024
-) -> tuple[Any, bytes]:
-    """Read the editor's first message; if it is a valid ``initialize``, answer it at once. Returns what the editor
-    said (``EditorHello``, or None if this was not a valid ``initialize``) and the input not consumed, for the
-    protocol engine to carry on with. Anything unusual — another method, invalid params, a huge line, end of input
-    — is left to the engine, which answers it exactly as it would have."""
-    from bridge.editor.initialize import initialize_result, parse_initialize
+@dataclass(frozen=True, slots=True)
+class EarlyInitialize:
+    """The editor's first message, a valid ``initialize``, read before the rest of lmbridge is imported."""
+
+    request_id: int | str
+    hello: Any  # bridge.editor.initialize.EditorHello
+    line: bytes
+
+
+def read_initialize(
+    stdin_fd: int, *, max_message_bytes: int = 64 * 1024 * 1024
+) -> tuple[EarlyInitialize | None, bytes]:
+    """Read the editor's first message. Returns it if it is a valid ``initialize`` (else None), and the input not
+    consumed, for the protocol engine to carry on with. Anything unusual — another method, invalid params, a huge
+    line, end of input — is left to the engine, which answers it exactly as it would have."""
+    from bridge.editor.initialize import parse_initialize
     from bridge.errors import RpcError
-    from bridge.rpc.protocol import JsonRpcProtocol
 
     data = b""
     while b"\n" not in data:
@@ -66,27 +82,35 @@ def answer_initialize_early(
         hello = parse_initialize(message.get("params"))
     except RpcError:
         return None, data
+    return EarlyInitialize(request_id, hello, line), rest
+
+
+def answer_initialize(config: Config, first: EarlyInitialize, protocol_fd: int, *, tracer: Any = None) -> None:
+    """Answer the ``initialize`` ``read_initialize`` read, on the protocol's fd."""
+    from bridge.editor.initialize import initialize_result
+    from bridge.rpc.protocol import JsonRpcProtocol
     from session.permissions import permission_tool_schema
 
-    reply = JsonRpcProtocol.respond(request_id, initialize_result(permission_tool_schema(config.permissions.tool_name)))
+    result = initialize_result(permission_tool_schema(config.permissions.tool_name))
+    reply = JsonRpcProtocol.respond(first.request_id, result)
     view = memoryview(reply)
     while view:
         view = view[os.write(protocol_fd, view) :]
     if tracer is not None:
-        tracer.record("editor", "in", line)
+        tracer.record("editor", "in", first.line)
         tracer.record("editor", "out", reply)
-    return hello, rest
 
 
-def start_first_chat_agent(config: Config, hello: Any, pending: bytes) -> Any:
-    """When the editor's first chat came with ``initialize`` (an editor woken by a chat), start its agent now,
-    before Trio and the session layer are imported (~90 ms): the agent's own start-up, usually the longest wait of
-    a first chat, overlaps lmbridge's. Returns the ``EarlyAgent`` for ``serve_stdio``, or None."""
-    if hello is None:
+def start_first_chat_agent(config: Config, first: EarlyInitialize | None, pending: bytes) -> Any:
+    """When the editor's first chat came with ``initialize`` (an editor woken by a chat), start its agent now —
+    before answering ``initialize`` (the editor, having sent its chat, is not waiting for that answer) and before
+    Trio and the session layer are imported (~90 ms): the agent's own start-up, usually the longest wait of a first
+    chat, overlaps lmbridge's. Returns the ``EarlyAgent`` for ``serve_stdio``, or None."""
+    if first is None:
         return None
     from bridge.acp.spawn import start_early
 
-    return start_early({**config.agents, **hello.agents}, pending)
+    return start_early({**config.agents, **first.hello.agents}, pending)
 
 
 async def serve_stdio(
@@ -102,7 +126,7 @@ async def serve_stdio(
     early_agent: Any = None,
 ) -> int:
     """Serve the editor on ``stdin_fd``/``stdout_fd``. ``hello`` and ``pending_input`` come from
-    ``answer_initialize_early`` when it answered ``initialize`` already; ``early_agent`` (``bridge.acp.spawn``)
+    ``read_initialize`` when ``initialize`` was answered already; ``early_agent`` (``bridge.acp.spawn``)
     is the agent of the first chat, started meanwhile: the pool adopts it (the caller stops it if this fails
     before)."""
     import trio
