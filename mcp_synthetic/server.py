@@ -150,7 +150,8 @@ class SessionTools:
     # -- the tool list ----------------------------------------------------------------------------------------
 
     def update(self, tools: list[dict[str, Any]]) -> bool:
-        """Take the editor's current tools; True when the set changed (connected clients are then told)."""
+        """Take the editor's current tools; True when the set changed (connected clients are then told). Their
+        schemas are compiled later (``compile_schemas``, or on first use)."""
         signature = tuple(
             (t["name"], t.get("description", ""), repr(t.get("inputSchema")), repr(t.get("annotations"))) for t in tools
         )
@@ -166,16 +167,32 @@ class SessionTools:
                 if previous is not None and previous.schema.schema == tool.get("inputSchema")
                 else (ToolSchema(tool["name"], tool.get("inputSchema", {"type": "object"})))
             )
-            if schema.error:
-                self._log.warning(
-                    "the editor gave a tool an invalid input schema; the agent will be told",
-                    tool=tool["name"],
-                    problem=schema.error,
-                )
             annotations = agent_annotations(tool.get("annotations"), parallel=self._parallel)
             current[name] = EditorTool(tool["name"], name, tool.get("description", ""), schema, annotations)
         self._tools = current
         return True
+
+    async def compile_schemas(self) -> None:
+        """Compile the schemas of the current tools that are not yet, one at a time (each a fraction of a
+        millisecond to a few: other work runs in between): run off the turn's path when the tools arrive, so that
+        neither ``session/new`` nor the agent's tool list waits for it."""
+        for tool in list(self._tools.values()):
+            if not tool.schema.compiled:
+                self._schema_error(tool)
+                await trio.lowlevel.checkpoint()
+
+    def _schema_error(self, tool: EditorTool) -> str | None:
+        """Why the editor's schema for ``tool`` is invalid (compiling it if need be; said in the log when compiled,
+        once per distinct schema in the process), or None."""
+        reported = tool.schema.compiled
+        error = tool.schema.error
+        if error and not reported:
+            self._log.warning(
+                "the editor gave a tool an invalid input schema; the agent will be told",
+                tool=tool.editor_name,
+                problem=error,
+            )
+        return error
 
     @property
     def tracer(self) -> Any:
@@ -301,8 +318,9 @@ class SessionTools:
         (``mcp_synthetic.early``) both answer with it."""
         tools: list[dict[str, Any]] = []
         for tool in self._tools.values():
-            if tool.schema.error:
-                description = f"(Unavailable: the editor gave this tool an {tool.schema.error}.) {tool.description}"
+            error = self._schema_error(tool)
+            if error:
+                description = f"(Unavailable: the editor gave this tool an {error}.) {tool.description}"
                 schema: Any = {"type": "object"}
             else:
                 description = tool.description
@@ -351,10 +369,11 @@ class SessionTools:
             return _error_result(
                 f"Unknown tool {name!r}: the editor does not offer it (any more). Available tools: {available}."
             )
-        if tool.schema.error:
+        error = self._schema_error(tool)
+        if error:
             return _error_result(
                 f"the tool {tool.agent_name!r} cannot be called: the editor gave it an "
-                f"{tool.schema.error}. Do not call it again; use another tool or ask the user."
+                f"{error}. Do not call it again; use another tool or ask the user."
             )
         check = tool.schema.check(arguments)
         if not check.ok:

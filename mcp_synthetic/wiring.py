@@ -144,8 +144,8 @@ class EditorToolsSetup:
             self.preload()
 
     def preload(self) -> None:
-        """Start importing the schema checker and the HTTP server (~0.1 s) in a worker thread, once. The MCP SDK is
-        imported only when something needs it (``sdk_ready``)."""
+        """Start importing the schema checker and the HTTP server (~0.1 s) in a worker thread, once, then listen
+        for MCP over HTTP. The MCP SDK is imported only when something needs it (``sdk_ready``)."""
         if self._front_loaded is None and self._nursery is not None:
             self._front_loaded = trio.Event()
             self._nursery.start_soon(self._import_front)
@@ -195,6 +195,7 @@ class EditorToolsSetup:
             parallel=self._parallel_tools,
         )
         tools.update(list(request.tools))
+        self._compile_later(tools)
         token = secrets.token_urlsafe(32)
         if self._tracer is not None:
             self._tracer.add_secret(token)
@@ -277,7 +278,22 @@ class EditorToolsSetup:
                 session=session.session_id,
                 tools=sorted(tools.editor_names),
             )
+            self._compile_later(tools)
             self._nursery.start_soon(tools.notify_changed)
+
+    def _compile_later(self, tools: SessionTools) -> None:
+        """Compile the tools' schemas in the background once the schema checker is imported: not on the path of
+        ``session/new`` nor of the agent's tool list (which compiles what is still left when it comes)."""
+
+        async def compile_schemas() -> None:
+            try:
+                await self.server_ready()
+            except RuntimeError:
+                return  # the import failed (logged); a tool list or call says so to the agent
+            await tools.compile_schemas()
+
+        if self._nursery is not None:
+            self._nursery.start_soon(compile_schemas)
 
     async def session_closed(self, session: Any) -> None:
         served = self._served.pop(session.key, None)
@@ -299,6 +315,9 @@ class EditorToolsSetup:
         if self._front_error is not None:
             self._log.error("cannot import the HTTP server", error=str(self._front_error))
         self._front_loaded.set()
+        if self._front_error is None:
+            # The listener too, now rather than on the path of the first session/new that needs it (~0.4 ms).
+            await self._http_endpoints()
 
     async def _import_sdk(self) -> None:
         assert self._sdk_loaded is not None

@@ -80,6 +80,74 @@ def test_an_invalid_schema_is_reported_not_raised() -> None:
     assert schema.check({}).problems[0].startswith("the tool 'f' cannot be called")
 
 
+class _Warnings:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+
+    def bind(self, **_: Any) -> _Warnings:
+        return self
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.seen.append((event, fields))
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def _unique_schema(bad: bool = False) -> dict[str, Any]:
+    """A schema no other test compiled (the compiled schemas are shared by the whole process)."""
+    import uuid
+
+    return {"type": "object", "properties": {uuid.uuid4().hex: {"type": 5 if bad else "string"}}}
+
+
+def test_a_schema_is_compiled_on_first_use_once_for_the_whole_process() -> None:
+    schema = _unique_schema()
+    first = ToolSchema("f", schema)
+    assert not first.compiled  # taking the editor's tools costs no compile
+    assert first.check({}).ok and first.compiled
+    assert ToolSchema("g", dict(schema)).compiled  # another tool, another session: the same schema is known
+    assert not ToolSchema("h", {**schema, "required": ["x"]}).compiled
+
+
+async def test_taking_the_tools_compiles_nothing_and_the_background_compile_reports_an_invalid_schema() -> None:
+    from mcp_synthetic.server import SessionTools
+
+    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+        raise AssertionError("not called")
+
+    log = _Warnings()
+    tools = SessionTools(invoke, log=log)
+    tools.update(
+        [
+            {"name": "good", "description": "d", "inputSchema": _unique_schema()},
+            {"name": "bad", "description": "d", "inputSchema": _unique_schema(bad=True)},
+        ]
+    )
+    assert not any(tool.schema.compiled for tool in tools._tools.values())
+    await tools.compile_schemas()
+    assert all(tool.schema.compiled for tool in tools._tools.values())
+    assert [(event, fields["tool"]) for event, fields in log.seen] == [
+        ("the editor gave a tool an invalid input schema; the agent will be told", "bad")
+    ]
+    listed = {tool["name"]: tool["description"] for tool in tools.listing()}
+    assert listed["good"] == "d" and listed["bad"].startswith("(Unavailable: the editor gave this tool an invalid")
+    assert len(log.seen) == 1  # said once
+
+
+def test_a_tool_list_asked_before_the_background_compile_compiles_what_it_needs() -> None:
+    from mcp_synthetic.server import SessionTools
+
+    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+        raise AssertionError("not called")
+
+    log = _Warnings()
+    tools = SessionTools(invoke, log=log)
+    tools.update([{"name": "bad", "description": "d", "inputSchema": _unique_schema(bad=True)}])
+    [listed] = tools.listing()
+    assert listed["description"].startswith("(Unavailable") and len(log.seen) == 1
+
+
 def test_result_content_maps_text_images_and_data() -> None:
     from mcp_synthetic.server import to_mcp_content
 
