@@ -41,7 +41,7 @@ from typing import Any
 
 import trio
 
-from bench.common import RESULTS, Row, summarize
+from bench.common import RESULTS, Row, summarize, with_bytecode_cache
 from bench.run import table
 from bench.wire import ROOT
 
@@ -311,7 +311,7 @@ class Round:
 async def _lmbridge(config: Path, project: Path, stderr: Path | None = None) -> AsyncIterator[EditorClient]:
     log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
     try:
-        env = _environment({"XDG_STATE_HOME": str(project.parent / "state")})
+        env = with_bytecode_cache(_environment({"XDG_STATE_HOME": str(project.parent / "state")}))
         if LMBRIDGE_TREE is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LMBRIDGE_TREE), env.get("PYTHONPATH")]))
         async with spawn_stdio(["--config", str(config)], env=env, cwd=str(project), stderr=log) as (

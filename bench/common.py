@@ -91,22 +91,27 @@ class Row:
         return asdict(self)
 
 
+def with_bytecode_cache(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a Python subprocess that writes and uses ``.pyc`` files, as a normal installation does (this
+    machine may set ``PYTHONDONTWRITEBYTECODE``, which would make every start recompile lmbridge's own modules),
+    kept under ``bench/results/pycache`` so that nothing is written into the source tree."""
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(RESULTS / "pycache")
+    return env
+
+
 class Workspace:
     """A scratch directory for one run: config files, the bridge's stderr logs, XDG dirs, and a bytecode cache.
 
-    Subprocesses get an environment like a normal installation's: ``.pyc`` files are written and used (this
-    machine may set ``PYTHONDONTWRITEBYTECODE``, which would make every start recompile lmbridge's own modules);
-    they are kept under ``bench/results/pycache`` so nothing is written into the source tree. The user's own
+    Subprocesses get an environment like a normal installation's (``with_bytecode_cache``). The user's own
     lmbridge config and state are never read."""
 
     def __init__(self, keep: bool = False) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="lmbridge-bench-"))
         self.keep = keep
-        self.env = dict(os.environ)
-        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        self.env = with_bytecode_cache(dict(os.environ))
         self.env.pop("LMBRIDGE_CONFIG", None)
         self.env.pop("LMBRIDGE_LOG_LEVEL", None)
-        self.env["PYTHONPYCACHEPREFIX"] = str(RESULTS / "pycache")
         self.env["XDG_CONFIG_HOME"] = str(self.path / "config")
         self.env["XDG_STATE_HOME"] = str(self.path / "state")
         pythonpath = self.env.get("PYTHONPATH")
