@@ -389,7 +389,7 @@ async def tool_server() -> AsyncIterator[dict[str, Any]]:
     from mcp_synthetic.http import HttpEndpoints, load_http
     from mcp_synthetic.server import SessionTools, load_sdk
 
-    async def invoke(name: str, arguments: Any, cancel: trio.Event) -> Any:
+    async def invoke(name: str, arguments: Any) -> Any:
         return {"content": [{"type": "text", "value": "Sunny, 22 degrees"}]}, ""  # as an editor's tool_result
 
     async def ready() -> None:

@@ -98,7 +98,7 @@ async def serve_http() -> None:
         def __getattr__(self, name: str) -> Any:
             return lambda *args, **kwargs: self if name == "bind" else None
 
-    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+    async def invoke(name: str, arguments: Any) -> Any:
         return {"content": [{"type": "text", "value": "ok"}]}, ""
 
     async def nothing() -> None:

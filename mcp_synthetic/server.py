@@ -51,7 +51,8 @@ PROGRESS_INTERVAL = 15.0  # seconds between heartbeats while the editor runs a t
 HEARTBEAT_MESSAGE = "waiting for the editor to run the tool"
 MAX_LINE_BYTES = 16 * 1024 * 1024
 
-Invoke = Callable[[str, Any, trio.Event], Awaitable[tuple[dict[str, Any] | None, str]]]
+# (editor tool name, arguments) → (the editor's tool_result part, "") or (None, why not); withdrawn by cancelling it
+Invoke = Callable[[str, Any], Awaitable[tuple[dict[str, Any] | None, str]]]
 Progress = Callable[[int], Awaitable[None]]  # a heartbeat's number (1, 2, …) → told to the agent
 
 
@@ -387,7 +388,7 @@ class SessionTools:
             async with trio.open_nursery() as nursery:
                 if progress is not None:
                     nursery.start_soon(_heartbeat, progress)
-                result, reason = await self._invoke(tool.editor_name, check.arguments, trio.Event())
+                result, reason = await self._invoke(tool.editor_name, check.arguments)
                 answered = True
                 nursery.cancel_scope.cancel()
         finally:

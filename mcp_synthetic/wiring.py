@@ -181,11 +181,11 @@ class EditorToolsSetup:
             return []
         self.preload()
 
-        async def invoke(name: str, arguments: Any, cancel: trio.Event) -> Any:
+        async def invoke(name: str, arguments: Any) -> Any:
             actor = session.actor
             if actor is None:
                 return None, "The session is not ready yet; call the tool again."
-            return await actor.invoke_tool(name, arguments, cancel)
+            return await actor.invoke_tool(name, arguments)
 
         tools = SessionTools(
             invoke,

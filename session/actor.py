@@ -23,6 +23,7 @@ import trio
 
 from bridge.acp.vocabulary import STOP_REASONS
 from bridge.errors import AgentError, AgentReplyError, InternalError, InvalidParams, RpcError
+from bridge.rpc.cancel import CancelRequest
 
 from .elicitation import as_permission, elicitation_answer
 from .machine import (
@@ -324,19 +325,18 @@ class SessionActor:
 
     # -- what the router calls -------------------------------------------------------------------------------
 
-    async def run_turn(self, turn: EditorTurn, sink: PartSink, cancel_requested: trio.Event) -> TurnOutcome:
+    async def run_turn(self, turn: EditorTurn, sink: PartSink, cancel_requested: CancelRequest) -> TurnOutcome:
         """Run one editor turn on this session. Always returns an outcome: ``reroute`` if the session closed
         before it could take the turn. If the caller is cancelled, the turn is cancelled in the session."""
         handle = self._turns[turn.turn] = _Turn(sink)
         if self.closed or not self._send_nowait(turn):
             del self._turns[turn.turn]
             return TurnOutcome(None, reroute=True)
+        unwatch = cancel_requested.on_set(lambda: self._send_nowait(EditorCancel(turn.turn)))
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._cancel_on, cancel_requested, EditorCancel(turn.turn))
-                await handle.done.wait()
-                nursery.cancel_scope.cancel()
+            await handle.done.wait()
         finally:
+            unwatch()
             if not handle.done.is_set():  # the caller went away (its connection closed) without cancelling
                 handle.broken = True
                 self._send_nowait(EditorGone(turn.turn))
@@ -393,15 +393,14 @@ class SessionActor:
             return {"action": "decline"}
         return elicitation_answer(permission, await self.on_permission_request(permission, context))
 
-    async def invoke_tool(
-        self, name: str, arguments: Any, cancel_requested: trio.Event
-    ) -> tuple[dict[str, Any] | None, str]:
-        """A tool call from the synthetic MCP server: blocks until the editor's result arrives or the call is
-        withdrawn. Returns ``(tool_result part, "")`` or ``(None, reason)``."""
+    async def invoke_tool(self, name: str, arguments: Any) -> tuple[dict[str, Any] | None, str]:
+        """A tool call from the synthetic MCP server: blocks until the editor's result arrives. Returns
+        ``(tool_result part, "")`` or ``(None, reason)``. The agent withdraws a call by cancelling it (its MCP
+        ``notifications/cancelled``, or the connection closing)."""
         waiter: _Waiter[tuple[dict[str, Any] | None, str]] = _Waiter((None, _SESSION_ENDED))
         if not self._send_nowait(ToolInvocation(waiter, name, arguments)):
             return waiter.fallback
-        await self._wait(waiter, cancel_requested)
+        await self._wait(waiter)
         return waiter.value
 
     def on_agent_exit(self, error: Exception) -> None:
@@ -409,24 +408,21 @@ class SessionActor:
 
     # -- helpers ---------------------------------------------------------------------------------------------
 
-    async def _wait(self, waiter: _Waiter[Any], cancel_requested: trio.Event) -> None:
+    async def _wait(self, waiter: _Waiter[Any], cancel_requested: CancelRequest | None = None) -> None:
+        """Until the machine answers ``waiter``; withdrawn when the caller is cancelled or ``cancel_requested`` is
+        set."""
+        unwatch = cancel_requested.on_set(lambda: self._withdraw(waiter)) if cancel_requested is not None else None
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._cancel_on, cancel_requested, InvocationWithdrawn(waiter))
-                await waiter.done.wait()
-                nursery.cancel_scope.cancel()
+            await waiter.done.wait()
         finally:
-            if not waiter.done.is_set() and not self._send_nowait(InvocationWithdrawn(waiter)):
-                waiter.give_up()
+            if unwatch is not None:
+                unwatch()
+            if not waiter.done.is_set():
+                self._withdraw(waiter)
 
-    async def _cancel_on(self, event: trio.Event, message: EditorCancel | InvocationWithdrawn) -> None:
-        await event.wait()
-        if (
-            not self._send_nowait(message)
-            and isinstance(message, InvocationWithdrawn)
-            and isinstance(message.invocation, _Waiter)
-        ):
-            message.invocation.give_up()
+    def _withdraw(self, waiter: _Waiter[Any]) -> None:
+        if not self._send_nowait(InvocationWithdrawn(waiter)):
+            waiter.give_up()
 
     def _send_nowait(self, event: Event | _CloseRequest) -> bool:
         try:

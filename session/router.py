@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
+from bridge.rpc.cancel import CancelRequest
 
 from .actor import AgentLink, PartSink, SessionActor, TurnOutcome
 from .catalog import AgentCatalog
@@ -174,7 +175,7 @@ class SessionRouter:
 
     # -- turns -----------------------------------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest, sink: PartSink, cancel_requested: trio.Event) -> TurnOutcome:
+    async def chat(self, request: ChatRequest, sink: PartSink, cancel_requested: CancelRequest) -> TurnOutcome:
         """Route and run one editor turn. Raises ``session.messages.MessageError`` for a malformed history and
         whatever opening a session raises (the agent failing to start)."""
         turn_id = next(self._turn_ids)
@@ -466,27 +467,17 @@ class SessionRouter:
                     self._close(session, "idle timeout")
 
 
-async def _unless(cancel_requested: trio.Event, work: Callable[..., Awaitable[R]], *args: Any) -> tuple[bool, R | None]:
+async def _unless(
+    cancel_requested: CancelRequest, work: Callable[..., Awaitable[R]], *args: Any
+) -> tuple[bool, R | None]:
     """``await work(*args)``, abandoned as soon as ``cancel_requested`` is set: ``(finished, result)``."""
-    outcome: list[tuple[bool, R] | Exception] = []
-    async with trio.open_nursery() as nursery:
-
-        async def watch() -> None:
-            await cancel_requested.wait()
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(watch)
+    with trio.CancelScope() as scope:
+        unwatch = cancel_requested.on_set(scope.cancel)
         try:
-            outcome.append((True, await work(*args)))
-        except Exception as exc:  # re-raised outside: inside, Trio would wrap it in an ExceptionGroup
-            outcome.append(exc)
-        nursery.cancel_scope.cancel()
-    if not outcome:
-        return False, None
-    if isinstance(outcome[0], Exception):
-        raise outcome[0]
-    finished, result = outcome[0]
-    return finished, result
+            return True, await work(*args)
+        finally:
+            unwatch()
+    return False, None
 
 
 def _without_tool_results(message: dict[str, Any]) -> dict[str, Any]:

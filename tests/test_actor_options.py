@@ -8,6 +8,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor
 from session.machine import EditorTurn, SessionMachine, TurnOptions
 from session.options import SessionOptions
@@ -87,7 +88,7 @@ async def test_the_prompt_waits_for_the_option_to_be_answered() -> None:
     turn = EditorTurn(1, [{"type": "text", "text": "hi"}], options=TurnOptions(settings=(("mode", "plan"),)))
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
-        nursery.start_soon(actor.run_turn, turn, _sink, trio.Event())
+        nursery.start_soon(actor.run_turn, turn, _sink, CancelRequest())
         await agent.request_came.wait()
         assert [method for method, _ in agent.sent] == ["session/set_config_option"]  # no prompt yet
         agent.request_came = trio.Event()
@@ -102,7 +103,7 @@ async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -
     agent = FakeAgent()
     actor = _actor(agent)
     turn = EditorTurn(1, [{"type": "text", "text": "hi"}], options=TurnOptions(settings=(("mode", "plan"),)))
-    cancel = trio.Event()
+    cancel = CancelRequest()
     outcomes: list[Any] = []
     ended = trio.Event()
 
@@ -136,7 +137,7 @@ async def test_the_agents_refusal_fails_the_turn_quoting_it_and_no_prompt_goes_o
     ended = trio.Event()
 
     async def run() -> None:
-        outcomes.append(await actor.run_turn(turn, _sink, trio.Event()))
+        outcomes.append(await actor.run_turn(turn, _sink, CancelRequest()))
         ended.set()
 
     async with trio.open_nursery() as nursery:

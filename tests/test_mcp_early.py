@@ -45,7 +45,7 @@ class _Log:
         return lambda *args, **kwargs: self if name == "bind" else None
 
 
-async def _answer(name: str, arguments: Any, cancel: Any) -> Any:
+async def _answer(name: str, arguments: Any) -> Any:
     content = [{"type": "text", "value": f"{name}: {json.dumps(arguments)}"}]
     return {"content": [*content, {"type": "data", "mimeType": "image/png", "data": PNG}]}, ""
 
@@ -305,7 +305,7 @@ async def _response_head(stream: trio.SocketStream) -> bytes:
 async def test_a_tool_call_made_before_the_sdk_is_imported_can_be_withdrawn() -> None:
     started, withdrawn = trio.Event(), trio.Event()
 
-    async def held(name: str, arguments: Any, cancel: Any) -> Any:
+    async def held(name: str, arguments: Any) -> Any:
         started.set()
         try:
             await trio.sleep_forever()

@@ -113,7 +113,7 @@ def test_a_schema_is_compiled_on_first_use_once_for_the_whole_process() -> None:
 async def test_taking_the_tools_compiles_nothing_and_the_background_compile_reports_an_invalid_schema() -> None:
     from mcp_synthetic.server import SessionTools
 
-    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+    async def invoke(name: str, arguments: Any) -> Any:
         raise AssertionError("not called")
 
     log = _Warnings()
@@ -138,7 +138,7 @@ async def test_taking_the_tools_compiles_nothing_and_the_background_compile_repo
 def test_a_tool_list_asked_before_the_background_compile_compiles_what_it_needs() -> None:
     from mcp_synthetic.server import SessionTools
 
-    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+    async def invoke(name: str, arguments: Any) -> Any:
         raise AssertionError("not called")
 
     log = _Warnings()
@@ -175,7 +175,7 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
 
     release = trio.Event()
 
-    async def invoke(name, arguments, cancel):
+    async def invoke(name, arguments):
         await release.wait()
         return {"type": "tool_result", "callId": "x", "content": [{"type": "text", "value": "done"}]}, ""
 
@@ -257,7 +257,7 @@ def _endpoints(ready: Any) -> tuple[Any, Any]:
         def __getattr__(self, name: str) -> Any:
             return lambda *args, **kwargs: self if name == "bind" else None
 
-    async def invoke(name: str, arguments: Any, cancel: Any) -> Any:
+    async def invoke(name: str, arguments: Any) -> Any:
         return {"content": [{"type": "text", "value": "ok"}]}, ""
 
     tools = SessionTools(invoke, log=Log())

@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from bridge.observe.logs import get_logger
+from bridge.rpc.cancel import CancelRequest
 from session.router import ChatRequest, RouterSettings, SessionRouter
 
 
@@ -127,14 +128,14 @@ class Editor:
     def __init__(self, router: SessionRouter) -> None:
         self.router = router
 
-    async def chat(self, messages: list[dict[str, Any]], cancel: trio.Event | None = None) -> Any:
+    async def chat(self, messages: list[dict[str, Any]], cancel: CancelRequest | None = None) -> Any:
         parts: list[dict[str, Any]] = []
 
         async def sink(part: dict[str, Any]) -> None:
             parts.append(part)
 
         outcome = await self.router.chat(
-            ChatRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else trio.Event()
+            ChatRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else CancelRequest()
         )
         return outcome, parts
 
@@ -230,7 +231,7 @@ async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves
 ) -> None:
     agent = FakeAgent(honours_cancel=False)
     _router, editor = await start_router(nursery, agent, cancel_drain_timeout=10)
-    cancel = trio.Event()
+    cancel = CancelRequest()
     first: list[Any] = []
 
     async def run_first() -> None:

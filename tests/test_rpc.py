@@ -231,3 +231,35 @@ async def test_graceful_close_answers_requests_in_flight_first(nursery: trio.Nur
     await trio.testing.wait_all_tasks_blocked()
     release.set()
     assert await call.result() == "answered"
+
+
+# -- CancelRequest: a cancel that calls back -------------------------------------------------------------------------
+
+
+async def test_a_cancel_request_calls_back_in_order_once_and_wakes_its_waiters() -> None:
+    from bridge.rpc.cancel import CancelRequest
+
+    cancel = CancelRequest()
+    heard: list[str] = []
+    cancel.on_set(lambda: heard.append("first"))
+    unregister = cancel.on_set(lambda: heard.append("withdrawn"))
+    cancel.on_set(lambda: heard.append("second"))
+    unregister()
+    woken = trio.Event()
+
+    async def waiter() -> None:
+        await cancel.wait()
+        woken.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not cancel.is_set() and heard == []
+        cancel.set()
+        assert heard == ["first", "second"]  # by set() itself, before anyone else runs
+        cancel.set()  # once
+        await woken.wait()
+    assert heard == ["first", "second"] and cancel.is_set()
+    late: list[str] = []
+    cancel.on_set(lambda: late.append("at once"))()  # registered after: called at once; unregistering is harmless
+    assert late == ["at once"]

@@ -17,6 +17,7 @@ import trio
 from bridge.acp.pool import AgentPool
 from bridge.config import AgentConfig, Config
 from bridge.core.models import ModelEntry, model_entries, resolve_model
+from bridge.rpc.cancel import CancelRequest
 from session.catalog import AgentCatalog, AgentOffer
 
 __all__ = ["BridgeService"]
@@ -191,7 +192,7 @@ class BridgeService:
         messages: list[Any],
         tools: list[dict[str, Any]],
         sink: Any,
-        cancel_requested: trio.Event,
+        cancel_requested: CancelRequest,
         *,
         cwd: str,
         thinking: bool = False,

@@ -16,6 +16,7 @@ import trio
 
 from bridge.core.service import BridgeService
 from bridge.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
+from bridge.rpc.cancel import CancelRequest
 from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
 from session.options import read_choices
 from session.tokens import estimate_message_tokens, estimate_tokens
@@ -60,7 +61,7 @@ class EditorConnection:
         self.shutdown_requested = trio.Event()
         self._default_cwd = default_cwd or os.getcwd()
         self._log = service.log.bind(conn=name)
-        self._turn_events: set[trio.Event] = set()  # the cancel events of the turns running now
+        self._turn_events: set[CancelRequest] = set()  # the cancel signals of the turns running now
         self._no_turns = trio.Event()
         self._no_turns.set()
         self._shutdown_stops_daemon = shutdown_stops_daemon

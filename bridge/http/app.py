@@ -24,6 +24,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from bridge.core.service import BridgeService
 from bridge.rpc.asgi import read_body
+from bridge.rpc.cancel import CancelRequest
 
 from .anthropic_messages import CountTokensRequest, Messages
 from .openai_chat import ChatCompletions
@@ -79,7 +80,7 @@ class HttpFront:
         self.log = log.bind(front="http")
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
-        self._turns: set[trio.Event] = set()  # the cancel events of the turns running now
+        self._turns: set[CancelRequest] = set()  # the cancel signals of the turns running now
         self._idle = trio.Event()
         self._idle.set()
         self._router = Router(
@@ -250,7 +251,7 @@ class _Exchange:
         self._request = request
         self._receive = receive
         self._send = send
-        self.cancel = trio.Event()  # set: the turn ends (the client went away, or the daemon is stopping)
+        self.cancel = CancelRequest()  # set: the turn ends (the client went away, or the daemon is stopping)
         self._gone = False  # the client went away: nothing more is sent
         self._stream = api.stream(request) if request.stream else None
         self._started = False

@@ -14,11 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import trio
-
 from bridge.acp.vocabulary import TOOL_CALLS
 from bridge.core.service import BridgeService
 from bridge.errors import AgentError, InvalidParams, MessageError, RpcError, TooManyRequests, UnknownModel
+from bridge.rpc.cancel import CancelRequest
 from session.messages import check_image_size
 from session.options import read_choices
 from session.permissions import PermissionQuestions
@@ -113,7 +112,7 @@ class TurnRunner:
             raise ApiError.from_error(error) from None
 
     async def run(
-        self, request: ParsedRequest, on_part: PartCallback, cancel: trio.Event, *, cwd: str | None = None
+        self, request: ParsedRequest, on_part: PartCallback, cancel: CancelRequest, *, cwd: str | None = None
     ) -> TurnResult:
         """Run the turn; ``on_part`` gets each part meant for the client (text, thinking, tool calls of its tools).
         A permission request becomes a question in words when the client did not offer the permission tool."""

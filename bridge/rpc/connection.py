@@ -31,6 +31,7 @@ from bridge.errors import (
 from bridge.observe.logs import get_logger
 
 from . import protocol
+from .cancel import CancelRequest
 from .protocol import (
     ErrorResponse,
     InvalidMessage,
@@ -82,7 +83,7 @@ class RequestContext:
         self.id = request_id
         self.method = method
         self.connection = connection
-        self.cancel_requested = trio.Event()
+        self.cancel_requested = CancelRequest()
         self._scope: trio.CancelScope | None = None
         self._handles_cancel = handles_cancel
 
