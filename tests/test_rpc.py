@@ -263,3 +263,96 @@ async def test_a_cancel_request_calls_back_in_order_once_and_wakes_its_waiters()
     late: list[str] = []
     cancel.on_set(lambda: late.append("at once"))()  # registered after: called at once; unregistering is harmless
     assert late == ["at once"]
+
+
+# -- writing at once over a pipe ------------------------------------------------------------------------------------
+
+
+class _GatedWire:
+    """A wire whose writes go to ``written``: ``write_nowait`` takes at most ``take`` bytes; ``write`` waits for
+    ``gate`` (a send that has to wait for the peer) before it writes."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.take = 1 << 30
+        self.gate = trio.Event()
+        self.nowait_calls = 0
+
+    async def read(self, protocol: object) -> None:
+        await trio.sleep_forever()
+
+    def write_nowait(self, data: bytes) -> int:
+        self.nowait_calls += 1
+        taken = data[: self.take]
+        self.written += taken
+        return len(taken)
+
+    async def write(self, messages: list[bytes]) -> None:
+        await self.gate.wait()
+        self.written += b"".join(messages)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_an_idle_writer_writes_at_once_and_a_busy_one_keeps_the_order(nursery: trio.Nursery) -> None:
+    wire = _GatedWire()
+    connection = JsonRpcConnection(wire, MethodTable(), name="gated", cancel_style=EDITOR_CANCEL)
+    await nursery.start(connection.serve)
+    await trio.testing.wait_all_tasks_blocked()
+    await connection.notify("first", {})
+    assert json.loads(wire.written)["method"] == "first"  # written by the sender itself, before any yield
+    wire.take = 10
+    await connection.notify("second", {"pad": "y" * 100})  # the transport takes 10 bytes; the rest is queued
+    await connection.notify("third", {})  # queued behind it, not written at once
+    assert wire.nowait_calls == 2
+    await trio.testing.wait_all_tasks_blocked()  # the writer took the queue and waits to write it
+    await connection.notify("fourth", {})  # the writer is busy: queued, not written at once
+    assert wire.nowait_calls == 2
+    wire.gate.set()
+    await trio.testing.wait_all_tasks_blocked()
+    lines = bytes(wire.written).split(b"\n")
+    assert [json.loads(line)["method"] for line in lines if line] == ["first", "second", "third", "fourth"]
+
+
+async def test_messages_over_a_small_pipe_arrive_whole_and_in_order() -> None:
+    """Over a real pipe of one page: a message twice its size goes out partly at once (the rest queued), the next
+    ones queue behind it, and a reader that takes a few bytes at a time gets every message whole and in order."""
+    import fcntl
+    import os
+
+    read_fd, write_fd = os.pipe()
+    if hasattr(fcntl, "F_SETPIPE_SZ"):
+        fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, 4096)
+    sender_end = trio.lowlevel.FdStream(write_fd)
+    reader_end = trio.lowlevel.FdStream(read_fd)
+    sender = JsonRpcConnection(
+        StreamWire(sender_end, sender_end), MethodTable(), name="sender", cancel_style=EDITOR_CANCEL
+    )
+    sent = ["x" * (n * 997 % 9000) for n in range(60)]  # up to twice the pipe
+    received: list[int] = []
+    all_read = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sender.serve)
+        await trio.testing.wait_all_tasks_blocked()
+
+        async def read_slowly() -> None:
+            buffered = b""
+            while len(received) < len(sent):
+                buffered += await reader_end.receive_some(1500)
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    params = json.loads(line)["params"]
+                    assert params["pad"] == sent[params["i"]]
+                    received.append(params["i"])
+            all_read.set()
+
+        for index, pad in enumerate(sent):
+            await sender.notify("n", {"i": index, "pad": pad})
+            if index == 0:
+                nursery.start_soon(read_slowly)
+        with trio.fail_after(30):
+            await all_read.wait()
+        nursery.cancel_scope.cancel()
+    assert received == list(range(len(sent)))
+    await reader_end.aclose()

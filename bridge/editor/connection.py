@@ -174,8 +174,10 @@ class EditorConnection:
         if outcome.error is not None:
             self._log.info("turn failed", model=model_id, seconds=seconds, error=str(outcome.error))
             raise _as_rpc_error(outcome.error)
-        self._log.info(
-            "turn done", model=model_id, seconds=seconds, stop_reason=outcome.stop_reason, parts=len(outcome.emitted)
+        # Logged once the answer is out (a log line costs ~60 µs: a tool round trip waits for this answer).
+        stop, parts = outcome.stop_reason, len(outcome.emitted)
+        context.after_reply(
+            lambda: self._log.info("turn done", model=model_id, seconds=seconds, stop_reason=stop, parts=parts)
         )
         result: dict[str, Any] = {"stopReason": outcome.stop_reason}
         if outcome.usage:

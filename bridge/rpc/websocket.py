@@ -56,6 +56,9 @@ class WebSocketWire:
             except trio_websocket.ConnectionClosed as exc:
                 raise trio.BrokenResourceError(str(exc)) from None
 
+    def write_nowait(self, data: bytes) -> int:
+        return 0  # frames go out through the library's (async) send only
+
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True), trio.move_on_after(2):
             await self._ws.aclose()
