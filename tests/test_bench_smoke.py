@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,16 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     low, high = report["plan"]["tool_memory_counts"]
     relay, http = (sorted(memory[name]["extra"]["processes"].values()) for name in ("stdio relay", "http"))
     assert relay[1] - relay[0] == high - low and http[1] == http[0]
+
+
+def test_the_shift_estimate_holds_where_a_difference_of_medians_swings() -> None:
+    """Ten samples of a bimodal time (an agent whose start takes ~330 or ~640 ms at random) on each side, lmbridge
+    adding 60 ms: the Hodges-Lehmann estimate bench-agents judges by stays near 60, its interval around it."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import shift
+
+    direct = [330, 641, 335, 338, 642, 645, 329, 650, 332, 639]
+    bridged = [392, 701, 703, 705, 698, 707, 395, 712, 696, 389]  # the slow mode more often, by chance
+    estimate, low, high = shift(bridged, direct)
+    assert 40 <= estimate <= 80 and low <= 60 <= high
+    assert statistics.median(bridged) - statistics.median(direct) > 200  # what a difference of medians says

@@ -31,3 +31,4 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
     figures = {row["metric"]: row for row in report["rows"]}
     assert set(figures) == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
     assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
+    assert all(set(row["extra"]["samples"]) == {"lmbridge", "direct"} for row in figures.values())
