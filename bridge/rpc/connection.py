@@ -438,25 +438,28 @@ class JsonRpcConnection:
             self._outbox_drained = trio.Event()
 
     async def _write_loop(self) -> None:
-        while True:
-            self._writer_idle = True
-            await self._outbox_ready.wait()
-            self._writer_idle = False  # from here until the batch is written: it may wait before the first byte
-            self._outbox_ready = trio.Event()
-            while self._outbox:
-                batch = list(self._outbox)
-                self._outbox.clear()
-                self._outbox_bytes = 0
-                try:
-                    await self._wire.write(batch)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    self._log.debug("write failed; peer gone", error=str(exc))
-                    self._closed = True
-                    self.peer_closed.set()
-                    self._outbox_drained.set()
-                    self._fail_waiters(ConnectionClosed(f"{self.name}: peer stopped reading"))
-                    return
-            self._outbox_drained.set()
+        try:
+            while True:
+                self._writer_idle = True
+                await self._outbox_ready.wait()
+                self._writer_idle = False  # from here until the batch is written: it may wait before the first byte
+                self._outbox_ready = trio.Event()
+                while self._outbox:
+                    batch = list(self._outbox)
+                    self._outbox.clear()
+                    self._outbox_bytes = 0
+                    try:
+                        await self._wire.write(batch)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        self._log.debug("write failed; peer gone", error=str(exc))
+                        self._closed = True
+                        self.peer_closed.set()
+                        self._outbox_drained.set()
+                        self._fail_waiters(ConnectionClosed(f"{self.name}: peer stopped reading"))
+                        return
+                self._outbox_drained.set()
+        finally:
+            self._writer_idle = False  # no writer any more: nothing is written at once either
 
     # -- incoming -------------------------------------------------------------------------------------------
 
