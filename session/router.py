@@ -171,7 +171,9 @@ class SessionRouter:
 
     @property
     def sessions(self) -> list[LiveSession]:
-        return list(self._sessions.values())
+        """The sessions open now: one being closed (its actor answering what it owes, the agent being told) is
+        not, from the moment it is asked to close."""
+        return [session for session in self._sessions.values() if session.close_reason is None]
 
     # -- turns -----------------------------------------------------------------------------------------------
 
