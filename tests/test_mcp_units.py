@@ -253,16 +253,12 @@ def _endpoints(ready: Any) -> tuple[Any, Any]:
     from mcp_synthetic.http import HttpEndpoints
     from mcp_synthetic.server import SessionTools
 
-    class Log:
-        def __getattr__(self, name: str) -> Any:
-            return lambda *args, **kwargs: self if name == "bind" else None
-
     async def invoke(name: str, arguments: Any) -> Any:
         return {"content": [{"type": "text", "value": "ok"}]}, ""
 
-    tools = SessionTools(invoke, log=Log())
+    tools = SessionTools(invoke, log=_Warnings())
     tools.update([{"name": "t", "description": "d", "inputSchema": {"type": "object"}}])
-    return HttpEndpoints(Log(), ready), tools
+    return HttpEndpoints(_Warnings(), ready), tools
 
 
 async def test_a_session_gets_its_url_before_the_http_server_is_imported_and_is_served_once_it_is() -> None:

@@ -18,9 +18,12 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
+
+if TYPE_CHECKING:  # imported when needed: this module runs before the rest of lmbridge is imported
+    from bridge.editor.initialize import EditorHello
 
 __all__ = [
     "EarlyInitialize",
@@ -45,7 +48,7 @@ class EarlyInitialize:
     """The editor's first message, a valid ``initialize``, read before the rest of lmbridge is imported."""
 
     request_id: int | str
-    hello: Any  # bridge.editor.initialize.EditorHello
+    hello: EditorHello
     line: bytes
 
 
