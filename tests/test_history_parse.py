@@ -64,11 +64,25 @@ def test_an_element_that_continues_past_the_old_end_is_not_mistaken_for_a_repeat
 
 
 def test_short_histories_are_not_remembered() -> None:
-    parser = HistoryReusingParser()  # the default threshold: 16 KiB
+    parser = HistoryReusingParser()  # the default threshold: 4 KiB
     history = [user("short")]
     parser(chat(history))
     parser(chat([*history, assistant("ok")]))
     assert parser.reused_messages == 0 and parser.remembered_chars == 0
+
+
+def test_a_tool_conversation_of_a_few_kilobytes_is_reused_by_default() -> None:
+    # Tool calls and results are small messages: a plain parse costs ~7 µs per KB of them, the reused path ~20 µs
+    # whatever the length, so histories from 4 KiB on are remembered.
+    history = [user("fix the tests")]
+    for n in range(30):
+        history.append({"role": "assistant", "content": [{"type": "tool_call", "callId": f"c{n}", "name": "read"}]})
+        history.append({"role": "user", "content": [{"type": "tool_result", "callId": f"c{n}", "content": []}]})
+    assert 4 * 1024 < len(chat(history)) < 16 * 1024
+    parser = HistoryReusingParser()
+    first = parser(chat(history))["params"]["messages"]
+    again = parser(chat([*history, assistant("done")]))["params"]["messages"]
+    assert parser.reused_messages == len(history) and all(a is b for a, b in zip(first, again, strict=False))
 
 
 def test_memory_is_bounded_by_entries_and_characters() -> None:
