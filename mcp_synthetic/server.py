@@ -385,12 +385,14 @@ class SessionTools:
             )
         answered = False
         try:
-            async with trio.open_nursery() as nursery:
-                if progress is not None:
-                    nursery.start_soon(_heartbeat, progress)
+            if progress is None:  # no nursery to leave: the answer goes back without another scheduler pass
                 result, reason = await self._invoke(tool.editor_name, check.arguments)
-                answered = True
-                nursery.cancel_scope.cancel()
+            else:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_heartbeat, progress)
+                    result, reason = await self._invoke(tool.editor_name, check.arguments)
+                    nursery.cancel_scope.cancel()
+            answered = True
         finally:
             if not answered:  # notifications/cancelled from the agent, or the connection closing
                 self._log.info("the agent withdrew a tool call", tool=tool.editor_name)
