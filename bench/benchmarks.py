@@ -254,11 +254,15 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             "headers": [{"name": "Authorization", "value": f"Bearer {endpoint['token']}"}],
         }
     ]
+    # The floors: the same editor and agent through lmbridge's transports alone (bench/tool_floor.py).
+    floor, floor_http = ws.floor(relay=True, name="floor"), ws.floor(relay=False, name="floor-http")
     samples: dict[str, list[float]] = {
         "bridge": [],
         "direct": [],
         "bridge_http": [],
         "direct_http": [],
+        "floor": [],
+        "floor_http": [],
         "window": [],
         "announced": [],
         "early": [],
@@ -270,6 +274,9 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         direct.initialize()
         _warm(bridge)
         _warm(bridge_http)
+        for client in (floor, floor_http):
+            client.initialize()
+            _warm(client)
         _bridged_tool_timings(bridge, 2)  # warm-up: the agent starts, the bridge imports the MCP SDK (for the relay)
         _bridged_tool_timings(bridge_http, 2)
         _timings(direct.prompt_texts(direct.new_session(server), "tools 2")[-1])
@@ -293,8 +300,14 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             texts = direct.prompt_texts(direct.new_session(server_http), f"tools {plan.tool_calls}")
             samples["direct_http"] += _timings(texts[-1])
 
+        def via_floor() -> None:
+            samples["floor"] += _bridged_tool_timings(floor, plan.tool_calls)
+
+        def via_floor_http() -> None:
+            samples["floor_http"] += _bridged_tool_timings(floor_http, plan.tool_calls)
+
         for rep in range(plan.tool_reps):
-            order = (via_bridge, via_direct, via_bridge_http, via_direct_http)
+            order = (via_bridge, via_direct, via_floor, via_bridge_http, via_direct_http, via_floor_http)
             for run in order if rep % 2 == 0 else order[::-1]:
                 run()
         if windowed is not None:
@@ -309,10 +322,13 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         bridge_http.close()
         direct.close()
         http_server.close()
+        floor.close()
+        floor_http.close()
         if windowed is not None:
             windowed.close()
     b, d = summarize(samples["bridge"]), summarize(samples["direct"])
     added = {"median": b.median - d.median, "p99": b.p99 - d.p99}  # type: ignore[operator]
+    f, fh = summarize(samples["floor"]), summarize(samples["floor_http"])
     rows = [
         Row(
             "3 tool round trip",
@@ -327,7 +343,7 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             notes=f"tool_batch_window = 1 µs; {plan.tool_reps} × {plan.tool_calls} calls each way, alternating; "
             f"timed by the agent; each call adds 2 messages to the history the editor re-sends: median of "
             f"the first 10 calls {statistics.median(samples['early']):.2f} ms, of the last 10 "
-            f"{statistics.median(samples['late']):.2f} ms",
+            f"{statistics.median(samples['late']):.2f} ms; above its floor (below): {b.median - f.median:+.3f} ms",
             extra={
                 "first_10_calls": summarize(samples["early"]).__dict__,
                 "last_10_calls": summarize(samples["late"]).__dict__,
@@ -348,9 +364,30 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             passed=added_http["median"] <= 0.5,
             added=added_http,
             notes=f"tool_batch_window = 1 µs; {plan.tool_reps} × {plan.tool_calls} calls each way, alternating "
-            "with the rows above; one keep-alive HTTP connection; the MCP SDK is not imported on this path",
+            "with the rows above; one keep-alive HTTP connection; the MCP SDK is not imported on this path; "
+            f"above its floor (below): {bh.median - fh.median:+.3f} ms",
         )
     )
+    for floor_summary, baseline, transport in ((f, d, "stdio relay"), (fh, dh, "MCP over streamable HTTP")):
+        rows.append(
+            Row(
+                "3 tool round trip",
+                f"… floor: lmbridge's transports alone, {transport}",
+                "ms",
+                floor_summary,
+                baseline,
+                "as above",
+                added={
+                    "median": floor_summary.median - baseline.median,
+                    "p99": floor_summary.p99 - baseline.p99,  # type: ignore[operator]
+                },
+                notes="the same editor, agent and calls, alternating with the rows above, through bench/tool_floor.py "
+                "in lmbridge's place: lmbridge's JSON-RPC engine and history parser on both stdio links and its "
+                "MCP endpoint, nothing between them (no routing, history matching, session actor, checks, logging):"
+                " what the hops themselves cost here — the part of the overhead no change to lmbridge's logic "
+                "removes",
+            )
+        )
     if samples["window"]:
         w = summarize(samples["window"])
         added_w = {"median": w.median - d.median, "p99": w.p99 - d.p99}  # type: ignore[operator]

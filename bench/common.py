@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .wire import AGENT, ROOT, BridgeClient, DirectAgent
+from .wire import AGENT, ROOT, BridgeClient, DirectAgent, FloorClient
 
 __all__ = [
     "RESULTS",
@@ -162,6 +162,9 @@ class Workspace:
 
     def bridge(self, config: Path, name: str = "bridge", **kwargs: Any) -> BridgeClient:
         return BridgeClient(config, env=self.env, stderr=self.log(name), **kwargs)
+
+    def floor(self, *, relay: bool, name: str = "floor") -> BridgeClient:
+        return FloorClient(relay=relay, env=self.env, stderr=self.log(name))
 
     def direct(self, argv: list[str] | None = None, name: str = "agent") -> DirectAgent:
         return DirectAgent(argv, env=self.env, stderr=self.log(name))

@@ -27,8 +27,10 @@ __all__ = [
     "AGENT",
     "MCP_SERVER",
     "ROOT",
+    "TOOL_FLOOR",
     "BridgeClient",
     "DirectAgent",
+    "FloorClient",
     "Peer",
     "assistant_message",
     "bridge_argv",
@@ -39,6 +41,7 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "bench" / "agent.py")
 MCP_SERVER = str(ROOT / "bench" / "mcp_server.py")
+TOOL_FLOOR = str(ROOT / "bench" / "tool_floor.py")
 clock = time.perf_counter  # CLOCK_MONOTONIC on Linux, like time.monotonic_ns in the agent
 loads = json.loads
 
@@ -227,6 +230,16 @@ class BridgeClient(Peer):
                     yield part["value"], self.read_at
             elif message.get("id") == request_id:
                 return
+
+
+class FloorClient(BridgeClient):
+    """The same editor talking to ``bench/tool_floor.py`` (lmbridge's transports alone, the bench agent behind it)
+    in lmbridge's place: the floor of the tool round trip. ``relay``: MCP through the stdio relay, else over HTTP."""
+
+    def __init__(self, *, relay: bool, env: dict[str, str] | None = None, stderr: Any = None) -> None:
+        floor = [sys.executable, TOOL_FLOOR, "--relay"] if relay else [sys.executable, TOOL_FLOOR]
+        agent = [sys.executable, AGENT] if relay else [sys.executable, AGENT, "--mcp-http"]
+        Peer.__init__(self, [*floor, *agent], env=env, stderr=stderr)  # not lmbridge's command line
 
 
 class DirectAgent(Peer):
