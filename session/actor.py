@@ -135,6 +135,9 @@ class SessionActor:
         self.options = SessionOptions()  # what the session can be set to (the router takes it from session/new)
         self._configuring: _Flag | None = None  # options being set before a prompt; True once cancelled meanwhile
         self.on_offer_update: Callable[[dict[str, Any]], object] = lambda update: None  # the router's catalog
+        # Called once, when the first actions are carried out (the router's "session opened" line: after the first
+        # prompt is out, not on its path).
+        self.after_first_actions: Callable[[], object] | None = None
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -146,6 +149,7 @@ class SessionActor:
                 await self._loop()
                 nursery.cancel_scope.cancel()
         finally:
+            self._first_actions_done()  # a session closed before it did anything opened all the same
             self.closed = True
             self.agent.detach(self.session_id)
             self._inbox_send.close()
@@ -187,6 +191,13 @@ class SessionActor:
                 except trio.WouldBlock:
                     break
             await self._execute(actions)
+            if self.after_first_actions is not None:
+                self._first_actions_done()
+
+    def _first_actions_done(self) -> None:
+        done, self.after_first_actions = self.after_first_actions, None
+        if done is not None:
+            done()
 
     def _handle(self, event: Event | _CloseRequest) -> list[Action]:
         if isinstance(event, _CloseRequest):

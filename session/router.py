@@ -396,11 +396,14 @@ class SessionRouter:
         agent_id, catalog = request.agent_id, self.catalog
         actor.on_offer_update = lambda update: catalog.learn_update(agent_id, update)
         session.actor = actor
-        await self._nursery.start(self._run_actor, session)
+        log, cwd = self._log, request.cwd
+        actor.after_first_actions = lambda: log.info("session opened", agent=agent_id, session=session_id, cwd=cwd)
+        # Not ``start``: the actor's inbox takes the first turn before its task runs, and the prompt goes out in the
+        # task's first step instead of two scheduler passes later.
+        self._nursery.start_soon(self._run_actor, session)
         early = agent.attach(session_id, actor)
         if known is None and early:  # (session/load replays the history as updates before answering: not new output)
             await actor.on_agent_updates(early)
-        self._log.info("session opened", agent=request.agent_id, session=session_id, cwd=request.cwd)
         return known
 
     async def _run_actor(

@@ -302,3 +302,34 @@ async def test_an_agent_exit_fails_the_turn_and_the_next_request_starts_afresh(
 @pytest.fixture
 def autojump_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0)
+
+
+class _Recorded:
+    """A logger that notes, with each line, how many prompts the agent had been sent by then."""
+
+    def __init__(self, agent: FakeAgent) -> None:
+        self.agent = agent
+        self.lines: list[tuple[str, int]] = []
+
+    def bind(self, **_: Any) -> _Recorded:
+        return self
+
+    def _note(self, event: str, *args: Any, **fields: Any) -> None:
+        self.lines.append((event, self.agent.method_count("session/prompt")))
+
+    debug = info = warning = error = exception = _note
+
+
+async def test_a_new_sessions_first_prompt_goes_out_before_its_session_opened_line(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The line (a log write, ~0.1 ms) is off the path of the first chat: it follows the actor's first actions.
+    agent = FakeAgent()
+    log = _Recorded(agent)
+    router = SessionRouter(Provider(agent), RouterSettings(), log=log)
+    await nursery.start(router.run)
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent)
+        outcome, _ = await Editor(router).chat([user("hello")])
+    assert outcome.stop_reason == "end_turn"
+    assert ("session opened", 1) in log.lines and ("session opened", 0) not in log.lines
