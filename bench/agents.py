@@ -36,6 +36,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,8 @@ WEATHER_TOOL = {
     "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
+OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
+TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
 clock = time.perf_counter
 
@@ -262,12 +265,14 @@ class Round:
             assert first is not None, "no text from the agent"
             samples["prestart chat"].append(first - begun)
 
-    async def bridged(self, samples: dict[str, list[float]]) -> None:
+    async def bridged(self, samples: dict[str, list[float]], *, traced: Traced | None = None) -> None:
+        """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``."""
         table_, project = self.table()
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
+        trace = traced.args() if traced is not None else ()
         started = clock()
-        async with _lmbridge(config, project) as client:
+        async with _lmbridge(config, project, extra=trace) as client:
             assert client.connection is not None
             init = await client.connection.start_request(
                 "initialize",
@@ -283,22 +288,26 @@ class Round:
                 history.append(first[1])
             history.append(_user("How are you?"))
             with trio.fail_after(STEP_TIMEOUT):
-                begun = clock()
+                begun, wall = clock(), time.time()
                 history += await _turn(client, self.kit.id, history, tools)
                 samples["text turn"].append(clock() - begun)
+                if traced is not None:
+                    traced.span("text turn", wall, samples["text turn"][-1])
             for figure, city in (("first tool turn", "Paris"), ("later tool turn", "Oslo")):
                 self.tool_turns(city)
                 history.append(_user(f"What is the weather in {city}?"))
                 with trio.fail_after(STEP_TIMEOUT):
-                    begun = clock()
+                    begun, wall = clock(), time.time()
                     history += await _turn(client, self.kit.id, history, tools)
                     samples[figure].append(clock() - begun)
+                    if traced is not None:
+                        traced.span(figure, wall, samples[figure][-1])
         table_, project = self.table()
         table_["prestart"] = True
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
-        async with _lmbridge(config, project, stderr) as client:
+        async with _lmbridge(config, project, stderr, extra=trace) as client:
             with trio.fail_after(STEP_TIMEOUT):
                 connected = trio.current_time()
                 info = await client.initialize(workspaceFolders=[str(project)])
@@ -306,21 +315,25 @@ class Round:
                 while "agent ready" not in stderr.read_text():  # noqa: ASYNC110
                     await trio.sleep(0.01)
                 await trio.sleep_until(connected + TYPING)  # what the scenario models, not a synchronisation
-                begun = clock()
+                begun, wall = clock(), time.time()
                 first = await _first_text(
                     client, self.kit.id, [_user("Are you there?")], [WEATHER_TOOL, info["permissionTool"]]
                 )
                 samples["prestart chat"].append(first[0] - begun)
+                if traced is not None:
+                    traced.span("prestart chat", wall, samples["prestart chat"][-1])
 
 
 @asynccontextmanager
-async def _lmbridge(config: Path, project: Path, stderr: Path | None = None) -> AsyncIterator[EditorClient]:
+async def _lmbridge(
+    config: Path, project: Path, stderr: Path | None = None, *, extra: tuple[str, ...] = ()
+) -> AsyncIterator[EditorClient]:
     log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
     try:
         env = with_bytecode_cache(_environment({"XDG_STATE_HOME": str(project.parent / "state")}))
         if LMBRIDGE_TREE is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LMBRIDGE_TREE), env.get("PYTHONPATH")]))
-        async with spawn_stdio(["--config", str(config)], env=env, cwd=str(project), stderr=log) as (
+        async with spawn_stdio(["--config", str(config), *extra], env=env, cwd=str(project), stderr=log) as (
             client,
             _process,
         ):
@@ -422,9 +435,58 @@ async def tool_server() -> AsyncIterator[dict[str, Any]]:
 # -- the run -------------------------------------------------------------------------------------------------------
 
 
-async def measure(agent: str, reps: int, scratch: Path) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+class Traced:
+    """A bridged run with ``--trace-dir``: the directory, and each figure's span (wall clock, as the traces)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.spans: list[tuple[str, float, float]] = []
+
+    def args(self) -> tuple[str, ...]:
+        return ("--trace-dir", str(self.directory))
+
+    def span(self, figure: str, wall_start: float, seconds: float) -> None:
+        self.spans.append((figure, wall_start, wall_start + seconds))
+
+
+def own_times(traced: Traced) -> dict[str, list[float]]:
+    """lmbridge's own time on each figure's path, in ms, from its wire traces: for every message it received, the
+    time until the next message it sent, when it sent one before receiving another — what it spent turning what came
+    in into what went out (the agent's, the editor's and the model's time are the gaps between). An upper bound: the
+    traces' own writes, a few microseconds each, are included. A reply the bridge sends on a timer (a tool batch's
+    idle window) counts from the message before it: time lmbridge made the user wait all the same."""
+    events: list[tuple[float, bool]] = []
+    for path in traced.directory.glob("*.ndjson"):
+        with path.open("rb") as handle:
+            for line in handle:
+                record = json.loads(line)
+                events.append((float(record["ts"]), record["dir"] == "in"))
+    events.sort()
+    own: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
+    for figure, start, end in traced.spans:
+        spent, received = 0.0, None
+        for ts, incoming in events:
+            if ts < start:
+                continue
+            if ts > end:
+                break
+            if incoming:
+                received = ts
+            elif received is not None:
+                spent += ts - received
+                received = None
+        own[figure].append(spent * 1000)
+    return own
+
+
+async def measure(
+    agent: str, reps: int, scratch: Path
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
+    """The paired runs (direct, bridged: seconds per figure), then ``TRACED_RUNS`` traced bridged runs for
+    lmbridge's own time (ms per figure)."""
     direct: dict[str, list[float]] = {figure: [] for figure in FIGURES}
     bridged: dict[str, list[float]] = {figure: [] for figure in FIGURES}
+    own: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
     async with open_fake_model() as model, tool_server() as server:
         runs = Round(KITS[agent], model, scratch / agent, server)
         await runs.direct({figure: [] for figure in FIGURES})  # untimed: page cache, compile caches, the model
@@ -434,12 +496,22 @@ async def measure(agent: str, reps: int, scratch: Path) -> tuple[dict[str, list[
             for run in order:
                 await run(direct if run == runs.direct else bridged)
             print(f"  {agent}: {rep + 1}/{reps}", file=sys.stderr, flush=True)
+        for index in range(TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own
+            traced = Traced(scratch / agent / f"trace-{index}")
+            await runs.bridged({figure: [] for figure in FIGURES}, traced=traced)
+            for figure, values in own_times(traced).items():
+                own[figure] += values
         if model.errors:
             raise RuntimeError(f"the fake model saw unscripted requests: {model.errors[:3]}")
-    return direct, bridged
+    return direct, bridged, own
 
 
-def rows_for(agent: str, direct: dict[str, list[float]], bridged: dict[str, list[float]]) -> list[Row]:
+def rows_for(
+    agent: str,
+    direct: dict[str, list[float]],
+    bridged: dict[str, list[float]],
+    own: dict[str, list[float]] | None = None,
+) -> list[Row]:
     goals = {"first tool turn": 10.0, "later tool turn": 3.0, "cold first chat": 100.0, "prestart chat": 5.0}
     rows = []
     for figure in FIGURES:
@@ -448,6 +520,13 @@ def rows_for(agent: str, direct: dict[str, list[float]], bridged: dict[str, list
         added = {"median": b.median - d.median, "p99": (b.p99 or 0) - (d.p99 or 0)}
         estimate, low, high = shift(bridged_ms, direct_ms)
         goal = goals.get(figure)
+        own_ms = (own or {}).get(figure) or []
+        own_note = (
+            f"; lmbridge's own time on the path {statistics.median(own_ms):.2f} ms (median of {len(own_ms)} traced "
+            "runs: from each message it received to the one it sent because of it)"
+            if own_ms
+            else ""
+        )
         rows.append(
             Row(
                 f"{agent}",
@@ -460,10 +539,11 @@ def rows_for(agent: str, direct: dict[str, list[float]], bridged: dict[str, list
                 passed=estimate <= goal if goal is not None else None,
                 added=added,
                 notes=f"{b.n} paired runs, alternating; added (Hodges-Lehmann, the verdict's figure) "
-                f"{estimate:+.1f} ms, 90 % interval {low:+.1f} … {high:+.1f} ms",
+                f"{estimate:+.1f} ms, 90 % interval {low:+.1f} … {high:+.1f} ms{own_note}",
                 extra={
                     "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
                     "samples": {"lmbridge": bridged_ms, "direct": direct_ms},
+                    "own_ms": own_ms,
                 },
             )
         )
@@ -498,12 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         for agent in agents:
             print(f"running {agent} …", file=sys.stderr, flush=True)
             try:
-                direct, bridged = trio.run(measure, agent, args.reps, Path(scratch))
+                direct, bridged, own = trio.run(measure, agent, args.reps, Path(scratch))
             except Exception as exc:
                 errors[agent] = f"{type(exc).__name__}: {exc}"
                 print(f"  {agent} FAILED: {errors[agent]}", file=sys.stderr)
                 continue
-            rows += rows_for(agent, direct, bridged)
+            rows += rows_for(agent, direct, bridged, own)
     text = table(rows)
     print(text)
     report = {

@@ -46,3 +46,28 @@ def test_the_shift_estimate_holds_where_a_difference_of_medians_swings() -> None
     estimate, low, high = shift(bridged, direct)
     assert 40 <= estimate <= 80 and low <= 60 <= high
     assert statistics.median(bridged) - statistics.median(direct) > 200  # what a difference of medians says
+
+
+def test_lmbridge_own_time_is_read_off_its_traces(tmp_path: Path) -> None:
+    """bench-agents' own time: from each message lmbridge received to the next one it sent, within a figure's span;
+    the gaps while it waits on the agent or the editor are not its own."""
+    sys.path.insert(0, str(ROOT))
+    from bench.agents import Traced, own_times
+
+    def line(ts: float, direction: str) -> str:
+        return json.dumps({"ts": ts, "conn": "x", "dir": direction, "msg": {}}) + "\n"
+
+    traced = Traced(tmp_path)
+    (tmp_path / "a-editor.ndjson").write_text(
+        line(100.000, "in") + line(100.050, "out") + line(100.0510, "out")  # lm/chat → part, answer: 1 ms
+    )
+    (tmp_path / "a-agent.ndjson").write_text(
+        line(100.0012, "out")  # → session/prompt: 1.2 ms after the lm/chat
+        + line(100.0300, "in")  # an update, 28.8 ms later (the agent's time)
+        + line(100.0303, "in")  # another, then the part 19.7 ms later: counted from this one
+        + line(99.0, "in") + line(99.5, "out")  # outside the span
+    )
+    traced.span("text turn", 100.0, 0.052)
+    own = own_times(traced)
+    assert set(own) >= {"text turn", "prestart chat"} and own["prestart chat"] == []
+    assert len(own["text turn"]) == 1 and abs(own["text turn"][0] - (1.2 + 19.7)) < 1e-6
