@@ -406,13 +406,11 @@ class SessionRouter:
             await actor.on_agent_updates(early)
         return known
 
-    async def _run_actor(
-        self, session: LiveSession, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def _run_actor(self, session: LiveSession) -> None:
         actor = session.actor
         assert actor is not None and session.agent is not None and session.session_id is not None
         try:
-            await actor.run(task_status=task_status)
+            await actor.run()
         finally:
             self._forget(session)
             with trio.CancelScope(shield=True):

@@ -65,7 +65,8 @@ def test_lmbridge_own_time_is_read_off_its_traces(tmp_path: Path) -> None:
         line(100.0012, "out")  # → session/prompt: 1.2 ms after the lm/chat
         + line(100.0300, "in")  # an update, 28.8 ms later (the agent's time)
         + line(100.0303, "in")  # another, then the part 19.7 ms later: counted from this one
-        + line(99.0, "in") + line(99.5, "out")  # outside the span
+        + line(99.0, "in")
+        + line(99.5, "out")  # outside the span
     )
     traced.span("text turn", 100.0, 0.052)
     own = own_times(traced)
