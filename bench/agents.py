@@ -48,7 +48,7 @@ from typing import Any
 
 import trio
 
-from bench.common import RESULTS, Row, shift, summarize, with_bytecode_cache
+from bench.common import RESULTS, QuietLog, Row, shift, summarize, with_bytecode_cache
 from bench.run import table
 from bench.wire import ROOT
 
@@ -385,23 +385,6 @@ async def _turn(
 # -- the tool server of the direct side ----------------------------------------------------------------------------
 
 
-class _QuietLog:
-    """A logger that keeps the table clean: errors still go to stderr."""
-
-    def bind(self, **_: Any) -> _QuietLog:
-        return self
-
-    def debug(self, *_: Any, **__: Any) -> None:
-        pass
-
-    info = warning = debug
-
-    def error(self, event: str, **fields: Any) -> None:
-        print(f"tool server: {event} {fields}", file=sys.stderr)
-
-    exception = error
-
-
 @asynccontextmanager
 async def tool_server() -> AsyncIterator[dict[str, Any]]:
     """An MCP server named ``editor`` with ``get_weather`` on streamable HTTP in this process, answering at once."""
@@ -416,7 +399,7 @@ async def tool_server() -> AsyncIterator[dict[str, Any]]:
 
     load_sdk()
     load_http()
-    log = _QuietLog()
+    log = QuietLog("tool server")
     tools = SessionTools(invoke, log=log)
     tools.update([WEATHER_TOOL])
     endpoints = HttpEndpoints(log, ready)

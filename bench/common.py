@@ -118,6 +118,26 @@ def with_bytecode_cache(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+class QuietLog:
+    """A logger for lmbridge's parts run inside a benchmark's own process: quiet, but errors go to stderr."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+
+    def bind(self, **_: Any) -> QuietLog:
+        return self
+
+    def debug(self, *_: Any, **__: Any) -> None:
+        pass
+
+    info = warning = debug
+
+    def error(self, event: str, **fields: Any) -> None:
+        print(f"{self.who}: {event} {fields}", file=sys.stderr)
+
+    exception = error
+
+
 class Workspace:
     """A scratch directory for one run: config files, the bridge's stderr logs, XDG dirs, and a bytecode cache.
 

@@ -91,12 +91,9 @@ async def serve_http() -> None:
     import trio
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from bench.common import QuietLog
     from mcp_synthetic.http import HttpEndpoints
     from mcp_synthetic.server import SessionTools
-
-    class Quiet:
-        def __getattr__(self, name: str) -> Any:
-            return lambda *args, **kwargs: self if name == "bind" else None
 
     async def invoke(name: str, arguments: Any) -> Any:
         return {"content": [{"type": "text", "value": "ok"}]}, ""
@@ -106,9 +103,9 @@ async def serve_http() -> None:
 
         load_server()
 
-    tools = SessionTools(invoke, log=Quiet())
+    tools = SessionTools(invoke, log=QuietLog("bench MCP server"))
     tools.update([ECHO_TOOL])
-    endpoints = HttpEndpoints(Quiet(), nothing, nothing)
+    endpoints = HttpEndpoints(QuietLog("bench MCP server"), nothing, nothing)
     stdin = trio.lowlevel.FdStream(os.dup(0))
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoints.run)

@@ -32,6 +32,7 @@ import trio
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import QuietLog
 from bench.mcp_server import ECHO_TOOL
 from bridge.editor.history_parse import HistoryReusingParser
 from bridge.rpc.asgi import load_server
@@ -39,13 +40,6 @@ from bridge.rpc.connection import ACP_CANCEL, EDITOR_CANCEL, JsonRpcConnection, 
 from mcp_synthetic.http import HttpEndpoints
 from mcp_synthetic.server import SessionTools, load_sdk
 from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH, _Prefixed
-
-
-class _Quiet:
-    """A logger that says nothing (lmbridge's logging is among what the floor leaves out)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: self if name == "bind" else None
 
 
 class _Turn:
@@ -58,6 +52,8 @@ class _Turn:
 
 
 class Floor:
+    """The editor link, the agent link and the MCP endpoint, wired to each other directly (see the module)."""
+
     def __init__(self, agent_argv: list[str], *, relay: bool = False) -> None:
         self.agent_argv = agent_argv
         self.relay = relay
@@ -65,7 +61,7 @@ class Floor:
         self.nursery: trio.Nursery | None = None
         self.editor: JsonRpcConnection | None = None
         self.agent: JsonRpcConnection | None = None
-        self.endpoints = HttpEndpoints(_Quiet(), self._loaded, self._loaded)
+        self.endpoints = HttpEndpoints(QuietLog("tool floor"), self._loaded, self._loaded)
         self.turn: _Turn | None = None
         self.waiting: tuple[trio.Event, list[Any]] | None = None  # the agent's call waiting for the editor's result
         self.calls = 0
@@ -124,7 +120,7 @@ class Floor:
             answered.set()
         else:  # a new conversation: a session with its own MCP route, then the prompt
             token = secrets.token_urlsafe(16)
-            tools = SessionTools(self._invoke, log=_Quiet())
+            tools = SessionTools(self._invoke, log=QuietLog("tool floor"))
             tools.update([ECHO_TOOL])
             server = await self._relay(tools, token) if self.relay else self._http(tools, token)
             session = await self.agent.request("session/new", {"cwd": os.getcwd(), "mcpServers": [server]})
