@@ -32,3 +32,11 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
     assert set(figures) == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
     assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
     assert all(set(row["extra"]["samples"]) == {"lmbridge", "direct"} for row in figures.values())
+    # lmbridge's own time, read off its traces in the traced runs: for every figure but the cold start, each run
+    # a positive time well below the figure itself.
+    for name, row in figures.items():
+        own = row["extra"]["own_ms"]
+        if name == "cold first chat":
+            assert own == []
+        else:
+            assert len(own) == 2 and all(0 < ms < row["bridge"]["median"] for ms in own), (name, own)
