@@ -96,6 +96,36 @@ def test_memory_is_bounded_by_entries_and_characters() -> None:
     assert len(parser._remembered) == 1 and parser.remembered_chars < 200
 
 
+def _tool(n: int) -> dict:
+    return {"name": f"tool_{n}", "description": "d" * 300, "inputSchema": {"type": "object", "properties": {"x": {}}}}
+
+
+def test_a_repeated_tool_list_is_the_same_object_and_a_changed_one_is_parsed_afresh() -> None:
+    tools = [_tool(n) for n in range(20)]
+    parser = HistoryReusingParser()
+    first = parser(chat([user("hi")], options={"tools": tools}))["params"]["options"]["tools"]
+    again = parser(chat([user("hi"), assistant("ok"), user("more")], options={"tools": tools}))
+    assert again["params"]["options"]["tools"] is first and parser.reused_tool_lists == 1
+    changed = parser(chat([user("hi")], options={"tools": [*tools, _tool(20)]}))["params"]["options"]["tools"]
+    assert changed is not first and changed == [*tools, _tool(20)]
+    # Both are remembered: an editor switching between two tool sets gets each back.
+    assert parser(chat([user("x")], options={"tools": tools}))["params"]["options"]["tools"] is first
+    # Something after the list in the same object is read as usual.
+    tail = parser(chat([user("x")], options={"tools": tools, "toolMode": "required"}))["params"]["options"]
+    assert tail["tools"] is first and tail["toolMode"] == "required"
+
+
+def test_small_and_huge_tool_lists_are_not_remembered() -> None:
+    parser = HistoryReusingParser()
+    small = [_tool(0)]
+    parser(chat([user("hi")], options={"tools": small}))
+    assert parser(chat([user("hi")], options={"tools": small}))["params"]["options"]["tools"] == small
+    huge = [_tool(n) | {"description": "d" * 20_000} for n in range(60)]  # over 1 M characters
+    parser(chat([user("hi")], options={"tools": huge}))
+    parser(chat([user("hi")], options={"tools": huge}))
+    assert parser.reused_tool_lists == 0
+
+
 def test_concurrent_conversations_each_continue_their_own_history() -> None:
     parser = HistoryReusingParser(min_chars=0)
     a = [user("a" * 50)]
@@ -153,6 +183,15 @@ values = st.recursive(
 message_values = st.one_of(values, st.builds(user, st.text(max_size=20)), st.builds(assistant, st.text(max_size=20)))
 
 
+TOOL_LISTS = [
+    [],
+    [{"name": "read"}],
+    [{"name": "read"}, {"name": "write", "inputSchema": {"type": "object", "properties": {"path": {}}}}],
+    [{"name": "read"}, {"name": "write"}],
+    [[1], 2.5, "three"],
+]
+
+
 @st.composite
 def conversations(draw: st.DrawFn) -> list[bytes]:
     """Requests as an editor (or a hostile peer) might send them: histories that grow, get edited or replaced,
@@ -169,8 +208,13 @@ def conversations(draw: st.DrawFn) -> list[bytes]:
         elif action == "replace":
             history = draw(st.lists(message_values, max_size=4))
         params = {"modelId": "demo", "messages": history}
+        options = {}
         if draw(st.booleans()):
-            params = {"options": {"messages": draw(values)}, **params}
+            options["messages"] = draw(values)
+        if draw(st.booleans()):  # often one of a few lists, so that requests repeat them; sometimes anything
+            options["tools"] = draw(st.one_of(st.sampled_from(TOOL_LISTS), values))
+        if options:
+            params = {"options": options, **params}
         envelope = {"jsonrpc": "2.0", "id": len(out), "method": "lm/chat", "params": params}
         if draw(st.booleans()):
             envelope = {"params": params, **envelope}  # params first
@@ -198,3 +242,22 @@ def test_the_result_is_always_what_json_loads_returns(requests: list[bytes]) -> 
                 parser(raw)
         else:
             assert parser(raw) == expected
+
+
+def test_the_editor_connection_checks_a_repeated_tool_list_once() -> None:
+    from types import SimpleNamespace
+
+    from bridge.editor.connection import EditorConnection
+    from bridge.errors import InvalidParams
+
+    connection = SimpleNamespace(_checked_tools=(None, []))
+    raw = [_tool(n) for n in range(3)]
+    checked = EditorConnection._tools(connection, raw)  # type: ignore[arg-type]
+    assert checked == raw and checked is not raw
+    assert EditorConnection._tools(connection, raw) is checked  # the parser's very list again: not checked again
+    assert EditorConnection._tools(connection, [dict(t) for t in raw]) == checked  # equal, parsed anew: checked
+    bad = [{"name": ""}]
+    for _ in range(2):
+        with pytest.raises(InvalidParams):
+            EditorConnection._tools(connection, bad)  # type: ignore[arg-type]
+    assert EditorConnection._tools(connection, None) == []  # type: ignore[arg-type]

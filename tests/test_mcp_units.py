@@ -313,3 +313,21 @@ async def test_when_the_http_server_cannot_be_imported_connections_are_refused_n
             await trio.to_thread.run_sync(_post_initialize, url)
         with pytest.raises(RuntimeError, match="not running"):
             endpoints.add(tools, "secret-token")  # lmbridge then uses the stdio relay
+
+
+def test_the_same_tool_list_again_is_no_change_whether_the_same_objects_or_equal_ones() -> None:
+    from mcp_synthetic.server import SessionTools
+
+    async def invoke(name: str, arguments: Any) -> Any:
+        raise AssertionError("not called")
+
+    tools = SessionTools(invoke, log=_Warnings())
+    listed = [{"name": f"t{n}", "description": "d", "inputSchema": {"type": "object"}} for n in range(3)]
+    assert tools.update(listed)
+    before = tools.listing()
+    assert not tools.update(list(listed))  # the very objects (the editor connection hands them back)
+    assert not tools.update([dict(tool) for tool in listed])  # equal ones, parsed anew
+    assert tools.listing() == before
+    assert tools.update([*listed[:2], {"name": "t2", "description": "changed", "inputSchema": {"type": "object"}}])
+    assert tools.update(listed[:2])  # one fewer
+    assert not tools.update(listed[:2])

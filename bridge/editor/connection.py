@@ -66,6 +66,9 @@ class EditorConnection:
         self._no_turns.set()
         self._shutdown_stops_daemon = shutdown_stops_daemon
         self._unwatch_models: Callable[[], None] | None = None  # set once initialized: stops lm/modelsChanged
+        # The last tool list checked, and what it was checked from: the parser hands back the very list object when
+        # the editor repeats its tools, which it does with every request (~0.2 ms to check 80 tools again).
+        self._checked_tools: tuple[Any, list[dict[str, Any]]] = (None, [])
 
     @property
     def cwd(self) -> str:
@@ -119,6 +122,14 @@ class EditorConnection:
         if connection is not None and not connection.closed:
             connection.notify_nowait("lm/modelsChanged", {})
 
+    def _tools(self, raw: Any) -> list[dict[str, Any]]:
+        checked_from, checked = self._checked_tools
+        if raw is None or raw is not checked_from:
+            checked = _tools(raw)
+            if raw is not None:
+                self._checked_tools = (raw, checked)
+        return checked
+
     async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
         return {"models": [entry.describe() for entry in self.service.models()]}
 
@@ -133,7 +144,7 @@ class EditorConnection:
             raise InvalidParams("messages", "must be a non-empty list of messages")
         options = params.get("options")
         options = _object(options, "options") if options is not None else {}
-        tools = _tools(options.get("tools"))
+        tools = self._tools(options.get("tools"))
         tool_mode = options.get("toolMode")
         if tool_mode not in (None, "auto", "required"):
             raise InvalidParams("options.toolMode", 'must be "auto" or "required"')

@@ -12,8 +12,13 @@ objects* as before — so history matching compares them by identity. The result
 would return; anything unusual (another layout, invalid JSON, a number that continues past the old end) falls back
 to the plain parse, which also produces the error message.
 
-The shared message objects must not be mutated; nothing in lmbridge does (the history layer replaces lists, never
-edits messages).
+The editor's tool list (``params.options.tools``) comes again with every request too, and is often the largest part
+of it (an editor with 80 tools sends ~140 KB of them: 0.3 ms to parse): the last few large ones are remembered
+whole, and a request that repeats one exactly gets the same list object back — which the editor connection and the
+synthetic MCP server then recognise by identity instead of checking and comparing it again.
+
+The shared message and tool objects must not be mutated; nothing in lmbridge does (the history layer replaces
+lists, never edits messages; the tool list is read, and copied where it is checked).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from bridge.rpc.protocol import parse, scan_json, skip_json_space
 __all__ = ["HistoryReusingParser"]
 
 _JSON_SPACE = " \t\n\r"
+_TOOL_LISTS = 4  # tool lists remembered per connection (an editor switching between a few modes' tool sets)
+_TOOL_LIST_CHARS = 1 << 20  # and each at most this long (real editors send 0.1 – 0.2 MB): 4 MB per connection at most
 
 
 class _Unusual(Exception):
@@ -54,9 +61,15 @@ class HistoryReusingParser:
         self.max_entries = max_entries
         self.max_chars = max_chars
         self._remembered: list[_Remembered] = []  # most recently used first
+        self._tool_lists: list[tuple[str, Any]] = []  # (exact text, parsed list) of the last large tool lists
         self.reused_messages = 0  # counters, for tests and benchmarks
         self.parsed_messages = 0
-        self._params: dict[str, Callable[[str, int], tuple[Any, int]]] = {"messages": self._messages}
+        self.reused_tool_lists = 0
+        self._options: dict[str, Callable[[str, int], tuple[Any, int]]] = {"tools": self._tools}
+        self._params: dict[str, Callable[[str, int], tuple[Any, int]]] = {
+            "messages": self._messages,
+            "options": self._options_value,
+        }
         self._top: dict[str, Callable[[str, int], tuple[Any, int]]] = {"params": self._params_value}
 
     def __call__(self, raw: bytes | str) -> Any:
@@ -110,6 +123,26 @@ class HistoryReusingParser:
         if text[index : index + 1] != "{":
             return scan_json(text, index)
         return self._object(text, index, self._params)
+
+    def _options_value(self, text: str, index: int) -> tuple[Any, int]:
+        if text[index : index + 1] != "{":
+            return scan_json(text, index)
+        return self._object(text, index, self._options)
+
+    def _tools(self, text: str, index: int) -> tuple[Any, int]:
+        # A complete JSON value's text determines where it ends: a remembered list's exact text at ``index`` is that
+        # list, whatever follows it.
+        for position, (known, value) in enumerate(self._tool_lists):
+            if text.startswith(known, index):
+                if position:
+                    self._tool_lists.insert(0, self._tool_lists.pop(position))
+                self.reused_tool_lists += 1
+                return value, index + len(known)
+        value, end = scan_json(text, index)
+        if isinstance(value, list) and self.min_chars <= end - index <= _TOOL_LIST_CHARS:
+            self._tool_lists.insert(0, (text[index:end], value))
+            del self._tool_lists[_TOOL_LISTS:]
+        return value, end
 
     def _messages(self, text: str, index: int) -> tuple[Any, int]:
         if text[index : index + 1] != "[":
