@@ -160,7 +160,7 @@ def test_framer_memory_stays_bounded_while_discarding() -> None:
     framer = LineFramer(100)
     for _ in range(1000):
         assert framer.feed(b"x" * 1000) == []
-    assert framer._pieces == [] and not framer._small and framer.buffered == 1_000_000
+    assert len(framer._buffer) < 10_000 and framer.buffered == 1_000_000
     out = framer.feed(b"\nabc\n")
     assert isinstance(out[0], LineFramer.LineTooLong) and out[0].size == 1_000_000
     assert out[1] == b"abc"
@@ -184,6 +184,83 @@ def test_long_lines_in_reads_of_any_size_come_out_whole(line_sizes: list[int], r
         out += framer.feed(stream[position : position + size])
         position += size
     assert out == lines and framer.buffered == 0
+
+
+def _reader(stream: bytes, sizes: list[int]):
+    """A ``read`` for ``LineFramer.receive_into`` delivering ``stream`` in reads of the given sizes (cycled), as
+    ``os.readv`` does: a read with nothing there yet raises ``BlockingIOError`` every other time."""
+    position = 0
+    calls = itertools.count()
+    sizes_cycle = itertools.cycle(sizes)
+
+    def read(view: memoryview) -> int:
+        nonlocal position
+        if next(calls) % 2:
+            raise BlockingIOError
+        size = min(next(sizes_cycle), len(view), len(stream) - position)
+        view[:size] = stream[position : position + size]
+        position += size
+        return size
+
+    return read
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 300_000), min_size=1, max_size=5), read_sizes, st.sampled_from([4096, 65_536, 1 << 20]))
+def test_lines_read_into_the_framer_come_out_whole(line_sizes: list[int], reads: list[int], size: int) -> None:
+    lines = [bytes([65 + n % 26]) * length for n, length in enumerate(line_sizes)]
+    framer = LineFramer(1_000_000)
+    read = _reader(b"".join(line + b"\r\n" for line in lines), reads)
+    out: list = []
+    while True:
+        try:
+            got = framer.receive_into(read, size)
+        except BlockingIOError:
+            continue  # nothing changed: the next read goes on where the last one ended
+        if got is None:
+            break
+        out += got
+    assert out == [line for line in lines if line] and framer.buffered == 0
+
+
+def test_over_long_lines_read_into_the_framer_are_discarded_as_they_come() -> None:
+    framer = LineFramer(100_000)
+    stream = b"x" * 1_000_000 + b"\nok\n"
+    read = _reader(stream, [65_536])
+    out: list = []
+    while (got := _retry(framer.receive_into, read, 65_536)) is not None:
+        out += got
+        assert len(framer._buffer) <= 4 * 65_536  # never the whole line
+    assert isinstance(out[0], LineFramer.LineTooLong) and out[0].size == 1_000_000 and out[1:] == [b"ok"]
+
+
+def _retry(receive_into, read, size):
+    while True:
+        try:
+            return receive_into(read, size)
+        except BlockingIOError:
+            continue
+
+
+def test_the_framer_keeps_room_for_long_lines_while_they_keep_coming_and_gives_it_back_after() -> None:
+    framer = LineFramer(10_000_000)
+    long_line = b"y" * 3_000_000 + b"\n"
+    for _ in range(3):
+        read = _reader(long_line, [1 << 20])
+        while not (got := _retry(framer.receive_into, read, 1 << 20)):
+            pass
+        assert got == [long_line[:-1]]
+    kept = len(framer._buffer)
+    assert kept >= 3_000_000
+    # Another long line fits the kept buffer: it is not grown again (no copy, no fresh memory).
+    read = _reader(long_line, [1 << 20])
+    while not _retry(framer.receive_into, read, 1 << 20):
+        pass
+    assert len(framer._buffer) == kept
+    # Short lines only, for a while: the buffer shrinks to what they need.
+    for _ in range(200):
+        assert _retry(framer.receive_into, _reader(b"{}\n", [3]), 65_536) == [b"{}"]
+    assert len(framer._buffer) <= 4 * 65_536
 
 
 def test_crlf_and_blank_lines_are_tolerated() -> None:

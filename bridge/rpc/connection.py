@@ -184,13 +184,37 @@ class StreamWire:
         if self._pending:
             pending, self._pending = self._pending, b""
             return protocol.receive_data(pending)
+        size = self._long_read_size if protocol.buffered else self._read_size
+        if isinstance(self._receive, trio.lowlevel.FdStream):
+            return await self._read_fd(self._receive, protocol, size)
         try:
-            data = await self._receive.receive_some(self._long_read_size if protocol.buffered else self._read_size)
+            data = await self._receive.receive_some(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None
         if not data:
             return None
         return protocol.receive_data(data)
+
+    @staticmethod
+    async def _read_fd(
+        stream: trio.lowlevel.FdStream, protocol: JsonRpcProtocol, size: int
+    ) -> list[protocol.Event] | None:
+        # FdStream.receive_some, but reading into the protocol's buffer instead of a new bytes object per read
+        # (see LineFramer.receive_into). The same checkpoint and the same end: EOF, a closed or broken descriptor.
+        def read(view: memoryview) -> int:
+            return os.readv(stream.fileno(), (view,))  # the descriptor is -1 once closed: EBADF
+
+        await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                return protocol.receive_into(read, size)
+            except BlockingIOError:
+                try:
+                    await trio.lowlevel.wait_readable(stream.fileno())
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return None
+            except OSError:  # EBADF (closed under us), EIO, ...: the end of this input
+                return None
 
     async def write(self, messages: list[bytes]) -> None:
         await self._send.send_all(messages[0] if len(messages) == 1 else b"".join(messages))

@@ -142,6 +142,13 @@ class LineFramer:
 
     A line longer than the limit is discarded as it arrives (memory stays bounded) and reported once, as a
     ``LineTooLong`` marker in the output, when its terminating newline is seen.
+
+    Input comes either as bytes someone has read (``feed``) or straight into the framer's own buffer
+    (``receive_into``, for a reader that can fill memory, such as ``os.readv``). An editor re-sends the whole
+    history with every request, megabytes read 1 MiB at a time: reading into one kept buffer, and copying each
+    line out of it once, spares a fresh allocation per read (measured, a 3 MB request alternating with small ones:
+    3.6 ms from the write to the line with a new 1 MiB ``bytes`` per read, 1.5 ms into a kept buffer — fresh
+    megabytes cost a page fault per 4 KiB).
     """
 
     class LineTooLong:
@@ -154,78 +161,100 @@ class LineFramer:
         if max_line_bytes < 1:
             raise ValueError("max_line_bytes must be positive")
         self.max_line_bytes = max_line_bytes
-        # An incomplete line: its pieces, joined once when its newline comes (a long line arrives in many reads;
-        # growing one buffer copies it again and again: 2.8 ms for 3 MB against 0.2). Small reads gather in
-        # ``_small`` first, so a peer trickling bytes cannot make a list of millions of tiny objects.
-        self._pieces: list[bytes] = []
-        self._small = bytearray()
-        self._pieces_bytes = 0
+        # The incomplete line, at the front of a buffer kept from line to line (``_held`` bytes of it valid). Its
+        # size follows the long lines of late (``_peak`` decays with every line), so that one huge message does
+        # not pin its memory for the life of the connection.
+        self._buffer = bytearray()
+        self._held = 0
+        self._peak = 0
         self._discarding = 0  # bytes dropped so far of an over-long line; 0 when not discarding
 
     def feed(self, data: bytes | bytearray) -> list[bytes | LineFramer.LineTooLong]:
-        if not isinstance(data, bytes):
-            data = bytes(data)
+        if self._held or self._discarding:
+            size = len(data)
+
+            def copy(view: memoryview) -> int:
+                view[:size] = data
+                return size
+
+            return (self.receive_into(copy, size) if size else None) or []
+        # Nothing held: complete lines come straight from ``data``, only the rest is kept.
         out: list[bytes | LineFramer.LineTooLong] = []
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            chunk = data[start:newline]
-            start = newline + 1
-            if self._discarding:
-                out.append(self.LineTooLong(self._discarding + len(chunk)))
-                self._discarding = 0
-                continue
-            if self._pieces_bytes:
-                self._hold(chunk)
-                self._flush_small()
-                line = b"".join(self._pieces)
-                self._forget_pieces()
-            else:
-                line = chunk
-            if len(line) > self.max_line_bytes:
-                out.append(self.LineTooLong(len(line)))
-                continue
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if line.strip():
-                out.append(line)
-        rest = data[start:]
-        if self._discarding:
-            self._discarding += len(rest)
-        elif rest:
-            self._hold(rest)
-            if self._pieces_bytes > self.max_line_bytes:
-                self._discarding = self._pieces_bytes
-                self._forget_pieces()
+        rest = self._split(data, 0, len(data), out)
+        if rest < len(data):
+            with memoryview(data) as view:
+                self._hold(view[rest:])
         return out
 
-    def _hold(self, piece: bytes) -> None:
-        """Keep a piece of the incomplete line."""
-        self._pieces_bytes += len(piece)
-        if len(piece) < 4096:
-            self._small += piece
-            if len(self._small) >= 65536:
-                self._flush_small()
+    def receive_into(self, read: Callable[[memoryview], int], size: int) -> list[bytes | LineFramer.LineTooLong] | None:
+        """Let ``read`` put up to ``size`` bytes into the framer's buffer and return how many it put there (0: end
+        of input, and the result is None). Whatever ``read`` raises (``BlockingIOError``) leaves the framer as it
+        was."""
+        start = self._held
+        if len(self._buffer) < start + size:
+            self._buffer.extend(bytes(max(start + size, 2 * len(self._buffer)) - len(self._buffer)))
+        view = memoryview(self._buffer)[start : start + size]
+        try:
+            count = read(view)
+        finally:
+            view.release()  # the buffer cannot be resized while a view of it exists
+        if not count:
+            return None
+        out: list[bytes | LineFramer.LineTooLong] = []
+        end = start + count
+        rest = self._split(self._buffer, start, end, out)
+        if self._discarding:
+            self._discarding += end - rest
+            self._held = 0
+        elif rest:
+            with memoryview(self._buffer) as held:
+                held[: end - rest] = held[rest:end]
+            self._held = end - rest
         else:
-            self._flush_small()
-            self._pieces.append(bytes(piece))
+            self._held = end
+        if self._held > self.max_line_bytes:
+            self._discarding, self._held = self._held, 0
+        # Keep room for lines as long as the recent ones (reads arrive while the last is being taken), not more.
+        keep = 2 * max(self._peak, self._held, 1 << 16)
+        if out and len(self._buffer) > 2 * keep:
+            del self._buffer[keep:]
+        return out
 
-    def _flush_small(self) -> None:
-        if self._small:
-            self._pieces.append(bytes(self._small))
-            self._small.clear()
+    def _split(self, data: bytes | bytearray, start: int, end: int, out: list[bytes | LineFramer.LineTooLong]) -> int:
+        """Append the lines that end in ``data[start:end]`` (``data[:start]`` is the incomplete line held before) to
+        ``out``; return where the incomplete rest begins."""
+        line_start = 0
+        with memoryview(data) as view:
+            while (newline := data.find(b"\n", start, end)) >= 0:
+                size = newline - line_start
+                if self._discarding:
+                    out.append(self.LineTooLong(self._discarding + size))
+                    self._discarding = 0
+                elif size > self.max_line_bytes:
+                    out.append(self.LineTooLong(size))
+                else:
+                    if size and data[newline - 1] == 13:  # "\r\n"
+                        size -= 1
+                    line = bytes(view[line_start : line_start + size])
+                    self._peak = max(size, self._peak - (self._peak >> 4))
+                    if line.strip():
+                        out.append(line)
+                start = line_start = newline + 1
+        return line_start
 
-    def _forget_pieces(self) -> None:
-        self._pieces.clear()
-        self._small.clear()
-        self._pieces_bytes = 0
+    def _hold(self, rest: memoryview) -> None:
+        if len(rest) > self.max_line_bytes:
+            self._discarding = len(rest)
+            return
+        if len(self._buffer) < len(rest):
+            self._buffer.extend(bytes(len(rest) - len(self._buffer)))
+        self._buffer[: len(rest)] = rest
+        self._held = len(rest)
 
     @property
     def buffered(self) -> int:
         """Bytes of an incomplete line held (or being discarded) at the moment."""
-        return self._pieces_bytes or self._discarding
+        return self._held or self._discarding
 
 
 def _valid_id(value: Any) -> TypeGuard[RequestId]:
@@ -261,13 +290,21 @@ class JsonRpcProtocol:
     # -- input ---------------------------------------------------------------------------------------------
 
     def receive_data(self, data: bytes | bytearray) -> list[Event]:
-        events: list[Event] = []
-        for line in self._framer.feed(data):
-            if isinstance(line, LineFramer.LineTooLong):
-                events.append(self._too_long(line.size))
-            else:
-                events.append(self.receive_message(line))
-        return events
+        return [
+            self._too_long(line.size) if isinstance(line, LineFramer.LineTooLong) else self.receive_message(line)
+            for line in self._framer.feed(data)
+        ]
+
+    def receive_into(self, read: Callable[[memoryview], int], size: int) -> list[Event] | None:
+        """``receive_data`` without the bytes object: ``read`` fills up to ``size`` bytes of the framer's own buffer
+        and returns how many (see ``LineFramer.receive_into``); None at end of input."""
+        lines = self._framer.receive_into(read, size)
+        if lines is None:
+            return None
+        return [
+            self._too_long(line.size) if isinstance(line, LineFramer.LineTooLong) else self.receive_message(line)
+            for line in lines
+        ]
 
     def receive_message(self, raw: bytes | str) -> Event:
         if isinstance(raw, str):
