@@ -85,6 +85,42 @@ def test_a_tool_conversation_of_a_few_kilobytes_is_reused_by_default() -> None:
     assert parser.reused_messages == len(history) and all(a is b for a, b in zip(first, again, strict=False))
 
 
+def test_a_history_with_any_text_is_reused_whatever_comes_before_it() -> None:
+    # Found and compared as bytes: text beyond ASCII (an editor sends UTF-8 as is), the history after the options,
+    # and a "messages" key inside a tool's schema before the real one.
+    parser = HistoryReusingParser(min_chars=0)
+    tools = [{"name": "send", "inputSchema": {"type": "object", "properties": {"messages": {"type": "array"}}}}]
+    history = [user("grüße, 世界 " * 50), assistant("ok ✓")]
+    for turn in range(1, 6):
+        history = [*history, user(f"weiter {turn} …"), assistant(f"fertig {turn}")]
+        raw = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": turn,
+                "method": "lm/chat",
+                "params": {"options": {"tools": tools, "x": [{"messages": [1]}]}, "messages": history},
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+        parsed = parser(raw)
+        assert parsed == json.loads(raw)
+    assert parser.reused_messages == 4 + 6 + 8 + 10 and parser.parsed_messages == 4 + 4 * 2
+
+
+def test_a_long_lived_history_is_kept_in_a_bounded_number_of_pieces() -> None:
+    parser = HistoryReusingParser(min_chars=0)
+    history = [user("start")]
+    for turn in range(100):
+        history = [*history, assistant(f"a{turn}"), user(f"u{turn}")]
+        assert parser(chat(history))["params"]["messages"] == history
+    assert parser.reused_messages == sum(1 + 2 * turn for turn in range(1, 100))  # each turn, the last history
+    (entry,) = parser._remembered
+    assert (
+        len(entry.pieces) <= 16 and b"".join(entry.pieces) == chat(history)[chat(history).index(b"[") :][: entry.size]
+    )
+
+
 def test_memory_is_bounded_by_entries_and_characters() -> None:
     parser = HistoryReusingParser(min_chars=0, max_entries=3, max_chars=10_000)
     for n in range(10):
