@@ -884,8 +884,8 @@ def history(ws: Workspace, plan: Plan) -> list[Row]:
                 notes=f"growth {s.median - small_floor.median:.2f} ms (median; lmbridge's: "
                 f"{summarize(first_part[large]).median - small.median:.2f} ms): what moving"
                 + (" and decoding" if kind == "parse" else "")
-                + " the bytes costs a Python process (bench/line_reader.py, standard library, its pipe widened "
-                "as lmbridge's)",
+                + " the bytes costs a Python process (bench/line_reader.py, standard library, its pipe widened and "
+                "read as lmbridge's)",
             )
         )
     rows += _matching(plan)
