@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import trio
@@ -173,6 +174,56 @@ async def test_bad_input_gets_error_replies_and_the_connection_keeps_working(nur
     assert all(r["id"] is None for r in replies[:4])
     assert "exceeds the maximum of 200 bytes" in replies[3]["error"]["message"]
     assert replies[4] == {"jsonrpc": "2.0", "id": 2, "result": {"ok": True}}
+
+
+async def test_long_messages_through_a_real_pipe_are_read_into_one_kept_buffer(nursery: trio.Nursery) -> None:
+    # Over a file descriptor a long message is read into the framer's buffer (os.readv) once its first part is in;
+    # what comes after it on the same read, an over-long message, and the end of input behave as ever.
+    methods = MethodTable()
+
+    async def echo(params, context):
+        return params
+
+    methods.request("echo", echo)
+    server_read, client_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    server = JsonRpcConnection(
+        StreamWire(trio.lowlevel.FdStream(server_read), trio.lowlevel.FdStream(reply_write), long_read_size=1 << 20),
+        methods,
+        name="server",
+        cancel_style=EDITOR_CANCEL,
+        max_message_bytes=2_000_000,
+    )
+    nursery.start_soon(server.serve)
+    sender = trio.lowlevel.FdStream(client_write)
+    receiver = trio.lowlevel.FdStream(reply_read)
+    long_text = "ü" * 700_000  # 1.4 MB of UTF-8, several reads
+    request = {"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"text": long_text}}
+
+    async def send() -> None:
+        for _ in range(2):
+            await sender.send_all(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+        await sender.send_all(b'{"jsonrpc":"2.0","id":2,"method":"echo","params":{"x":"' + b"y" * 3_000_000 + b'"}}\n')
+        await sender.send_all(b'{"jsonrpc":"2.0","id":3,"method":"echo","params":{"ok":true}}\n')
+        await sender.aclose()  # the end of input
+
+    nursery.start_soon(send)
+    replies: list = []
+    buffer = b""
+    while len(replies) < 4:
+        data = await receiver.receive_some(1 << 20)
+        assert data, "the server closed before answering"
+        buffer += data
+        *lines, buffer = buffer.split(b"\n")
+        replies += [json.loads(line) for line in lines]
+    assert [reply.get("result", {}).get("text") == long_text for reply in replies[:2]] == [True, True]
+    assert "exceeds the maximum of 2000000 bytes" in replies[2]["error"]["message"]
+    assert replies[3] == {"jsonrpc": "2.0", "id": 3, "result": {"ok": True}}
+    assert len(server._protocol._framer._buffer) >= 1_400_000  # read into, and kept for the next long one
+    with trio.fail_after(5):
+        await server.peer_closed.wait()  # the end of input is seen as such
+    await server.aclose()
+    await receiver.aclose()
 
 
 async def test_peer_going_away_fails_pending_requests(nursery: trio.Nursery) -> None:

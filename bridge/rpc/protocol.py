@@ -137,6 +137,9 @@ def encode(message: dict[str, Any]) -> bytes:
         return _ASCII_ENCODER.encode(message).encode() + b"\n"
 
 
+_MIN_READ = 64 * 1024  # the framer's buffer is never smaller: a read of small messages takes what is there
+
+
 class LineFramer:
     """Splits a byte stream into lines of at most ``max_line_bytes``.
 
@@ -177,6 +180,7 @@ class LineFramer:
                 view[:size] = data
                 return size
 
+            self._reserve(size)
             return (self.receive_into(copy, size) if size else None) or []
         # Nothing held: complete lines come straight from ``data``, only the rest is kept.
         out: list[bytes | LineFramer.LineTooLong] = []
@@ -191,8 +195,9 @@ class LineFramer:
         of input, and the result is None). Whatever ``read`` raises (``BlockingIOError``) leaves the framer as it
         was."""
         start = self._held
-        if len(self._buffer) < start + size:
-            self._buffer.extend(bytes(max(start + size, 2 * len(self._buffer)) - len(self._buffer)))
+        if len(self._buffer) - start < min(size, _MIN_READ):
+            self._reserve(min(size, _MIN_READ))
+        size = min(size, len(self._buffer) - start)  # a long line grows the buffer by doubling, read by read
         view = memoryview(self._buffer)[start : start + size]
         try:
             count = read(view)
@@ -215,7 +220,7 @@ class LineFramer:
         if self._held > self.max_line_bytes:
             self._discarding, self._held = self._held, 0
         # Keep room for lines as long as the recent ones (reads arrive while the last is being taken), not more.
-        keep = 2 * max(self._peak, self._held, 1 << 16)
+        keep = 2 * max(self._peak, self._held, _MIN_READ)
         if out and len(self._buffer) > 2 * keep:
             del self._buffer[keep:]
         return out
@@ -242,12 +247,17 @@ class LineFramer:
                 start = line_start = newline + 1
         return line_start
 
+    def _reserve(self, free: int) -> None:
+        """Room for ``free`` more bytes after the held ones: the buffer at least doubles."""
+        if len(self._buffer) - self._held < free:
+            size = max(self._held + free, 2 * len(self._buffer), _MIN_READ)
+            self._buffer.extend(bytes(size - len(self._buffer)))
+
     def _hold(self, rest: memoryview) -> None:
         if len(rest) > self.max_line_bytes:
             self._discarding = len(rest)
             return
-        if len(self._buffer) < len(rest):
-            self._buffer.extend(bytes(len(rest) - len(self._buffer)))
+        self._reserve(len(rest))
         self._buffer[: len(rest)] = rest
         self._held = len(rest)
 
