@@ -223,6 +223,34 @@ def test_lines_read_into_the_framer_come_out_whole(line_sizes: list[int], reads:
     assert out == [line for line in lines if line] and framer.buffered == 0
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(0, 200_000), min_size=1, max_size=5),
+    st.lists(st.tuples(st.booleans(), st.sampled_from([1, 7, 4096, 65_536, 300_000])), min_size=1, max_size=12),
+)
+def test_reads_fed_and_read_into_the_framer_mix(line_sizes: list[int], reads: list[tuple[bool, int]]) -> None:
+    # As StreamWire reads a pipe: a message's first read is fed, the rest of a long one is read into the framer.
+    lines = [bytes([97 + n % 26]) * length for n, length in enumerate(line_sizes)]
+    stream = b"".join(line + b"\n" for line in lines)
+    framer = LineFramer(150_000)
+    out: list = []
+    position = 0
+    for into, size in itertools.cycle(reads):
+        if position >= len(stream):
+            break
+        piece = stream[position : position + size]
+        if into:  # up to ``size`` a read: the framer may take less (its buffer's room), and read again
+            read = _reader(piece, [len(piece)])
+            while (got := _retry(framer.receive_into, read, len(piece))) is not None:
+                out += got
+        else:
+            out += framer.feed(piece)
+        position += len(piece)
+    expected = [line if len(line) <= 150_000 else len(line) for line in lines if line]
+    assert [x.size if isinstance(x, LineFramer.LineTooLong) else x for x in out] == expected
+    assert framer.buffered == 0
+
+
 def test_over_long_lines_read_into_the_framer_are_discarded_as_they_come() -> None:
     framer = LineFramer(100_000)
     stream = b"x" * 1_000_000 + b"\nok\n"
