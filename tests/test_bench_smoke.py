@@ -72,3 +72,14 @@ def test_lmbridge_own_time_is_read_off_its_traces(tmp_path: Path) -> None:
     own = own_times(traced)
     assert set(own) >= {"text turn", "prestart chat"} and own["prestart chat"] == []
     assert len(own["text turn"]) == 1 and abs(own["text turn"][0] - (1.2 + 19.7)) < 1e-6
+
+
+def test_the_idle_cold_probe_prints_a_time_per_pause() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.idle", "--reps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.rstrip().endswith("×")]
+    assert [row.split()[0] for row in rows] == ["0", "1", "10", "50", "200", "700"]
+    assert all(float(row.split()[2]) > 0 for row in rows)  # microseconds, measured
+    assert "runs 1 to 4 in a row" in done.stdout
