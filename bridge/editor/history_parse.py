@@ -111,11 +111,11 @@ class HistoryReusingParser:
         try:
             # A repeated history is found and compared as bytes, and cut out before the text is decoded: neither
             # it nor its copy is decoded again (3 MB: 0.5 ms, and megabytes of fresh memory).
-            splice = self._find_remembered(data)
-            if splice is not None:
-                self._splice = splice
-                text = data[: splice.index].decode() + "[0" + data[splice.rest :].decode()
-                splice.ascii = text.isascii()
+            found = self._find_remembered(data)
+            if found is not None:
+                index, entry, rest = found
+                text = data[:index].decode() + "[0" + data[rest:].decode()
+                self._splice = splice = _Splice(index, entry, rest, text.isascii())
                 try:
                     value = self._walk(text)
                     if splice.taken:
@@ -142,7 +142,8 @@ class HistoryReusingParser:
             raise _Unusual
         return value
 
-    def _find_remembered(self, data: bytes) -> _Splice | None:
+    def _find_remembered(self, data: bytes) -> tuple[int, _Remembered, int] | None:
+        """Where a remembered history starts in ``data``, which one, and where the request goes on after it."""
         if not self._remembered:
             return None
         key = 0
@@ -165,7 +166,7 @@ class HistoryReusingParser:
                     # The old text ended with a complete element; only "," or "]" may follow it (anything else —
                     # a number's next digit — means the element itself continues, and this entry does not apply).
                     if _ARRAY_GOES_ON.match(data, end):
-                        return _Splice(start, entry, end, False)
+                        return start, entry, end
         return None
 
     # -- the walk: the top object and params key by key, everything else by the C scanner --------------------
