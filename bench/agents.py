@@ -58,6 +58,7 @@ from interop.fake_models import FakeModel, call, open_fake_model, say
 from interop.installs import ensure_installed, npm_missing
 from interop.kits import FOREIGN_ENV, KITS, AgentKit, write_config
 
+from bridge.acp.handshake import CLIENT_CAPABILITIES
 from bridge.editor.client import EditorClient, spawn_stdio
 
 TYPING = 1.0  # seconds between an editor connecting and its first chat, in the prestart figure
@@ -189,7 +190,13 @@ async def direct_agent(table_: dict[str, Any], cwd: Path) -> AsyncIterator[Direc
 async def _open_direct(agent: DirectAgent, table_: dict[str, Any]) -> None:
     await agent.request(
         "initialize",
-        {"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "lmbridge-bench", "version": "1"}},
+        # lmbridge's own capabilities, so the agent offers its model the same tools on both sides (Claude Code's
+        # AskUserQuestion comes with elicitation: ~4.3 KB more in every request to the model).
+        {
+            "protocolVersion": 1,
+            "clientCapabilities": CLIENT_CAPABILITIES,
+            "clientInfo": {"name": "lmbridge-bench", "version": "1"},
+        },
     )
     if table_.get("authenticate"):
         await agent.request("authenticate", {"methodId": table_["authenticate"]})
