@@ -69,6 +69,7 @@ WEATHER_TOOL = {
     "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
 FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
+REQUEST_BYTES = "model request bytes"  # beside the figures in a side's samples: the size of each model turn's request
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
@@ -239,7 +240,13 @@ class Round:
     def tool_turns(self, city: str) -> None:
         self.model.add(call(self.kit.editor_tool("get_weather", {"city": city})), say(f"Weather told for {city}."))
 
+    def _request_sizes(self, samples: dict[str, list[float]], since: int) -> None:
+        """The sizes of the model turns' requests since ``since``: equal on both sides when the agent runs alike."""
+        turns = [r for r in self.model.requests[since:] if r.turn is not None]
+        samples.setdefault(REQUEST_BYTES, []).extend(len(json.dumps(r.body)) for r in turns)
+
     async def direct(self, samples: dict[str, list[float]]) -> None:
+        since = len(self.model.requests)
         table_, project = self.table()
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
         started = clock()
@@ -271,9 +278,11 @@ class Round:
                 first, _ = await agent.prompt(new["sessionId"], "Are you there?")
             assert first is not None, "no text from the agent"
             samples["prestart chat"].append(first - begun)
+        self._request_sizes(samples, since)
 
     async def bridged(self, samples: dict[str, list[float]], *, traced: Traced | None = None) -> None:
         """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``."""
+        since = len(self.model.requests)
         table_, project = self.table()
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
@@ -329,6 +338,7 @@ class Round:
                     client, self.kit.id, [_user("Are you there?")], [WEATHER_TOOL, info["permissionTool"]]
                 )
                 took("prestart chat", begun, wall, first[0])
+        self._request_sizes(samples, since)
 
 
 @asynccontextmanager
@@ -505,6 +515,15 @@ def rows_for(
     own: dict[str, list[float]] | None = None,
 ) -> list[Row]:
     goals = {"first tool turn": 10.0, "later tool turn": 3.0, "cold first chat": 100.0, "prestart chat": 5.0}
+    # The agent must run alike on both sides (the same tools and prompts to its model): its requests' sizes show it.
+    sizes = {side: statistics.median(s[REQUEST_BYTES]) if s.get(REQUEST_BYTES) else 0.0 for side, s in
+             (("direct", direct), ("lmbridge", bridged))}  # fmt: skip
+    alike = abs(sizes["lmbridge"] - sizes["direct"]) <= 0.01 * max(sizes.values(), default=0.0)
+    requests_note = (
+        f"; the agent's requests to its model: median {sizes['direct'] / 1000:.1f} KB direct, "
+        f"{sizes['lmbridge'] / 1000:.1f} KB through lmbridge"
+        + ("" if alike else " — NOT ALIKE: the two sides configure the agent differently")
+    )
     rows = []
     for figure in FIGURES:
         bridged_ms, direct_ms = [s * 1000 for s in bridged[figure]], [s * 1000 for s in direct[figure]]
@@ -531,8 +550,10 @@ def rows_for(
                 passed=estimate <= goal if goal is not None else None,
                 added=added,
                 notes=f"{b.n} paired runs, alternating; added (Hodges-Lehmann, the verdict's figure) "
-                f"{estimate:+.1f} ms, 90 % interval {low:+.1f} … {high:+.1f} ms{own_note}",
+                f"{estimate:+.1f} ms, 90 % interval {low:+.1f} … {high:+.1f} ms{own_note}"
+                + (requests_note if figure == FIGURES[0] or not alike else ""),
                 extra={
+                    "model_request_bytes": sizes,
                     "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
                     "samples": {"lmbridge": bridged_ms, "direct": direct_ms},
                     "own_ms": own_ms,

@@ -83,3 +83,20 @@ def test_the_idle_cold_probe_prints_a_time_per_pause() -> None:
     assert [row.split()[0] for row in rows] == ["0", "1", "10", "50", "200", "700"]
     assert all(float(row.split()[2]) > 0 for row in rows)  # microseconds, measured
     assert "runs 1 to 4 in a row" in done.stdout
+
+
+def test_bench_agents_says_when_the_two_sides_run_the_agent_differently() -> None:
+    """The agent's requests to its model are its configuration's fingerprint: when the direct side and lmbridge make
+    it send requests of different sizes (a tool offered on one side only), every row says so."""
+    sys.path.insert(0, str(ROOT))
+    from bench.agents import FIGURES, REQUEST_BYTES, rows_for
+
+    def side(request_bytes: list[float]) -> dict[str, list[float]]:
+        return {**{figure: [0.1, 0.11, 0.12] for figure in FIGURES}, REQUEST_BYTES: request_bytes}
+
+    alike = rows_for("x", side([83_000, 83_300]), side([83_010, 83_290]))
+    assert alike[0].extra["model_request_bytes"] == {"direct": 83_150, "lmbridge": 83_150}
+    assert "83.2 KB direct, 83.2 KB through lmbridge" in alike[0].notes
+    assert not any("NOT ALIKE" in row.notes for row in alike)
+    differ = rows_for("x", side([83_000, 83_300]), side([87_300, 87_600]))
+    assert all("NOT ALIKE" in row.notes for row in differ)

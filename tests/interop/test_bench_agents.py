@@ -32,6 +32,10 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
     assert set(figures) == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
     assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
     assert all(set(row["extra"]["samples"]) == {"lmbridge", "direct"} for row in figures.values())
+    # Both sides run the agent alike: its requests to the model are the same size (within 1 %: paths differ).
+    sizes = figures["cold first chat"]["extra"]["model_request_bytes"]
+    assert sizes["direct"] > 1000 and abs(sizes["lmbridge"] - sizes["direct"]) <= 0.01 * sizes["direct"], sizes
+    assert "NOT ALIKE" not in json.dumps(report["rows"])
     # lmbridge's own time, read off its traces in the traced runs: for every figure but the cold start, each run
     # a positive time well below the figure itself.
     for name, row in figures.items():
