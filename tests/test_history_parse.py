@@ -297,3 +297,47 @@ def test_the_editor_connection_checks_a_repeated_tool_list_once() -> None:
         with pytest.raises(InvalidParams):
             EditorConnection._tools(connection, bad)  # type: ignore[arg-type]
     assert EditorConnection._tools(connection, None) == []  # type: ignore[arg-type]
+
+
+# -- through the JSON-RPC protocol ---------------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(conversations(), st.lists(st.integers(1, 300), min_size=1, max_size=20))
+def test_requests_read_in_pieces_of_any_size_parse_as_when_whole(requests: list[bytes], reads: list[int]) -> None:
+    """Through the JSON-RPC protocol, read into its framer in pieces of any size (as the editor connection reads a
+    pipe): every request as json.loads reads it, the same histories reused as when each comes whole — with an
+    over-long line among them, dropped as it comes."""
+    lines = [raw.replace(b"\n", b" ").replace(b"\r", b" ") for raw in requests]  # JSON space: the same values
+    parser, whole = HistoryReusingParser(min_chars=0), HistoryReusingParser(min_chars=0)
+    longest = max(len(line) for line in lines)
+    protocol = JsonRpcProtocol(parse=parser, max_message_bytes=longest)
+    over_long = b'{"x": "' + b"y" * longest + b'"}'
+    sent = [*lines[:1], over_long, *lines[1:]]
+    stream = b"".join(line + b"\n" for line in sent)
+    position, turn, events = 0, 0, []
+
+    def read(view: memoryview) -> int:
+        nonlocal position, turn
+        turn += 1
+        chunk = stream[position : position + len(view)]
+        view[: len(chunk)] = chunk
+        position += len(chunk)
+        return len(chunk)
+
+    while position < len(stream):
+        events += protocol.receive_into(read, reads[turn % len(reads)]) or []
+    assert len(events) == len(sent)
+    for line, event in zip(sent, events, strict=True):
+        try:
+            expected = None if line is over_long else json.loads(line)
+        except ValueError:  # the repeated key landed inside a string list: not JSON any more
+            expected = None
+            with pytest.raises(ValueError):
+                whole(line)
+        if expected is None:
+            assert isinstance(event, InvalidMessage)
+        else:
+            assert whole(line) == expected  # the same parser, each request whole: the reuse to compare with
+            assert isinstance(event, Request) and event.params == expected["params"]
+    assert (parser.reused_messages, parser.parsed_messages) == (whole.reused_messages, whole.parsed_messages)
