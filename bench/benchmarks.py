@@ -20,7 +20,7 @@ from typing import Any
 
 from .common import Row, Workspace, children_of, rss_kib, summarize, tree_memory
 from .mcp_server import ECHO_TOOL
-from .wire import MCP_SERVER, BridgeClient, Peer, assistant_message, clock, user
+from .wire import BARE_FLOOR, MCP_SERVER, BridgeClient, Peer, assistant_message, clock, user
 
 __all__ = ["BENCHMARKS", "FULL", "QUICK", "Plan"]
 
@@ -273,8 +273,12 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
             "headers": [{"name": "Authorization", "value": f"Bearer {endpoint['token']}"}],
         }
     ]
-    # The floors: the same editor and agent through lmbridge's transports alone (bench/tool_floor.py).
+    # The floors: the same editor and agent through lmbridge's transports alone (bench/tool_floor.py), and through
+    # the standard library alone (bench/bare_floor.py), with its own baseline: the same calls to its MCP server.
     floor, floor_http = ws.floor(relay=True, name="floor"), ws.floor(relay=False, name="floor-http")
+    bare = ws.floor(relay=False, bare=True, name="floor-bare")
+    bare_server = Peer([sys.executable, BARE_FLOOR, "--serve"], env=ws.env)
+    server_bare = [{"type": "http", "name": "editor", "url": json.loads(bare_server.line())["url"], "headers": []}]
     samples: dict[str, list[float]] = {
         "bridge": [],
         "direct": [],
@@ -282,6 +286,8 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         "direct_http": [],
         "floor": [],
         "floor_http": [],
+        "bare": [],
+        "bare_direct": [],
         "many_tools": [],
         "window": [],
         "announced": [],
@@ -294,13 +300,14 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         direct.initialize()
         _warm(bridge)
         _warm(bridge_http)
-        for client in (floor, floor_http):
+        for client in (floor, floor_http, bare):
             client.initialize()
             _warm(client)
         _bridged_tool_timings(bridge, 2)  # warm-up: the agent starts, the bridge imports the MCP SDK (for the relay)
         _bridged_tool_timings(bridge_http, 2)
         _timings(direct.prompt_texts(direct.new_session(server), "tools 2")[-1])
         _timings(direct.prompt_texts(direct.new_session(server_http), "tools 2")[-1])
+        _timings(direct.prompt_texts(direct.new_session(server_bare), "tools 2")[-1])
 
         def via_bridge() -> None:
             timings = _bridged_tool_timings(bridge, plan.tool_calls)
@@ -326,6 +333,13 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         def via_floor_http() -> None:
             samples["floor_http"] += _bridged_tool_timings(floor_http, plan.tool_calls)
 
+        def via_bare() -> None:
+            samples["bare"] += _bridged_tool_timings(bare, plan.tool_calls)
+
+        def via_bare_direct() -> None:
+            texts = direct.prompt_texts(direct.new_session(server_bare), f"tools {plan.tool_calls}")
+            samples["bare_direct"] += _timings(texts[-1])
+
         def via_many_tools() -> None:
             samples["many_tools"] += _bridged_tool_timings(bridge_http, plan.tool_calls, tools=MANY_TOOLS)
 
@@ -338,6 +352,8 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
                 via_bridge_http,
                 via_direct_http,
                 via_floor_http,
+                via_bare,
+                via_bare_direct,
                 via_many_tools,
             )
             for run in order if rep % 2 == 0 else order[::-1]:
@@ -356,6 +372,8 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         http_server.close()
         floor.close()
         floor_http.close()
+        bare.close()
+        bare_server.close()
         if windowed is not None:
             windowed.close()
     b, d = summarize(samples["bridge"]), summarize(samples["direct"])
@@ -437,6 +455,22 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
                 "removes",
             )
         )
+    bf, bd = summarize(samples["bare"]), summarize(samples["bare_direct"])
+    rows.append(
+        Row(
+            "3 tool round trip",
+            "… floor: the standard library alone, MCP over HTTP",
+            "ms",
+            bf,
+            bd,
+            "the same calls to its own MCP server answering at once (bench/bare_floor.py --serve)",
+            added={"median": bf.median - bd.median, "p99": bf.p99 - bd.p99},  # type: ignore[operator]
+            notes="the same editor, agent and calls, alternating with the rows above, through bench/bare_floor.py: "
+            "blocking threads and http.server, no Trio, no Hypercorn, no lmbridge code — the least a Python process "
+            "does to relay a call to the editor and its result back; what it adds over its own baseline is the "
+            "hops alone (two pipes, the editor's work, the wake-ups), whatever the stack",
+        )
+    )
     if samples["window"]:
         w = summarize(samples["window"])
         added_w = {"median": w.median - d.median, "p99": w.p99 - d.p99}  # type: ignore[operator]

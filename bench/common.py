@@ -183,8 +183,8 @@ class Workspace:
     def bridge(self, config: Path, name: str = "bridge", **kwargs: Any) -> BridgeClient:
         return BridgeClient(config, env=self.env, stderr=self.log(name), **kwargs)
 
-    def floor(self, *, relay: bool, name: str = "floor") -> BridgeClient:
-        return FloorClient(relay=relay, env=self.env, stderr=self.log(name))
+    def floor(self, *, relay: bool, bare: bool = False, name: str = "floor") -> BridgeClient:
+        return FloorClient(relay=relay, bare=bare, env=self.env, stderr=self.log(name))
 
     def direct(self, argv: list[str] | None = None, name: str = "agent") -> DirectAgent:
         return DirectAgent(argv, env=self.env, stderr=self.log(name))

@@ -25,6 +25,7 @@ from bridge.editor.client import assistant_message
 
 __all__ = [
     "AGENT",
+    "BARE_FLOOR",
     "MCP_SERVER",
     "ROOT",
     "TOOL_FLOOR",
@@ -42,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "bench" / "agent.py")
 MCP_SERVER = str(ROOT / "bench" / "mcp_server.py")
 TOOL_FLOOR = str(ROOT / "bench" / "tool_floor.py")
+BARE_FLOOR = str(ROOT / "bench" / "bare_floor.py")
 clock = time.perf_counter  # CLOCK_MONOTONIC on Linux, like time.monotonic_ns in the agent
 loads = json.loads
 
@@ -234,10 +236,16 @@ class BridgeClient(Peer):
 
 class FloorClient(BridgeClient):
     """The same editor talking to ``bench/tool_floor.py`` (lmbridge's transports alone, the bench agent behind it)
-    in lmbridge's place: the floor of the tool round trip. ``relay``: MCP through the stdio relay, else over HTTP."""
+    in lmbridge's place: the floor of the tool round trip. ``relay``: MCP through the stdio relay, else over HTTP.
+    ``bare``: ``bench/bare_floor.py`` instead (the standard library alone, MCP over HTTP)."""
 
-    def __init__(self, *, relay: bool, env: dict[str, str] | None = None, stderr: Any = None) -> None:
-        floor = [sys.executable, TOOL_FLOOR, "--relay"] if relay else [sys.executable, TOOL_FLOOR]
+    def __init__(
+        self, *, relay: bool, bare: bool = False, env: dict[str, str] | None = None, stderr: Any = None
+    ) -> None:
+        if bare:
+            floor = [sys.executable, BARE_FLOOR]
+        else:
+            floor = [sys.executable, TOOL_FLOOR, "--relay"] if relay else [sys.executable, TOOL_FLOOR]
         agent = [sys.executable, AGENT] if relay else [sys.executable, AGENT, "--mcp-http"]
         Peer.__init__(self, [*floor, *agent], env=env, stderr=stderr)  # not lmbridge's command line
 

@@ -24,6 +24,9 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     report = json.loads(output.read_text())
     assert not report["errors"]
     assert "throughput" in done.stdout.lower()
+    # The tool round trip's floors, each beside its baseline: lmbridge's transports, and the standard library alone.
+    floors = {row["metric"]: row for row in report["rows"] if "floor:" in row["metric"] and "tool" in row["benchmark"]}
+    assert len(floors) == 3 and all(row["bridge"]["median"] > row["baseline"]["median"] > 0 for row in floors.values())
     # Memory per conversation with editor tools is measured for both transports, every process counted.
     memory = {
         row["metric"].rsplit("MCP over ", 1)[-1]: row for row in report["rows"] if "editor tools" in row["metric"]
