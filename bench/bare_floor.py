@@ -132,6 +132,7 @@ class Floor:
         self._prompt_id: int | None = None
         self._waiting: tuple[threading.Event, list[Any]] | None = None  # the MCP call waiting for its result
         self._calls = 0
+        self._stopping = False  # the editor closed: the agent is being stopped on purpose
         self.mcp = _McpServer(self._call)
 
     def _to_editor(self, *messages: dict[str, Any]) -> None:
@@ -155,6 +156,17 @@ class Floor:
         return holder[0]
 
     def _read_agent(self) -> None:
+        try:
+            self._relay_agent()
+        finally:
+            # The agent is gone (or its output unreadable): nothing would answer what waits on it. Exit at once, so
+            # that the editor's side sees this program's output end instead of waiting for ever.
+            if not self._stopping:
+                sys.stderr.write(f"bare floor: the agent's output ended (exit code {self.agent.poll()})\n")
+                sys.stderr.flush()
+                os._exit(1)
+
+    def _relay_agent(self) -> None:
         while (line := self._from_agent.next()) is not None:
             message = json.loads(line)
             if "method" not in message:
@@ -201,6 +213,7 @@ class Floor:
                 elif message.get("method") == "lm/chat":
                     self._chat(message["id"], message["params"])
         finally:
+            self._stopping = True
             self.agent.kill()
             self.agent.wait()
             self.mcp.server_close()
