@@ -19,6 +19,9 @@ Figures (medians over the runs, and the ratio):
     first tool turn   the first turn of the process with a tool call: request → call → result → end of the answer
     later tool turn   the same, a later turn of that conversation
 
+Two traced runs through lmbridge follow the paired ones: its own time on each figure's path, and the editor's (from
+an answer asking for its tools to its next request), are read off its wire traces and given in each row's notes.
+
 What lmbridge adds is given twice: the difference of the two medians, and the Hodges-Lehmann estimate (the median of
 every pairwise difference, with a 90 % bootstrap interval), which the verdict uses: some agents' own times are
 bimodal (Claude Code's session start), and a difference of medians of ten such samples swings by hundreds of
@@ -481,14 +484,49 @@ def own_times(traced: Traced) -> dict[str, list[float]]:
     return own
 
 
-async def measure(
-    agent: str, reps: int, scratch: Path
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]:
+def editor_hops(traced: Traced) -> dict[str, list[float]]:
+    """The editor's own time on each figure's path, in ms, from lmbridge's wire traces: from each answer to an
+    ``lm/chat`` that ended with tool calls to the editor's next message — the editor running its tools and sending
+    the next request (here: answering at once). The direct side has no such hop; it is in the paired figure of a
+    tool turn, and neither lmbridge's own time nor the agent's."""
+    events: list[tuple[float, bool, bool]] = []  # (time, incoming, an answer that asks for the editor's tools)
+    for path in traced.directory.glob("*.ndjson"):
+        with path.open("rb") as handle:
+            for line in handle:
+                record = json.loads(line)
+                if record.get("conn") != "editor":
+                    continue
+                result = (record.get("msg") or {}).get("result")
+                asks = isinstance(result, dict) and result.get("stopReason") == "tool_calls"
+                events.append((float(record["ts"]), record["dir"] == "in", asks))
+    events.sort()
+    hops: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
+    for figure, start, end in traced.spans:
+        spent, asked = 0.0, None
+        for ts, incoming, asks in events:
+            if ts < start:
+                continue
+            if ts > end:
+                break
+            if not incoming and asks:
+                asked = ts
+            elif incoming and asked is not None:
+                spent += ts - asked
+                asked = None
+        hops[figure].append(spent * 1000)
+    return hops
+
+
+Samples = dict[str, list[float]]
+
+
+async def measure(agent: str, reps: int, scratch: Path) -> tuple[Samples, Samples, Samples, Samples]:
     """The paired runs (direct, bridged: seconds per figure), then ``TRACED_RUNS`` traced bridged runs for
-    lmbridge's own time (ms per figure)."""
-    direct: dict[str, list[float]] = {figure: [] for figure in FIGURES}
-    bridged: dict[str, list[float]] = {figure: [] for figure in FIGURES}
-    own: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
+    lmbridge's own time and the editor's (ms per figure)."""
+    direct: Samples = {figure: [] for figure in FIGURES}
+    bridged: Samples = {figure: [] for figure in FIGURES}
+    own: Samples = {figure: [] for figure in OWN_FIGURES}
+    editor: Samples = {figure: [] for figure in OWN_FIGURES}
     async with open_fake_model() as model, tool_server() as server:
         runs = Round(KITS[agent], model, scratch / agent, server)
         await runs.direct({figure: [] for figure in FIGURES})  # untimed: page cache, compile caches, the model
@@ -503,9 +541,11 @@ async def measure(
             await runs.bridged({figure: [] for figure in FIGURES}, traced=traced)
             for figure, values in own_times(traced).items():
                 own[figure] += values
+            for figure, values in editor_hops(traced).items():
+                editor[figure] += values
         if model.errors:
             raise RuntimeError(f"the fake model saw unscripted requests: {model.errors[:3]}")
-    return direct, bridged, own
+    return direct, bridged, own, editor
 
 
 def rows_for(
@@ -513,6 +553,7 @@ def rows_for(
     direct: dict[str, list[float]],
     bridged: dict[str, list[float]],
     own: dict[str, list[float]] | None = None,
+    editor: dict[str, list[float]] | None = None,
 ) -> list[Row]:
     goals = {"first tool turn": 10.0, "later tool turn": 3.0, "cold first chat": 100.0, "prestart chat": 5.0}
     # The agent must run alike on both sides (the same tools and prompts to its model): its requests' sizes show it.
@@ -538,6 +579,12 @@ def rows_for(
             if own_ms
             else ""
         )
+        editor_ms = (editor or {}).get(figure) or []
+        if editor_ms and max(editor_ms) > 0:
+            own_note += (
+                f"; the editor's own hop on it (its tools run, its next request sent; the direct side has none) "
+                f"{statistics.median(editor_ms):.2f} ms"
+            )
         rows.append(
             Row(
                 f"{agent}",
@@ -557,6 +604,7 @@ def rows_for(
                     "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
                     "samples": {"lmbridge": bridged_ms, "direct": direct_ms},
                     "own_ms": own_ms,
+                    "editor_ms": editor_ms,
                 },
             )
         )
@@ -591,12 +639,12 @@ def main(argv: list[str] | None = None) -> int:
         for agent in agents:
             print(f"running {agent} …", file=sys.stderr, flush=True)
             try:
-                direct, bridged, own = trio.run(measure, agent, args.reps, Path(scratch))
+                direct, bridged, own, editor = trio.run(measure, agent, args.reps, Path(scratch))
             except Exception as exc:
                 errors[agent] = f"{type(exc).__name__}: {exc}"
                 print(f"  {agent} FAILED: {errors[agent]}", file=sys.stderr)
                 continue
-            rows += rows_for(agent, direct, bridged, own)
+            rows += rows_for(agent, direct, bridged, own, editor)
     text = table(rows)
     print(text)
     report = {

@@ -77,6 +77,33 @@ def test_lmbridge_own_time_is_read_off_its_traces(tmp_path: Path) -> None:
     assert len(own["text turn"]) == 1 and abs(own["text turn"][0] - (1.2 + 19.7)) < 1e-6
 
 
+def test_the_editors_own_hop_is_read_off_the_traces(tmp_path: Path) -> None:
+    """From lmbridge's answer asking for the editor's tools to the editor's next message: the editor's time, in the
+    paired figure of a tool turn only (the direct side has no editor)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.agents import Traced, editor_hops
+
+    def line(ts: float, conn: str, direction: str, msg: dict) -> str:
+        return json.dumps({"ts": ts, "conn": conn, "dir": direction, "msg": msg}) + "\n"
+
+    asks = {"jsonrpc": "2.0", "id": 4, "result": {"stopReason": "tool_calls"}}
+    ends = {"jsonrpc": "2.0", "id": 5, "result": {"stopReason": "end_turn"}}
+    chat = {"jsonrpc": "2.0", "id": 5, "method": "lm/chat", "params": {}}
+    traced = Traced(tmp_path)
+    (tmp_path / "a-editor.ndjson").write_text(
+        line(200.000, "editor", "in", {**chat, "id": 4})
+        + line(200.050, "editor", "out", asks)
+        + line(200.0515, "editor", "in", chat)  # the editor's hop: 1.5 ms
+        + line(200.090, "editor", "out", ends)
+        + line(200.200, "editor", "in", {**chat, "id": 6})  # the next turn: not after a tool call
+    )
+    (tmp_path / "a-agent.ndjson").write_text(line(200.051, "agent_x", "in", {"method": "session/update"}))
+    traced.span("later tool turn", 200.0, 0.091)
+    traced.span("text turn", 200.19, 0.05)
+    hops = editor_hops(traced)
+    assert abs(hops["later tool turn"][0] - 1.5) < 1e-6 and hops["text turn"] == [0.0]
+
+
 def test_the_idle_cold_probe_prints_a_time_per_pause() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bench.idle", "--reps", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60

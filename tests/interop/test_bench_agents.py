@@ -44,3 +44,10 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
             assert own == []
         else:
             assert len(own) == 2 and all(0 < ms < row["bridge"]["median"] for ms in own), (name, own)
+    # The editor's own hop, read off the same traces: in each tool turn (one tool call answered), in no other figure.
+    for name, row in figures.items():
+        editor = row["extra"]["editor_ms"]
+        if "tool turn" in name:
+            assert len(editor) == 2 and all(0 < ms < row["bridge"]["median"] for ms in editor), (name, editor)
+        else:
+            assert editor == ([] if name == "cold first chat" else [0.0, 0.0]), (name, editor)
