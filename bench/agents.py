@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -460,28 +460,8 @@ def own_times(traced: Traced) -> dict[str, list[float]]:
     measured beside timestamps taken inside the daemon, a figure comes out up to 1.6 ms higher. A reply the bridge
     sends on a timer (a tool batch's idle window) counts from the message before it: time lmbridge made the user
     wait all the same."""
-    events: list[tuple[float, bool]] = []
-    for path in traced.directory.glob("*.ndjson"):
-        with path.open("rb") as handle:
-            for line in handle:
-                record = json.loads(line)
-                events.append((float(record["ts"]), record["dir"] == "in"))
-    events.sort()
-    own: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
-    for figure, start, end in traced.spans:
-        spent, received = 0.0, None
-        for ts, incoming in events:
-            if ts < start:
-                continue
-            if ts > end:
-                break
-            if incoming:
-                received = ts
-            elif received is not None:
-                spent += ts - received
-                received = None
-        own[figure].append(spent * 1000)
-    return own
+    events = [(float(r["ts"]), r["dir"] == "in", r["dir"] != "in") for r in _trace_records(traced)]
+    return _span_sums(traced, events)
 
 
 def editor_hops(traced: Traced) -> dict[str, list[float]]:
@@ -489,32 +469,43 @@ def editor_hops(traced: Traced) -> dict[str, list[float]]:
     ``lm/chat`` that ended with tool calls to the editor's next message — the editor running its tools and sending
     the next request (here: answering at once). The direct side has no such hop; it is in the paired figure of a
     tool turn, and neither lmbridge's own time nor the agent's."""
-    events: list[tuple[float, bool, bool]] = []  # (time, incoming, an answer that asks for the editor's tools)
+    events = []
+    for record in _trace_records(traced):
+        if record.get("conn") != "editor":
+            continue
+        result = (record.get("msg") or {}).get("result")
+        asks = isinstance(result, dict) and result.get("stopReason") == "tool_calls"
+        incoming = record["dir"] == "in"
+        events.append((float(record["ts"]), asks and not incoming, incoming))
+    return _span_sums(traced, events)
+
+
+def _trace_records(traced: Traced) -> Iterator[dict[str, Any]]:
     for path in traced.directory.glob("*.ndjson"):
         with path.open("rb") as handle:
             for line in handle:
-                record = json.loads(line)
-                if record.get("conn") != "editor":
-                    continue
-                result = (record.get("msg") or {}).get("result")
-                asks = isinstance(result, dict) and result.get("stopReason") == "tool_calls"
-                events.append((float(record["ts"]), record["dir"] == "in", asks))
+                yield json.loads(line)
+
+
+def _span_sums(traced: Traced, events: list[tuple[float, bool, bool]]) -> dict[str, list[float]]:
+    """Per figure, per span: the sum, in ms, of the times from an event that opens a wait to the next one that
+    closes it (events are ``(time, opens, closes)``; a later opening restarts the wait)."""
     events.sort()
-    hops: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
+    sums: dict[str, list[float]] = {figure: [] for figure in OWN_FIGURES}
     for figure, start, end in traced.spans:
-        spent, asked = 0.0, None
-        for ts, incoming, asks in events:
+        spent, opened = 0.0, None
+        for ts, opens, closes in events:
             if ts < start:
                 continue
             if ts > end:
                 break
-            if not incoming and asks:
-                asked = ts
-            elif incoming and asked is not None:
-                spent += ts - asked
-                asked = None
-        hops[figure].append(spent * 1000)
-    return hops
+            if closes and opened is not None:
+                spent += ts - opened
+                opened = None
+            if opens:
+                opened = ts
+        sums[figure].append(spent * 1000)
+    return sums
 
 
 Samples = dict[str, list[float]]
