@@ -23,44 +23,16 @@ import os
 import subprocess
 import sys
 import threading
-from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-ECHO_TOOL = {
-    "name": "echo",
-    "description": "Echo the text back.",
-    "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # its siblings, standard library only as well
+from agent import Lines, write_all
+from mcp_server import ECHO_TOOL
 
 
 def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-class _Lines:
-    """Blocking newline framing over a file descriptor."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._rest = b""
-        self._lines: deque[bytes] = deque()
-
-    def next(self) -> bytes | None:
-        while not self._lines:
-            data = os.read(self.fd, 1 << 20)
-            if not data:
-                return None
-            pieces = (self._rest + data).split(b"\n")
-            self._rest = pieces.pop()
-            self._lines.extend(piece for piece in pieces if piece.strip())
-        return self._lines.popleft()
 
 
 class _McpHandler(BaseHTTPRequestHandler):
@@ -124,7 +96,7 @@ class Floor:
         self.agent = subprocess.Popen(agent_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         assert self.agent.stdin is not None and self.agent.stdout is not None
         self._to_agent = self.agent.stdin.fileno()
-        self._from_agent = _Lines(self.agent.stdout.fileno())
+        self._from_agent = Lines(self.agent.stdout.fileno())
         self._editor_lock = threading.Lock()
         self._answers: dict[int, tuple[threading.Event, list[Any]]] = {}
         self._next_id = 0
@@ -137,7 +109,7 @@ class Floor:
 
     def _to_editor(self, *messages: dict[str, Any]) -> None:
         with self._editor_lock:
-            _write_all(1, b"".join(_line(message) for message in messages))
+            write_all(1, b"".join(_line(message) for message in messages))
 
     def _new_id(self) -> int:
         # Taken, and made known to the agent reader, before the request is written: the answer may come at once.
@@ -145,7 +117,7 @@ class Floor:
         return self._next_id
 
     def _request(self, request_id: int, method: str, params: dict[str, Any]) -> None:
-        _write_all(self._to_agent, _line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
+        write_all(self._to_agent, _line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
 
     def _ask(self, method: str, params: dict[str, Any]) -> Any:
         answered, holder = threading.Event(), []
@@ -203,7 +175,7 @@ class Floor:
         threading.Thread(target=self.mcp.serve_forever, daemon=True).start()
         threading.Thread(target=self._read_agent, daemon=True).start()
         self._ask("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        editor = _Lines(0)
+        editor = Lines(0)
         try:
             while (line := editor.next()) is not None:
                 message = json.loads(line)
@@ -240,7 +212,7 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["--serve"]:
         server = _McpServer(_echo)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        _write_all(1, _line({"url": server.url, "token": ""}))
+        write_all(1, _line({"url": server.url, "token": ""}))
         while os.read(0, 4096):  # until stdin ends
             pass
         server.server_close()
