@@ -392,12 +392,30 @@ class SessionRouter:
         )
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
         actor.options = SessionOptions.from_session(opened)
-        self.catalog.learn_session(request.agent_id, opened)
         agent_id, catalog = request.agent_id, self.catalog
-        actor.on_offer_update = lambda update: catalog.learn_update(agent_id, update)
+        # What the session offers (models, options) is learned once the first prompt is out, not on its path: it
+        # changes the editor's model list (a notification, a log line, the state file: ~0.3 ms on an agent's first
+        # session); the session's own options are read above. Offer updates that come before it wait, in order.
+        early_offers: list[dict[str, Any]] | None = []
+
+        def offer_update(update: dict[str, Any]) -> None:
+            if early_offers is None:
+                catalog.learn_update(agent_id, update)
+            else:
+                early_offers.append(update)
+
+        def opened_session() -> None:
+            nonlocal early_offers
+            catalog.learn_session(agent_id, opened)
+            for update in early_offers or ():
+                catalog.learn_update(agent_id, update)
+            early_offers = None
+            log.info("session opened", agent=agent_id, session=session_id, cwd=cwd)
+
+        actor.on_offer_update = offer_update
         session.actor = actor
         log, cwd = self._log, request.cwd
-        actor.after_first_actions = lambda: log.info("session opened", agent=agent_id, session=session_id, cwd=cwd)
+        actor.after_first_actions = opened_session
         # Not ``start``: the actor's inbox takes the first turn before its task runs, and the prompt goes out in the
         # task's first step instead of two scheduler passes later.
         self._nursery.start_soon(self._run_actor, session)

@@ -13,6 +13,7 @@ import trio.testing
 
 from bridge.observe.logs import get_logger
 from bridge.rpc.cancel import CancelRequest
+from session.catalog import AgentCatalog
 from session.router import ChatRequest, RouterSettings, SessionRouter
 
 
@@ -333,3 +334,43 @@ async def test_a_new_sessions_first_prompt_goes_out_before_its_session_opened_li
         outcome, _ = await Editor(router).chat([user("hello")])
     assert outcome.stop_reason == "end_turn"
     assert ("session opened", 1) in log.lines and ("session opened", 0) not in log.lines
+
+
+async def test_a_sessions_offer_is_learned_after_its_first_prompt_and_early_updates_keep_their_order(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    # What session/new offers changes the editor's model list (a notification, a log line, the state file): that
+    # follows the first prompt. An offer update the agent sent before answering session/new still lands on top.
+    modes = {"currentModeId": "default", "availableModes": [{"id": "default", "name": "Default"}]}
+    grown = {"sessionUpdate": "config_option_update", "configOptions": [
+        {"id": "effort", "name": "Effort", "type": "select", "currentValue": "low",
+         "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}]}]}  # fmt: skip
+
+    class OfferingAgent(FakeAgent):
+        def send_request(self, method: str, params: dict[str, Any]) -> Any:
+            reply = super().send_request(method, params)
+            if method != "session/new":
+                return reply
+            opened = reply._result
+
+            async def with_modes() -> Any:
+                return {**await opened(), "modes": modes}
+
+            reply._result = with_modes
+            return reply
+
+        def attach(self, session_id: str, endpoint: Any) -> list[dict[str, Any]]:
+            super().attach(session_id, endpoint)
+            return [{"sessionId": session_id, "update": grown}]  # came before the session/new answer
+
+    agent = OfferingAgent()
+    prompts_when_changed: list[int] = []
+    catalog = AgentCatalog(on_change=lambda _agent: prompts_when_changed.append(agent.method_count("session/prompt")))
+    router = SessionRouter(Provider(agent), RouterSettings(), log=get_logger(), catalog=catalog)
+    await nursery.start(router.run)
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent)
+        outcome, _ = await Editor(router).chat([user("hello")])
+    assert outcome.stop_reason == "end_turn"
+    assert prompts_when_changed == [1, 1]  # the session's offer, then the update: both after the prompt went out
+    assert [option.id for option in catalog.offer("fake").options] == ["effort", "mode"]
