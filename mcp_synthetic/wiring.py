@@ -252,10 +252,6 @@ class EditorToolsSetup:
 
     async def _http_endpoints(self) -> HttpEndpoints | None:
         """The shared listener, started by the first session that needs it (``None`` when it cannot listen)."""
-        if self._http is not None or self._http_failed:
-            # Settled: no lock. Taking it is a scheduler round (~0.2 ms here) on every new session's path to
-            # session/new.
-            return self._http
         async with self._http_lock:
             if self._http is None and not self._http_failed:
                 from .http import HttpEndpoints
