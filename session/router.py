@@ -392,7 +392,7 @@ class SessionRouter:
         )
         actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
         actor.options = SessionOptions.from_session(opened)
-        agent_id, catalog = request.agent_id, self.catalog
+        agent_id, catalog, log, cwd = request.agent_id, self.catalog, self._log, request.cwd
         # What the session offers (models, options) is learned once the first prompt is out, not on its path: it
         # changes the editor's model list (a notification, a log line, the state file: ~0.3 ms on an agent's first
         # session); the session's own options are read above. Offer updates that come before it wait, in order.
@@ -413,9 +413,8 @@ class SessionRouter:
             log.info("session opened", agent=agent_id, session=session_id, cwd=cwd)
 
         actor.on_offer_update = offer_update
-        session.actor = actor
-        log, cwd = self._log, request.cwd
         actor.after_first_actions = opened_session
+        session.actor = actor
         # Not ``start``: the actor's inbox takes the first turn before its task runs, and the prompt goes out in the
         # task's first step instead of two scheduler passes later.
         self._nursery.start_soon(self._run_actor, session)
