@@ -63,6 +63,9 @@ _OFFER_UPDATES = ("config_option_update", "available_commands_update")  # what t
 OPTION_TIMEOUT = 30.0  # seconds for the agent to answer session/set_config_option or session/set_mode
 
 PartSink = Callable[[dict[str, Any]], Awaitable[None]]
+# Told a turn's outcome in the step that ends the turn, before its caller wakes: what must follow the turn's last
+# part at once (the editor's answer) need not wait for a scheduler round. It must not raise, nor block.
+OutcomeHook = Callable[["TurnOutcome"], None]
 
 
 class AgentLink(Protocol):
@@ -95,10 +98,11 @@ class TurnOutcome:
 
 
 class _Turn:
-    __slots__ = ("broken", "done", "outcome", "sink")
+    __slots__ = ("broken", "done", "on_done", "outcome", "sink")
 
-    def __init__(self, sink: PartSink) -> None:
+    def __init__(self, sink: PartSink, on_done: OutcomeHook | None) -> None:
         self.sink = sink
+        self.on_done = on_done
         self.done = trio.Event()
         self.outcome: TurnOutcome | None = None
         self.broken = False  # the editor stopped listening: skip further parts
@@ -309,6 +313,11 @@ class SessionActor:
         turn = self._turns.pop(action.turn, None)
         if turn is not None:
             turn.outcome = TurnOutcome.from_action(action)
+            if turn.on_done is not None and not turn.broken:
+                try:
+                    turn.on_done(turn.outcome)
+                except Exception:
+                    self._log.exception("a turn's outcome hook failed")
             turn.done.set()
 
     def _prompt_answered(self, answered: _Flag, result: Any, error: BaseException | None) -> None:
@@ -348,10 +357,13 @@ class SessionActor:
 
     # -- what the router calls -------------------------------------------------------------------------------
 
-    async def run_turn(self, turn: EditorTurn, sink: PartSink, cancel_requested: CancelRequest) -> TurnOutcome:
+    async def run_turn(
+        self, turn: EditorTurn, sink: PartSink, cancel_requested: CancelRequest, on_done: OutcomeHook | None = None
+    ) -> TurnOutcome:
         """Run one editor turn on this session. Always returns an outcome: ``reroute`` if the session closed
-        before it could take the turn. If the caller is cancelled, the turn is cancelled in the session."""
-        handle = self._turns[turn.turn] = _Turn(sink)
+        before it could take the turn. If the caller is cancelled, the turn is cancelled in the session. ``on_done``
+        is told the outcome first, in the actor's step that ends the turn (not for a turn that never started)."""
+        handle = self._turns[turn.turn] = _Turn(sink, on_done)
         if self.closed or not self._send_nowait(turn):
             del self._turns[turn.turn]
             return TurnOutcome(None, reroute=True)

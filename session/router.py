@@ -22,7 +22,7 @@ import trio
 from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
 from bridge.rpc.cancel import CancelRequest
 
-from .actor import AgentLink, PartSink, SessionActor, TurnOutcome
+from .actor import AgentLink, OutcomeHook, PartSink, SessionActor, TurnOutcome
 from .catalog import AgentCatalog
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
@@ -177,9 +177,17 @@ class SessionRouter:
 
     # -- turns -----------------------------------------------------------------------------------------------
 
-    async def chat(self, request: ChatRequest, sink: PartSink, cancel_requested: CancelRequest) -> TurnOutcome:
+    async def chat(
+        self,
+        request: ChatRequest,
+        sink: PartSink,
+        cancel_requested: CancelRequest,
+        on_outcome: OutcomeHook | None = None,
+    ) -> TurnOutcome:
         """Route and run one editor turn. Raises ``session.messages.MessageError`` for a malformed history and
-        whatever opening a session raises (the agent failing to start)."""
+        whatever opening a session raises (the agent failing to start). ``on_outcome`` is told the outcome as soon as
+        the session ends the turn, once the history it leaves is recorded (a request that follows at once is matched
+        against it): a front can answer its client from there, before this returns."""
         turn_id = next(self._turn_ids)
         self._setup.prepare(request)
         for _attempt in range(4):
@@ -217,19 +225,20 @@ class SessionRouter:
             session.last_used = trio.current_time()
             self._setup.turn_started(session, request)
             session.serving += 1
+            settle = _Settle(index, session, on_outcome)
             try:
-                outcome = await session.actor.run_turn(turn, sink, cancel_requested)
+                outcome = await session.actor.run_turn(turn, sink, cancel_requested, settle)
             finally:
                 session.serving -= 1
             if outcome.reroute:
                 self._log.info("session closed under a turn; routing it again", session=session.session_id)
                 self._forget(session)
                 continue
+            if not settle.done:  # the turn ended without the hook (the caller went away first)
+                settle.record(outcome)
             if session.actor.closed:
                 self._forget(session)
             else:
-                index.set_provisional(session.conversation, list(outcome.emitted))
-                index.add_pending_calls(session.conversation, outcome.pending_calls)
                 self._remember(session, request)
                 # Sessions opened while all others were busy may exceed the cap: now that this one may be idle,
                 # bring the count back down (least recently used first).
@@ -498,6 +507,33 @@ async def _unless(
         finally:
             unwatch()
     return False, None
+
+
+class _Settle:
+    """A turn's outcome recorded in the session's history, then handed to the front's hook: called by the actor in the
+    step that ends the turn, or by the router once the turn has returned, whichever comes first."""
+
+    __slots__ = ("done", "index", "on_outcome", "session")
+
+    def __init__(self, index: ConversationIndex, session: LiveSession, on_outcome: OutcomeHook | None) -> None:
+        self.index = index
+        self.session = session
+        self.on_outcome = on_outcome
+        self.done = False
+
+    def __call__(self, outcome: TurnOutcome) -> None:
+        if outcome.reroute:
+            return
+        self.record(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    def record(self, outcome: TurnOutcome) -> None:
+        self.done = True
+        actor = self.session.actor
+        if actor is not None and not actor.closed:
+            self.index.set_provisional(self.session.conversation, list(outcome.emitted))
+            self.index.add_pending_calls(self.session.conversation, outcome.pending_calls)
 
 
 def _without_tool_results(message: dict[str, Any]) -> dict[str, Any]:

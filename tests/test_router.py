@@ -374,3 +374,33 @@ async def test_a_sessions_offer_is_learned_after_its_first_prompt_and_early_upda
     assert outcome.stop_reason == "end_turn"
     assert prompts_when_changed == [1, 1]  # the session's offer, then the update: both after the prompt went out
     assert [option.id for option in catalog.offer("fake").options] == ["effort", "mode"]
+
+
+async def test_the_outcome_hook_hears_a_turn_end_before_it_returns_with_its_history_recorded(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A front answers its client from the hook (the editor's answer right behind the turn's last part). The client
+    # may send its next request at once: by then the history the turn leaves must be the one it is matched against.
+    from session.history import MatchKind
+
+    agent = FakeAgent()
+    router, _ = await start_router(nursery, agent)
+    history = [user("hello")]
+    parts: list[dict[str, Any]] = []
+    heard: list[tuple[Any, ...]] = []
+    returned = False
+
+    async def sink(part: dict[str, Any]) -> None:
+        parts.append(part)
+
+    def on_outcome(outcome: Any) -> None:
+        follow_up = [*history, reply("hi there"), user("and then?")]
+        matched = router._indexes[("fake", "")].match(follow_up)  # what a request arriving now would meet
+        heard.append((outcome.stop_reason, list(parts), returned, matched.kind))
+
+    async with trio.open_nursery() as turn:
+        turn.start_soon(answer_next_prompt, agent, "end_turn", "hi there")
+        outcome = await router.chat(ChatRequest("fake", history, "/tmp"), sink, CancelRequest(), on_outcome)
+        returned = True
+    assert outcome.stop_reason == "end_turn"
+    assert heard == [("end_turn", [{"type": "text", "value": "hi there"}], False, MatchKind.CONTINUATION)]

@@ -260,6 +260,60 @@ async def test_duplicate_in_flight_id_is_refused(nursery: trio.Nursery) -> None:
     assert json.loads(await b.receive_some()) == {"jsonrpc": "2.0", "id": 9, "result": "first"}
 
 
+async def test_a_reply_sent_early_is_the_only_one_whatever_the_handler_does_next(nursery: trio.Nursery) -> None:
+    """``reply_now`` answers from whichever task knows the answer first (a session actor ending a turn); what the
+    handler returns, raises or is cancelled with afterwards is not sent, and its after-reply callback still runs."""
+    methods = MethodTable()
+    contexts = {}
+    release = trio.Event()
+    logged: list[object] = []
+
+    async def turn(params, context):
+        contexts[context.id] = context
+        context.after_reply(lambda: logged.append(context.id))
+        await release.wait()
+        if params["then"] == "raise":
+            raise RuntimeError("too late to matter")
+        return "the handler's own result"
+
+    methods.request("turn", turn)
+    methods.request("ping", lambda params, context: _pong())
+    a, b = trio.testing.memory_stream_pair()
+    server = JsonRpcConnection(StreamWire(a, a), methods, name="server", cancel_style=EDITOR_CANCEL)
+    await nursery.start(server.serve)
+    await b.send_all(
+        b'{"jsonrpc":"2.0","id":1,"method":"turn","params":{"then":"return"}}\n'
+        b'{"jsonrpc":"2.0","id":2,"method":"turn","params":{"then":"raise"}}\n'
+        b'{"jsonrpc":"2.0","id":3,"method":"turn","params":{"then":"return"}}\n'
+    )
+    await trio.testing.wait_all_tasks_blocked()
+    for request_id in (1, 2, 3):  # from this task, as an actor would: the handlers are still waiting
+        contexts[request_id].reply_now({"early": request_id})
+    with pytest.raises(RuntimeError, match="answered already"):
+        contexts[1].reply_now("twice")
+    received = b""
+    while received.count(b"\n") < 3:
+        received += await b.receive_some()
+    assert [json.loads(line) for line in received.splitlines()] == [
+        {"jsonrpc": "2.0", "id": n, "result": {"early": n}} for n in (1, 2, 3)
+    ]
+    assert logged == []  # the handlers have not ended
+    # An answered request is no longer in flight: its id may be used again at once.
+    await b.send_all(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+    assert json.loads(await b.receive_some()) == {"jsonrpc": "2.0", "id": 1, "result": "pong"}
+    await b.send_all(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":3}}\n')
+    release.set()
+    await trio.testing.wait_all_tasks_blocked()
+    assert sorted(logged) == [1, 2, 3]
+    # Nothing more came: no second answer for any of them (a ping's answer is the next thing on the wire).
+    await b.send_all(b'{"jsonrpc":"2.0","id":4,"method":"ping"}\n')
+    assert json.loads(await b.receive_some()) == {"jsonrpc": "2.0", "id": 4, "result": "pong"}
+
+
+async def _pong() -> str:
+    return "pong"
+
+
 async def test_graceful_close_answers_requests_in_flight_first(nursery: trio.Nursery) -> None:
     methods = MethodTable()
     release = trio.Event()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -19,6 +19,9 @@ from bridge.config import AgentConfig, Config
 from bridge.core.models import ModelEntry, model_entries, resolve_model
 from bridge.rpc.cancel import CancelRequest
 from session.catalog import AgentCatalog, AgentOffer
+
+if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
+    from session.actor import OutcomeHook
 
 __all__ = ["BridgeService"]
 
@@ -201,11 +204,13 @@ class BridgeService:
         scope: str = "",
         share_running: bool = True,
         settings: tuple[tuple[str, Any], ...] = (),
+        on_outcome: OutcomeHook | None = None,
     ) -> Any:
         """Run one turn (see ``session.router.SessionRouter.chat``). ``tools`` are the client's, the permission tool
         among them when the client offers it; the options say how the client shows the agent's activity, and where
         (``scope``) and how (``share_running``) its history is matched; ``settings`` are the client's choices of
-        the agent's session options (``session.options``)."""
+        the agent's session options (``session.options``); ``on_outcome`` is told the turn's outcome as soon as it is
+        known (see the router)."""
         from session.machine import TurnOptions
         from session.router import ChatRequest
 
@@ -224,7 +229,7 @@ class BridgeService:
             settings=settings,
         )
         request = ChatRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running)
-        return await self.router.chat(request, sink, cancel_requested)
+        return await self.router.chat(request, sink, cancel_requested, on_outcome)
 
 
 def _command_line(config: AgentConfig) -> list[str]:

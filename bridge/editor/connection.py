@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -20,6 +20,9 @@ from bridge.rpc.cancel import CancelRequest
 from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
 from session.options import read_choices
 from session.tokens import estimate_message_tokens, estimate_tokens
+
+if TYPE_CHECKING:
+    from session.actor import TurnOutcome
 
 from .history_parse import HistoryReusingParser
 from .initialize import PROTOCOL_VERSION, EditorHello, initialize_result, parse_initialize
@@ -159,6 +162,12 @@ class EditorConnection:
         async def sink(part: dict[str, Any]) -> None:
             await connection.notify("lm/part", {"requestId": request_id, "part": part})
 
+        def answer(outcome: TurnOutcome) -> None:
+            # The answer follows the turn's last part in the same step (a tool call's part, then the answer the
+            # editor waits for to run it): no scheduler round between them.
+            if outcome.error is None:
+                context.reply_now(_chat_result(outcome))
+
         cancel = context.cancel_requested
         self._turn_events.add(cancel)
         if self._no_turns.is_set():
@@ -176,6 +185,7 @@ class EditorConnection:
                 acp_updates=self.acp_updates,
                 scope=scope,
                 settings=settings,
+                on_outcome=answer,
             )
         finally:
             self._turn_events.discard(cancel)
@@ -190,10 +200,7 @@ class EditorConnection:
         context.after_reply(
             lambda: self._log.info("turn done", model=model_id, seconds=seconds, stop_reason=stop, parts=parts)
         )
-        result: dict[str, Any] = {"stopReason": outcome.stop_reason}
-        if outcome.usage:
-            result["usage"] = outcome.usage
-        return result
+        return _chat_result(outcome)
 
     async def _count_tokens(self, params: Any, context: RequestContext) -> dict[str, Any]:
         params = _object(params, "params")
@@ -261,3 +268,10 @@ def _as_rpc_error(error: Exception) -> RpcError:
     if isinstance(error, RpcError):
         return error
     return InternalError(f"Internal error: {type(error).__name__}: {error}")
+
+
+def _chat_result(outcome: TurnOutcome) -> dict[str, Any]:
+    result: dict[str, Any] = {"stopReason": outcome.stop_reason}
+    if outcome.usage:
+        result["usage"] = outcome.usage
+    return result

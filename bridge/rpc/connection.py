@@ -78,7 +78,16 @@ class RequestContext:
     handlers registered with ``handles_cancel=True`` watch it and answer themselves (e.g. a chat turn ends with
     ``stopReason: "cancelled"``), others are simply cancelled and answered with -32800."""
 
-    __slots__ = ("_after_reply", "_handles_cancel", "_scope", "cancel_requested", "connection", "id", "method")
+    __slots__ = (
+        "_after_reply",
+        "_handles_cancel",
+        "_replied",
+        "_scope",
+        "cancel_requested",
+        "connection",
+        "id",
+        "method",
+    )
 
     def __init__(self, request_id: RequestId, method: str, connection: JsonRpcConnection, handles_cancel: bool) -> None:
         self.id = request_id
@@ -88,6 +97,15 @@ class RequestContext:
         self._scope: trio.CancelScope | None = None
         self._handles_cancel = handles_cancel
         self._after_reply: Callable[[], object] | None = None
+        self._replied = False
+
+    def reply_now(self, result: Any) -> None:
+        """Answer the request with ``result`` at once, from whatever task knows the answer first; what the handler
+        returns or raises afterwards is not sent (its ``after_reply`` callback still runs when it ends)."""
+        if self._replied:
+            raise RuntimeError(f"request {self.id!r} has been answered already")
+        self._replied = True
+        self.connection._settle_incoming(self, JsonRpcProtocol.respond(self.id, result))
 
     def after_reply(self, callback: Callable[[], object]) -> None:
         """Have ``callback`` called once the reply has been queued (or written): for what should not delay it, such
@@ -628,14 +646,21 @@ class JsonRpcConnection:
             )
         finally:
             # On the way out of a cancelled connection there is no reply (``reply`` is None) and nobody to send
-            # it to; otherwise the reply is queued in the same step the request stops counting as in flight.
-            self._incoming.pop(event.id, None)
-            if reply is not None and not self._closed:
-                self._enqueue(reply)
-            if not self._incoming:
-                self._no_incoming.set()
+            # it to. A request answered early (``reply_now``) is answered already.
+            if not context._replied:
+                self._settle_incoming(context, reply)
             if context._after_reply is not None:
                 context._after_reply()
+
+    def _settle_incoming(self, context: RequestContext, reply: bytes | None) -> None:
+        """The request is answered: it stops counting as in flight in the same step its reply is queued (its id may
+        be used again at once)."""
+        if self._incoming.get(context.id) is context:
+            del self._incoming[context.id]
+        if reply is not None and not self._closed:
+            self._enqueue(reply)
+        if not self._incoming:
+            self._no_incoming.set()
 
     def _fail_waiters(self, error: BaseException) -> None:
         waiters, self._waiters = self._waiters, {}
