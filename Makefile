@@ -7,11 +7,12 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "lmbridge needs Python 3.11 or newer; run: make PYTHON=python3.11 ..." >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		--config-settings editable_mode=compat -e '.[test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

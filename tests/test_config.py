@@ -76,6 +76,9 @@ tool_name = "confirm_agent_action"
         ('[agents.a]\nname = "A"\n', 1, "agents.a.command", "is required"),
         ('[agents.a]\ncommand = "x"\ncolour = "blue"\n', 3, "agents.a.colour", "unknown key"),
         ('[agents.a]\ncommand = "x"\n\n[sessions]\nidle_ttl = -5\n', 5, "sessions.idle_ttl", "positive"),
+        # The settings are tuples: their methods are not keys.
+        ("[sessions]\ncount = 3\n", 2, "sessions.count", "unknown key (known keys: idle_ttl, max_sessions"),
+        ("[serve]\n_replace = 1\n", 2, "serve._replace", "unknown key"),
         ('[permissions]\npolicy = "sometimes"\n', 2, "permissions.policy", "ask, allow_reads, allow_all, deny"),
         ('[agents.demo]\ncommand = "x"\n', 1, "agents.demo", "built-in"),
         ('[agents.a]\ncommand = "x"\ncwd = "relative/dir"\n', 3, "agents.a.cwd", "absolute"),

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from bridge.config import AgentConfig
@@ -69,13 +68,16 @@ def spawn_agent(config: AgentConfig) -> subprocess.Popen[bytes]:
     return subprocess.Popen(config.argv, **spawn_options(config))
 
 
-@dataclass(slots=True)
 class EarlyAgent:
-    """An agent process started before the pool existed; ``adopted`` once the pool runs it."""
+    """An agent process started before the pool existed; ``adopted`` once the pool runs it. (A plain class: this
+    module is imported before the agent starts, and dataclasses would cost ~6 ms of that wait.)"""
 
-    config: AgentConfig
-    process: subprocess.Popen[bytes]
-    adopted: bool = False
+    __slots__ = ("adopted", "config", "process")
+
+    def __init__(self, config: AgentConfig, process: subprocess.Popen[bytes]) -> None:
+        self.config = config
+        self.process = process
+        self.adopted = False
 
     def abandon(self) -> None:
         """lmbridge stops without having adopted the process: stop it."""

@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bridge.config import Config
 
@@ -43,8 +42,7 @@ def reserve_stdout() -> int:
     return protocol_fd
 
 
-@dataclass(frozen=True, slots=True)
-class EarlyInitialize:
+class EarlyInitialize(NamedTuple):
     """The editor's first message, a valid ``initialize``, read before the rest of lmbridge is imported."""
 
     request_id: int | str

@@ -4,11 +4,8 @@ Kept free of Trio and of the rest of the bridge, so that ``lmbridge stdio`` can 
 imports them: an editor waits for that answer when it starts.
 """
 
-from __future__ import annotations
-
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from bridge import __version__
 from bridge.config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
@@ -19,15 +16,15 @@ __all__ = ["PROTOCOL_VERSION", "EditorHello", "initialize_result", "parse_initia
 PROTOCOL_VERSION = 1
 
 
-@dataclass(frozen=True)
-class EditorHello:
-    """What an editor said about itself in ``initialize``."""
+class EditorHello(NamedTuple):
+    """What an editor said about itself in ``initialize``. (A NamedTuple, as ``bridge.config``'s records are: this
+    module is read before ``lmbridge stdio`` starts the agent of an editor's first chat.)"""
 
-    client_info: dict[str, Any] = field(default_factory=dict)
-    workspace_folders: tuple[str, ...] = ()
-    thinking: bool = False
-    acp_updates: bool = False
-    agents: dict[str, AgentConfig] = field(default_factory=dict)
+    client_info: dict[str, Any]
+    workspace_folders: tuple[str, ...]
+    thinking: bool
+    acp_updates: bool
+    agents: dict[str, AgentConfig]
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
