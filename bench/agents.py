@@ -28,10 +28,13 @@ every pairwise difference, with a 90 % bootstrap interval), which the verdict us
 bimodal (Claude Code's session start), and a difference of medians of ten such samples swings by hundreds of
 milliseconds from run to run (``bench.common.shift``).
 
-    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR]
+    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR] [--floor]
 
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
-commits with the same benchmark; the benchmark's own code (the direct side) stays this one.
+commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` puts
+``bench/tool_floor.py --config`` where lmbridge stands — lmbridge's transports wired to each other with nothing of a
+bridge between them — and gives the turn figures only: what any bridge of this design adds to a real agent's turns on
+this machine, the floor under lmbridge's.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ REQUEST_BYTES = "model request bytes"  # beside the figures in a side's samples:
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
+FLOOR = False  # --floor: the bridged side through bench/tool_floor.py, the turn figures only
+FLOOR_FIGURES = ("text turn", "first tool turn", "later tool turn")
 clock = time.perf_counter
 
 
@@ -302,7 +307,7 @@ class Round:
                 traced.span(figure, wall, ended - begun)
 
         started = clock()
-        async with _lmbridge(config, project, extra=trace) as client:
+        async with _lmbridge(config, project, extra=trace, floor=FLOOR) as client:
             assert client.connection is not None
             init = await client.connection.start_request(
                 "initialize",
@@ -327,8 +332,13 @@ class Round:
                 history.append(_user(f"What is the weather in {city}?"))
                 with trio.fail_after(STEP_TIMEOUT):
                     begun, wall = clock(), time.time()
-                    history += await _turn(client, self.kit.id, history, tools)
+                    added = await _turn(client, self.kit.id, history, tools)
                     ended = clock()
+                if not any(part.get("type") == "tool_call" for message in added for part in message["content"]):
+                    # An agent that did not get the tool answers the model's call with an error, and its turn
+                    # still ends with text: a tool turn that never reached the editor must not count as one.
+                    raise RuntimeError(f"{self.kit.id}: the tool turn for {city} made no call to the editor's tool")
+                history += added
                 if index == 0:
                     took("first tool turn", begun, wall, ended)
                     continue
@@ -336,6 +346,9 @@ class Round:
                 if traced is not None:
                     traced.span("later tool turn", wall, ended - begun)
             samples["later tool turn"].append(statistics.median(later))
+        if FLOOR:  # the floor starts its agent at the first chat: no prestart
+            self._request_sizes(samples, since)
+            return
         table_, project = self.table()
         table_["prestart"] = True
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
@@ -359,17 +372,18 @@ class Round:
 
 @asynccontextmanager
 async def _lmbridge(
-    config: Path, project: Path, stderr: Path | None = None, *, extra: tuple[str, ...] = ()
+    config: Path, project: Path, stderr: Path | None = None, *, extra: tuple[str, ...] = (), floor: bool = False
 ) -> AsyncIterator[EditorClient]:
+    """``lmbridge stdio`` serving ``config``'s agents; ``floor``: ``bench/tool_floor.py --config`` instead."""
     log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
     try:
         env = with_bytecode_cache(_environment({"XDG_STATE_HOME": str(project.parent / "state")}))
         if LMBRIDGE_TREE is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LMBRIDGE_TREE), env.get("PYTHONPATH")]))
-        async with spawn_stdio(["--config", str(config), *extra], env=env, cwd=str(project), stderr=log) as (
-            client,
-            _process,
-        ):
+        command = [sys.executable, str(ROOT / "bench" / "tool_floor.py")] if floor else None
+        async with spawn_stdio(
+            ["--config", str(config), *extra], env=env, cwd=str(project), stderr=log, command=command
+        ) as (client, _process):
             yield client
     finally:
         log.close()
@@ -540,7 +554,7 @@ async def measure(agent: str, reps: int, scratch: Path) -> tuple[Samples, Sample
             for run in order:
                 await run(direct if run == runs.direct else bridged)
             print(f"  {agent}: {rep + 1}/{reps}", file=sys.stderr, flush=True)
-        for index in range(TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own
+        for index in range(0 if FLOOR else TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own
             traced = Traced(scratch / agent / f"trace-{index}")
             await runs.bridged({figure: [] for figure in FIGURES}, traced=traced)
             for figure, values in own_times(traced).items():
@@ -566,11 +580,12 @@ def rows_for(
     alike = abs(sizes["lmbridge"] - sizes["direct"]) <= 0.01 * max(sizes.values(), default=0.0)
     requests_note = (
         f"; the agent's requests to its model: median {sizes['direct'] / 1000:.1f} KB direct, "
-        f"{sizes['lmbridge'] / 1000:.1f} KB through lmbridge"
+        f"{sizes['lmbridge'] / 1000:.1f} KB through {'the floor' if FLOOR else 'lmbridge'}"
         + ("" if alike else " — NOT ALIKE: the two sides configure the agent differently")
     )
     rows = []
-    for figure in FIGURES:
+    figures = FLOOR_FIGURES if FLOOR else FIGURES
+    for figure in figures:
         bridged_ms, direct_ms = [s * 1000 for s in bridged[figure]], [s * 1000 for s in direct[figure]]
         b, d = summarize(bridged_ms), summarize(direct_ms)
         added = {"median": b.median - d.median, "p99": (b.p99 or 0) - (d.p99 or 0)}
@@ -591,7 +606,7 @@ def rows_for(
             )
         rows.append(
             Row(
-                f"{agent}",
+                f"{agent} floor" if FLOOR else agent,
                 figure,
                 "ms",
                 b,
@@ -602,7 +617,7 @@ def rows_for(
                 added=added,
                 notes=f"{b.n} paired runs, alternating; added (Hodges-Lehmann, the verdict's figure) "
                 f"{estimate:+.1f} ms, 90 % interval {low:+.1f} … {high:+.1f} ms{own_note}"
-                + (requests_note if figure == FIGURES[0] or not alike else ""),
+                + (requests_note if figure == figures[0] or not alike else ""),
                 extra={
                     "model_request_bytes": sizes,
                     "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
@@ -621,7 +636,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", default=",".join(KITS), help="comma-separated (default: all)")
     parser.add_argument("--output", type=Path, default=RESULTS / "agents.json")
     parser.add_argument("--lmbridge-tree", type=Path, help="run lmbridge from this source tree (compare commits)")
+    parser.add_argument(
+        "--floor", action="store_true", help="bench/tool_floor.py in lmbridge's place: the floor of the turn figures"
+    )
     args = parser.parse_args(argv)
+    global FLOOR
+    FLOOR = args.floor
     if args.lmbridge_tree is not None:
         if not (args.lmbridge_tree / "bridge" / "__main__.py").is_file():
             parser.error(f"{args.lmbridge_tree} is not an lmbridge source tree (no bridge/__main__.py)")

@@ -7,12 +7,15 @@ stdio links, and the MCP endpoint (``mcp_synthetic.http``, ``SessionTools``) for
 everything that makes lmbridge a bridge: no routing or history matching, no session actor or state machine, no
 permission flow, batching, checks of the editor's messages, logging or cancel paths. It serves exactly the
 conversations of ``bench.benchmarks._bridged_tool_timings`` (one prompt, then tool results answering one call at
-a time) and nothing else.
+a time) and nothing else — and, with ``--config FILE``, those of ``make bench-agents``' turns (``python -m
+bench.agents --floor``) with a real agent of an lmbridge config: the agent the first chat names, started then and
+set up as lmbridge sets it up (its environment, ``authenticate``, the config's session options), the editor's tools
+offered over MCP, each later prompt of the conversation sent to the same session, every permission request allowed.
 
 So the tool round trip measured through it is what the hops themselves cost on this machine (Python, Trio, two
 pipes, the loopback socket, the bench editor's own work): the part of lmbridge's overhead that no change to
 lmbridge's logic could remove. ``python bench/tool_floor.py [--relay] AGENT_ARGV...`` runs AGENT_ARGV as the
-agent.
+agent; ``python bench/tool_floor.py --config FILE`` an agent of that config.
 """
 
 from __future__ import annotations
@@ -34,12 +37,18 @@ if __package__ in (None, ""):
 
 from bench.common import QuietLog
 from bench.mcp_server import ECHO_TOOL
+from bridge.acp.handshake import CLIENT_CAPABILITIES
+from bridge.acp.spawn import spawn_options
+from bridge.config import AgentConfig, load_config
 from bridge.editor.history_parse import HistoryReusingParser
 from bridge.rpc.asgi import load_server
 from bridge.rpc.connection import ACP_CANCEL, EDITOR_CANCEL, JsonRpcConnection, MethodTable, StreamWire
 from mcp_synthetic.http import HttpEndpoints
 from mcp_synthetic.server import SessionTools, load_sdk
 from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH, _Prefixed
+from session.permissions import permission_tool_schema
+
+PERMISSION_TOOL = permission_tool_schema()
 
 
 class _Turn:
@@ -54,9 +63,16 @@ class _Turn:
 class Floor:
     """The editor link, the agent link and the MCP endpoint, wired to each other directly (see the module)."""
 
-    def __init__(self, agent_argv: list[str], *, relay: bool = False) -> None:
+    def __init__(
+        self, agent_argv: list[str], *, relay: bool = False, agents: dict[str, AgentConfig] | None = None
+    ) -> None:
         self.agent_argv = agent_argv
         self.relay = relay
+        self.agents = agents  # --config: the agent is the first chat's, started then
+        self.config: AgentConfig | None = None
+        self.process: trio.Process | None = None
+        self.session_id: str | None = None
+        self.tools: SessionTools | None = None
         self.socket_dir = tempfile.mkdtemp(prefix="lmbridge-floor-")  # 0700
         self.nursery: trio.Nursery | None = None
         self.editor: JsonRpcConnection | None = None
@@ -71,20 +87,14 @@ class Floor:
         load_server()
 
     async def run(self) -> None:
-        if self.relay:
+        if self.relay or self.agents is not None:  # the relay's MCP, and what real agents' MCP clients may ask
             await trio.to_thread.run_sync(load_sdk)
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             await nursery.start(self.endpoints.run)
-            process = await trio.lowlevel.open_process(self.agent_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-            assert process.stdin is not None and process.stdout is not None
-            agent_methods = MethodTable()
-            agent_methods.notification("session/update", self._on_update, batch=True)
-            self.agent = JsonRpcConnection(
-                StreamWire(process.stdout, process.stdin), agent_methods, name="agent", cancel_style=ACP_CANCEL
-            )
-            await nursery.start(self.agent.serve)
-            await self.agent.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            if self.agents is None:
+                options = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+                await self._start_agent(self.agent_argv, options, {"protocolVersion": 1, "clientCapabilities": {}})
 
             editor_methods = MethodTable()
             editor_methods.request("initialize", self._initialize, inline=True)
@@ -100,37 +110,100 @@ class Floor:
             try:
                 await self.editor.peer_closed.wait()
             finally:
-                process.kill()
-                with trio.CancelScope(shield=True):
-                    await process.wait()
+                if self.process is not None:
+                    if self.agents is None:
+                        self.process.kill()
+                    else:
+                        os.killpg(self.process.pid, 9)  # the agent's whole process group, as lmbridge stops it
+                    with trio.CancelScope(shield=True):
+                        await self.process.wait()
                 shutil.rmtree(self.socket_dir, ignore_errors=True)
             nursery.cancel_scope.cancel()
 
+    async def _start_agent(self, argv: list[str], options: dict[str, Any], initialize: dict[str, Any]) -> None:
+        assert self.nursery is not None
+        process = self.process = await trio.lowlevel.open_process(argv, **options)
+        assert process.stdin is not None and process.stdout is not None
+        agent_methods = MethodTable()
+        agent_methods.notification("session/update", self._on_update, batch=True)
+        agent_methods.request("session/request_permission", self._allow)
+        self.agent = JsonRpcConnection(
+            StreamWire(process.stdout, process.stdin), agent_methods, name="agent", cancel_style=ACP_CANCEL
+        )
+        await self.nursery.start(self.agent.serve)
+        await self.agent.request("initialize", initialize)
+
+    async def _start_configured(self, model_id: str) -> None:
+        assert self.agents is not None
+        config = self.config = self.agents[model_id.partition("/")[0]]
+        options = {**spawn_options(config), "stderr": subprocess.DEVNULL}
+        initialize = {
+            "protocolVersion": 1,
+            "clientCapabilities": CLIENT_CAPABILITIES,
+            "clientInfo": {"name": "lmbridge", "version": "floor"},
+        }
+        await self._start_agent(config.argv, options, initialize)
+        if config.authenticate:
+            assert self.agent is not None
+            await self.agent.request("authenticate", {"methodId": config.authenticate})
+
+    async def _allow(self, params: Any, context: Any) -> dict[str, Any]:
+        options = params["options"]
+        chosen = next((o for o in options if o.get("kind") == "allow_once"), options[0])
+        return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
+
     async def _initialize(self, params: Any, context: Any) -> dict[str, Any]:
-        return {"protocolVersion": 1, "serverInfo": {"name": "tool-floor", "version": "1"}, "models": []}
+        return {
+            "protocolVersion": 1,
+            "serverInfo": {"name": "tool-floor", "version": "1"},
+            "models": [],
+            "permissionTool": PERMISSION_TOOL,  # offered by editors with their tools, as lmbridge asks
+        }
 
     async def _chat(self, params: Any, context: Any) -> dict[str, Any]:
-        assert self.agent is not None
         turn = self.turn = _Turn(context.id)
-        last = params["messages"][-1]["content"]
+        messages = params["messages"]
+        last = messages[-1]["content"]
         results = [part for part in last if part.get("type") == "tool_result"]
         if results and self.waiting is not None:
             (answered, holder), self.waiting = self.waiting, None
             holder.append(results[0])
             answered.set()
-        else:  # a new conversation: a session with its own MCP route, then the prompt
-            token = secrets.token_urlsafe(16)
-            tools = SessionTools(self._invoke, log=QuietLog("tool floor"))
-            tools.update([ECHO_TOOL])
-            server = await self._relay(tools, token) if self.relay else self._http(tools, token)
-            session = await self.agent.request("session/new", {"cwd": os.getcwd(), "mcpServers": [server]})
+        else:
+            if self.agent is None:
+                await self._start_configured(params["modelId"])
+            offered = [ECHO_TOOL]
+            if self.agents is not None:  # the editor's tools, minus lmbridge's permission tool, as lmbridge offers
+                tools = (params.get("options") or {}).get("tools") or ()
+                offered = [t for t in tools if t["name"] != PERMISSION_TOOL["name"]]
+            if len(messages) == 1 or self.session_id is None:  # a new conversation: a session and its MCP route
+                await self._new_session(offered)
+            assert self.agent is not None and self.tools is not None
+            self.tools.update(offered)
             text = "".join(part.get("value", "") for part in last if part.get("type") == "text")
             prompt = self.agent.start_request_nowait(
-                "session/prompt", {"sessionId": session["sessionId"], "prompt": [{"type": "text", "text": text}]}
+                "session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]}
             )
             prompt.on_answer(lambda result, error: self._finished())
         await turn.done.wait()
         return {"stopReason": turn.stop}
+
+    async def _new_session(self, offered: list[dict[str, Any]]) -> None:
+        assert self.agent is not None
+        token = secrets.token_urlsafe(16)
+        tools = self.tools = SessionTools(self._invoke, log=QuietLog("tool floor"))
+        tools.update(offered)
+        server = await self._relay(tools, token) if self.relay else self._http(tools, token)
+        cwd = (self.config.cwd if self.config is not None else None) or os.getcwd()
+        session = await self.agent.request("session/new", {"cwd": cwd, "mcpServers": [server]})
+        self.session_id = session["sessionId"]
+        if self.config is not None:  # the config's session options, those that differ, as lmbridge sets them
+            current = {o.get("id"): o.get("currentValue") for o in session.get("configOptions") or ()}
+            for key, value in self.config.options:
+                if current.get(key) != value:
+                    await self.agent.request(
+                        "session/set_config_option", {"sessionId": self.session_id, "configId": key, "value": value}
+                    )
 
     def _http(self, tools: SessionTools, token: str) -> dict[str, Any]:
         url, _stop = self.endpoints.add(tools, token)
@@ -200,4 +273,7 @@ if __name__ == "__main__":
 
     configure("error")  # to stderr: stdout carries the editor protocol only
     relay = sys.argv[1:2] == ["--relay"]
-    trio.run(Floor(sys.argv[2:] if relay else sys.argv[1:], relay=relay).run)
+    if sys.argv[1:2] == ["--config"]:
+        trio.run(Floor([], agents=dict(load_config(sys.argv[2]).agents)).run)
+    else:
+        trio.run(Floor(sys.argv[2:] if relay else sys.argv[1:], relay=relay).run)

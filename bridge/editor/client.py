@@ -196,11 +196,13 @@ async def spawn_stdio(
     cwd: str | None = None,
     stderr: Any = None,
     stop_timeout: float = 15.0,
+    command: Sequence[str] | None = None,
 ) -> AsyncIterator[tuple[EditorClient, trio.Process]]:
     """Run ``lmbridge stdio ARGS`` as a subprocess and yield a connected (not yet initialized) client and the
-    process. On exit: stdin is closed (which stops the bridge) and the process awaited; killed if it hangs."""
+    process. On exit: stdin is closed (which stops the bridge) and the process awaited; killed if it hangs.
+    ``command``: another program speaking the editor protocol on stdio to run instead (a benchmark's floor)."""
     process = await trio.lowlevel.open_process(
-        lmbridge_command("stdio", *args),
+        [*command, *args] if command is not None else lmbridge_command("stdio", *args),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr if stderr is not None else None,

@@ -55,3 +55,27 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
             assert all(0 < ms < row["bridge"]["median"] for ms in editor), (name, editor)
         else:
             assert editor == ([] if name == "cold first chat" else [0.0, 0.0]), (name, editor)
+
+
+def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], tmp_path: Path) -> None:
+    """``--floor``: the turns through bench/tool_floor.py in lmbridge's place. Gemini CLI asks permission for each of
+    its MCP calls: the floor allows them."""
+    output = tmp_path / "floor.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.agents", "--reps", "1", "--agents", "gemini", "--floor", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(output.read_text())
+    assert report["errors"] == {}
+    figures = {row["metric"]: row for row in report["rows"]}
+    assert set(figures) == {"text turn", "first tool turn", "later tool turn"}
+    assert {row["benchmark"] for row in report["rows"]} == {"gemini floor"}
+    assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
+    # The agent runs alike through the floor: the same tools and prompts reach its model.
+    sizes = figures["text turn"]["extra"]["model_request_bytes"]
+    assert sizes["direct"] > 1000 and abs(sizes["lmbridge"] - sizes["direct"]) <= 0.01 * sizes["direct"], sizes
+    assert "NOT ALIKE" not in json.dumps(report["rows"])
