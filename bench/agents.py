@@ -31,10 +31,10 @@ milliseconds from run to run (``bench.common.shift``).
     python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR] [--floor]
 
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
-commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` puts
-``bench/tool_floor.py --config`` where lmbridge stands — lmbridge's transports wired to each other with nothing of a
-bridge between them — and gives the turn figures only: what any bridge of this design adds to a real agent's turns on
-this machine, the floor under lmbridge's.
+commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a
+third side to every round, the same turns through ``bench/tool_floor.py --config`` — lmbridge's transports wired to
+each other with nothing of a bridge between them — and a row for each turn figure of it: what any bridge of this
+design adds to a real agent's turns on this machine, the floor under lmbridge's, with lmbridge's distance above it.
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import trio
 
@@ -81,8 +82,7 @@ REQUEST_BYTES = "model request bytes"  # beside the figures in a side's samples:
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
-FLOOR = False  # --floor: the bridged side through bench/tool_floor.py, the turn figures only
-FLOOR_FIGURES = ("text turn", "first tool turn", "later tool turn")
+FLOOR_FIGURES = ("text turn", "first tool turn", "later tool turn")  # --floor: its rows
 clock = time.perf_counter
 
 
@@ -293,8 +293,11 @@ class Round:
             samples["prestart chat"].append(first - begun)
         self._request_sizes(samples, since)
 
-    async def bridged(self, samples: dict[str, list[float]], *, traced: Traced | None = None) -> None:
-        """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``."""
+    async def bridged(
+        self, samples: dict[str, list[float]], *, traced: Traced | None = None, floor: bool = False
+    ) -> None:
+        """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``;
+        ``floor``: through ``bench/tool_floor.py`` instead, the cold first chat and the turns (no prestart)."""
         since = len(self.model.requests)
         table_, project = self.table()
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
@@ -307,7 +310,7 @@ class Round:
                 traced.span(figure, wall, ended - begun)
 
         started = clock()
-        async with _lmbridge(config, project, extra=trace, floor=FLOOR) as client:
+        async with _lmbridge(config, project, extra=trace, floor=floor) as client:
             assert client.connection is not None
             init = await client.connection.start_request(
                 "initialize",
@@ -346,7 +349,7 @@ class Round:
                 if traced is not None:
                     traced.span("later tool turn", wall, ended - begun)
             samples["later tool turn"].append(statistics.median(later))
-        if FLOOR:  # the floor starts its agent at the first chat: no prestart
+        if floor:  # the floor starts its agent at the first chat: no prestart
             self._request_sizes(samples, since)
             return
         table_, project = self.table()
@@ -538,23 +541,40 @@ def _span_sums(traced: Traced, events: list[tuple[float, bool, bool]]) -> dict[s
 Samples = dict[str, list[float]]
 
 
-async def measure(agent: str, reps: int, scratch: Path) -> tuple[Samples, Samples, Samples, Samples]:
-    """The paired runs (direct, bridged: seconds per figure), then ``TRACED_RUNS`` traced bridged runs for
-    lmbridge's own time and the editor's (ms per figure)."""
+class Measured(NamedTuple):
+    direct: Samples  # seconds per figure
+    bridged: Samples
+    own: Samples  # ms per figure, from the traced runs
+    editor: Samples
+    floor: Samples | None  # --floor: seconds per figure through bench/tool_floor.py
+
+
+async def measure(agent: str, reps: int, scratch: Path, *, floor: bool = False) -> Measured:
+    """The paired runs (direct, bridged and with ``floor`` the floor, in turn first), then ``TRACED_RUNS`` traced
+    bridged runs for lmbridge's own time and the editor's."""
     direct: Samples = {figure: [] for figure in FIGURES}
     bridged: Samples = {figure: [] for figure in FIGURES}
+    floored: Samples = {figure: [] for figure in FIGURES}
     own: Samples = {figure: [] for figure in OWN_FIGURES}
     editor: Samples = {figure: [] for figure in OWN_FIGURES}
     async with open_fake_model() as model, tool_server() as server:
         runs = Round(KITS[agent], model, scratch / agent, server)
-        await runs.direct({figure: [] for figure in FIGURES})  # untimed: page cache, compile caches, the model
-        await runs.bridged({figure: [] for figure in FIGURES})
+
+        async def through_floor(samples: Samples) -> None:
+            await runs.bridged(samples, floor=True)
+
+        Run = Callable[[Samples], Awaitable[None]]
+        sides: list[tuple[Run, Samples]] = [(runs.direct, direct), (runs.bridged, bridged)]
+        if floor:
+            sides.append((through_floor, floored))
+        for run, _ in sides:  # untimed: page cache, compile caches, the model
+            await run({figure: [] for figure in FIGURES})
         for rep in range(reps):
-            order = (runs.direct, runs.bridged) if rep % 2 == 0 else (runs.bridged, runs.direct)
-            for run in order:
-                await run(direct if run == runs.direct else bridged)
+            turn = rep % len(sides)  # each side first as often as the others
+            for run, samples in sides[turn:] + sides[:turn]:
+                await run(samples)
             print(f"  {agent}: {rep + 1}/{reps}", file=sys.stderr, flush=True)
-        for index in range(0 if FLOOR else TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own
+        for index in range(TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own
             traced = Traced(scratch / agent / f"trace-{index}")
             await runs.bridged({figure: [] for figure in FIGURES}, traced=traced)
             for figure, values in own_times(traced).items():
@@ -563,7 +583,7 @@ async def measure(agent: str, reps: int, scratch: Path) -> tuple[Samples, Sample
                 editor[figure] += values
         if model.errors:
             raise RuntimeError(f"the fake model saw unscripted requests: {model.errors[:3]}")
-    return direct, bridged, own, editor
+    return Measured(direct, bridged, own, editor, floored if floor else None)
 
 
 def rows_for(
@@ -580,12 +600,11 @@ def rows_for(
     alike = abs(sizes["lmbridge"] - sizes["direct"]) <= 0.01 * max(sizes.values(), default=0.0)
     requests_note = (
         f"; the agent's requests to its model: median {sizes['direct'] / 1000:.1f} KB direct, "
-        f"{sizes['lmbridge'] / 1000:.1f} KB through {'the floor' if FLOOR else 'lmbridge'}"
+        f"{sizes['lmbridge'] / 1000:.1f} KB through lmbridge"
         + ("" if alike else " — NOT ALIKE: the two sides configure the agent differently")
     )
     rows = []
-    figures = FLOOR_FIGURES if FLOOR else FIGURES
-    for figure in figures:
+    for figure in FIGURES:
         bridged_ms, direct_ms = [s * 1000 for s in bridged[figure]], [s * 1000 for s in direct[figure]]
         b, d = summarize(bridged_ms), summarize(direct_ms)
         added = {"median": b.median - d.median, "p99": (b.p99 or 0) - (d.p99 or 0)}
@@ -606,7 +625,7 @@ def rows_for(
             )
         rows.append(
             Row(
-                f"{agent} floor" if FLOOR else agent,
+                agent,
                 figure,
                 "ms",
                 b,
@@ -617,13 +636,52 @@ def rows_for(
                 added=added,
                 notes=f"{b.n} paired runs, alternating; added (Hodges-Lehmann, the verdict's figure) "
                 f"{estimate:+.1f} ms, 90 % interval {low:+.1f} … {high:+.1f} ms{own_note}"
-                + (requests_note if figure == figures[0] or not alike else ""),
+                + (requests_note if figure == FIGURES[0] or not alike else ""),
                 extra={
                     "model_request_bytes": sizes,
                     "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
                     "samples": {"lmbridge": bridged_ms, "direct": direct_ms},
                     "own_ms": own_ms,
                     "editor_ms": editor_ms,
+                },
+            )
+        )
+    return rows
+
+
+def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) -> list[Row]:
+    """The turns through the floor against the same direct runs, and lmbridge's distance above the floor."""
+    goals = {"first tool turn": 10.0, "later tool turn": 3.0}
+    sizes = {side: statistics.median(s[REQUEST_BYTES]) for side, s in (("direct", direct), ("floor", floor))}
+    alike = abs(sizes["floor"] - sizes["direct"]) <= 0.01 * max(sizes.values())
+    rows = []
+    for figure in FLOOR_FIGURES:
+        floor_ms, direct_ms = [s * 1000 for s in floor[figure]], [s * 1000 for s in direct[figure]]
+        bridged_ms = [s * 1000 for s in bridged[figure]]
+        f, d = summarize(floor_ms), summarize(direct_ms)
+        estimate, low, high = shift(floor_ms, direct_ms)
+        above, above_low, above_high = shift(bridged_ms, floor_ms)
+        goal = goals.get(figure)
+        rows.append(
+            Row(
+                f"{agent} floor",
+                figure,
+                "ms",
+                f,
+                d,
+                f"{agent} driven directly over ACP",
+                goal=f"added ≤ {goal:g} ms" if goal is not None else "",
+                passed=estimate <= goal if goal is not None else None,
+                added={"median": f.median - d.median, "p99": (f.p99 or 0) - (d.p99 or 0)},
+                notes=f"through bench/tool_floor.py (lmbridge's transports alone) in lmbridge's place, {f.n} runs "
+                f"in the same rounds; added (Hodges-Lehmann) {estimate:+.1f} ms, 90 % interval {low:+.1f} … "
+                f"{high:+.1f} ms; lmbridge above the floor {above:+.1f} ms [{above_low:+.1f} … {above_high:+.1f}]"
+                + ("" if alike else f" — NOT ALIKE: the agent's requests to its model {sizes}"),
+                extra={
+                    "model_request_bytes": sizes,
+                    "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
+                    "lmbridge_above_floor": {"estimate": above, "low": above_low, "high": above_high},
+                    "samples": {"floor": floor_ms, "direct": direct_ms},
                 },
             )
         )
@@ -637,11 +695,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "agents.json")
     parser.add_argument("--lmbridge-tree", type=Path, help="run lmbridge from this source tree (compare commits)")
     parser.add_argument(
-        "--floor", action="store_true", help="bench/tool_floor.py in lmbridge's place: the floor of the turn figures"
+        "--floor", action="store_true", help="also the turns through bench/tool_floor.py: the floor under lmbridge's"
     )
     args = parser.parse_args(argv)
-    global FLOOR
-    FLOOR = args.floor
     if args.lmbridge_tree is not None:
         if not (args.lmbridge_tree / "bridge" / "__main__.py").is_file():
             parser.error(f"{args.lmbridge_tree} is not an lmbridge source tree (no bridge/__main__.py)")
@@ -663,12 +719,14 @@ def main(argv: list[str] | None = None) -> int:
         for agent in agents:
             print(f"running {agent} …", file=sys.stderr, flush=True)
             try:
-                direct, bridged, own, editor = trio.run(measure, agent, args.reps, Path(scratch))
+                measured = trio.run(partial(measure, agent, args.reps, Path(scratch), floor=args.floor))
             except Exception as exc:
                 errors[agent] = f"{type(exc).__name__}: {exc}"
                 print(f"  {agent} FAILED: {errors[agent]}", file=sys.stderr)
                 continue
-            rows += rows_for(agent, direct, bridged, own, editor)
+            rows += rows_for(agent, measured.direct, measured.bridged, measured.own, measured.editor)
+            if measured.floor is not None:
+                rows += floor_rows(agent, measured.direct, measured.floor, measured.bridged)
     text = table(rows)
     print(text)
     report = {

@@ -58,8 +58,8 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
 
 
 def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], tmp_path: Path) -> None:
-    """``--floor``: the turns through bench/tool_floor.py in lmbridge's place. Gemini CLI asks permission for each of
-    its MCP calls: the floor allows them."""
+    """``--floor``: a third side in each round, the turns through bench/tool_floor.py in lmbridge's place. Gemini
+    CLI asks permission for each of its MCP calls: the floor allows them."""
     output = tmp_path / "floor.json"
     done = subprocess.run(
         [sys.executable, "-m", "bench.agents", "--reps", "1", "--agents", "gemini", "--floor", "--output", str(output)],
@@ -71,11 +71,16 @@ def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(output.read_text())
     assert report["errors"] == {}
-    figures = {row["metric"]: row for row in report["rows"]}
-    assert set(figures) == {"text turn", "first tool turn", "later tool turn"}
-    assert {row["benchmark"] for row in report["rows"]} == {"gemini floor"}
-    assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
-    # The agent runs alike through the floor: the same tools and prompts reach its model.
-    sizes = figures["text turn"]["extra"]["model_request_bytes"]
-    assert sizes["direct"] > 1000 and abs(sizes["lmbridge"] - sizes["direct"]) <= 0.01 * sizes["direct"], sizes
+    lmbridge = {row["metric"] for row in report["rows"] if row["benchmark"] == "gemini"}
+    floor = {row["metric"]: row for row in report["rows"] if row["benchmark"] == "gemini floor"}
+    assert lmbridge == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
+    assert set(floor) == {"text turn", "first tool turn", "later tool turn"}
+    for row in floor.values():
+        assert row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0
+        assert set(row["extra"]["samples"]) == {"floor", "direct"}
+        assert set(row["extra"]["lmbridge_above_floor"]) == {"estimate", "low", "high"}
+    # The agent runs alike through the floor: the same tools and prompts reach its model (and a tool turn that did
+    # not reach the editor's tool fails the run: bench.agents checks it).
+    sizes = floor["text turn"]["extra"]["model_request_bytes"]
+    assert sizes["direct"] > 1000 and abs(sizes["floor"] - sizes["direct"]) <= 0.01 * sizes["direct"], sizes
     assert "NOT ALIKE" not in json.dumps(report["rows"])
