@@ -69,12 +69,13 @@ BENCH_ARGS ?=
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-# The real agents (Claude Code, Codex, Gemini CLI, OpenCode; installed as for `make interop`) driven directly and
-# through lmbridge, offline against a local fake model: about 8 minutes; results in bench/results/agents.json.
-# BENCH_AGENTS_ARGS=--reps 3 for a quicker run; --agents codex,gemini to choose.
+# The real agents (Claude Code, Codex, Gemini CLI, OpenCode; installed as for `make interop`) driven directly, through
+# lmbridge and through the floor (bench/tool_floor.py: lmbridge's transports alone), offline against a local fake
+# model: about 15 minutes; results in bench/results/agents.json. BENCH_AGENTS_ARGS=--reps 3 for a quicker run;
+# --agents codex,gemini to choose; `python -m bench.agents` without --floor for direct and lmbridge only (~9 minutes).
 BENCH_AGENTS_ARGS ?=
 bench-agents: $(STAMP)
-	$(BIN)/python -m bench.agents $(BENCH_AGENTS_ARGS)
+	$(BIN)/python -m bench.agents --floor $(BENCH_AGENTS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache *.egg-info

@@ -20,9 +20,11 @@ agent; ``python bench/tool_floor.py --config FILE`` an agent of that config.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -113,8 +115,9 @@ class Floor:
                 if self.process is not None:
                     if self.agents is None:
                         self.process.kill()
-                    else:
-                        os.killpg(self.process.pid, 9)  # the agent's whole process group, as lmbridge stops it
+                    else:  # the agent's whole process group, as lmbridge stops it
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(self.process.pid, signal.SIGKILL)
                     with trio.CancelScope(shield=True):
                         await self.process.wait()
                 shutil.rmtree(self.socket_dir, ignore_errors=True)
