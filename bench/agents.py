@@ -33,8 +33,9 @@ milliseconds from run to run (``bench.common.shift``).
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
 commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a
 third side to every round, the same turns through ``bench/tool_floor.py --config`` — lmbridge's transports wired to
-each other with nothing of a bridge between them — and a row for each turn figure of it: what any bridge of this
-design adds to a real agent's turns on this machine, the floor under lmbridge's, with lmbridge's distance above it.
+each other with nothing of a bridge between them — and a row for its prestart chat and each turn figure: what any
+bridge of this design adds to a real agent's chats on this machine, the floor under lmbridge's, with lmbridge's
+distance above it (not for the cold first chat: the floor imports all of itself before it starts the agent).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ REQUEST_BYTES = "model request bytes"  # beside the figures in a side's samples:
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
-FLOOR_FIGURES = ("text turn", "first tool turn", "later tool turn")  # --floor: its rows
+FLOOR_FIGURES = ("prestart chat", "text turn", "first tool turn", "later tool turn")  # --floor: its rows
 clock = time.perf_counter
 
 
@@ -297,7 +298,7 @@ class Round:
         self, samples: dict[str, list[float]], *, traced: Traced | None = None, floor: bool = False
     ) -> None:
         """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``;
-        ``floor``: through ``bench/tool_floor.py`` instead, the cold first chat and the turns (no prestart)."""
+        ``floor``: through ``bench/tool_floor.py`` instead."""
         since = len(self.model.requests)
         table_, project = self.table()
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
@@ -349,15 +350,12 @@ class Round:
                 if traced is not None:
                     traced.span("later tool turn", wall, ended - begun)
             samples["later tool turn"].append(statistics.median(later))
-        if floor:  # the floor starts its agent at the first chat: no prestart
-            self._request_sizes(samples, since)
-            return
         table_, project = self.table()
         table_["prestart"] = True
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
-        async with _lmbridge(config, project, stderr, extra=trace) as client:
+        async with _lmbridge(config, project, stderr, extra=trace, floor=floor) as client:
             with trio.fail_after(STEP_TIMEOUT):
                 connected = trio.current_time()
                 info = await client.initialize(workspaceFolders=[str(project)])
@@ -651,7 +649,7 @@ def rows_for(
 
 def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) -> list[Row]:
     """The turns through the floor against the same direct runs, and lmbridge's distance above the floor."""
-    goals = {"first tool turn": 10.0, "later tool turn": 3.0}
+    goals = {"first tool turn": 10.0, "later tool turn": 3.0, "prestart chat": 5.0}
     sizes = {side: statistics.median(s[REQUEST_BYTES]) for side, s in (("direct", direct), ("floor", floor))}
     alike = abs(sizes["floor"] - sizes["direct"]) <= 0.01 * max(sizes.values())
     rows = []
@@ -695,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "agents.json")
     parser.add_argument("--lmbridge-tree", type=Path, help="run lmbridge from this source tree (compare commits)")
     parser.add_argument(
-        "--floor", action="store_true", help="also the turns through bench/tool_floor.py: the floor under lmbridge's"
+        "--floor", action="store_true", help="also the chats through bench/tool_floor.py: the floor under lmbridge's"
     )
     args = parser.parse_args(argv)
     if args.lmbridge_tree is not None:

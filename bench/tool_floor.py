@@ -7,10 +7,11 @@ stdio links, and the MCP endpoint (``mcp_synthetic.http``, ``SessionTools``) for
 everything that makes lmbridge a bridge: no routing or history matching, no session actor or state machine, no
 permission flow, batching, checks of the editor's messages, logging or cancel paths. It serves exactly the
 conversations of ``bench.benchmarks._bridged_tool_timings`` (one prompt, then tool results answering one call at
-a time) and nothing else — and, with ``--config FILE``, those of ``make bench-agents``' turns (``python -m
-bench.agents --floor``) with a real agent of an lmbridge config: the agent the first chat names, started then and
-set up as lmbridge sets it up (its environment, ``authenticate``, the config's session options), the editor's tools
-offered over MCP, each later prompt of the conversation sent to the same session, every permission request allowed.
+a time) and nothing else — and, with ``--config FILE``, those of ``make bench-agents``' chats (``python -m
+bench.agents --floor``) with a real agent of an lmbridge config: the agent the first chat names, started then (or
+when the editor connects, if the config says ``prestart``) and set up as lmbridge sets it up (its environment,
+``authenticate``, the config's session options), the editor's tools offered over MCP, each later prompt of the
+conversation sent to the same session, every permission request allowed.
 
 So the tool round trip measured through it is what the hops themselves cost on this machine (Python, Trio, two
 pipes, the loopback socket, the bench editor's own work): the part of lmbridge's overhead that no change to
@@ -70,7 +71,8 @@ class Floor:
     ) -> None:
         self.agent_argv = agent_argv
         self.relay = relay
-        self.agents = agents  # --config: the agent is the first chat's, started then
+        self.agents = agents  # --config: the agent is the first chat's, started then (or at initialize: prestart)
+        self.started: trio.Event | None = None  # --config: set once the agent answered initialize
         self.config: AgentConfig | None = None
         self.process: trio.Process | None = None
         self.session_id: str | None = None
@@ -136,6 +138,19 @@ class Floor:
         await self.nursery.start(self.agent.serve)
         await self.agent.request("initialize", initialize)
 
+    async def _agent_for(self, model_id: str) -> None:
+        """--config: the agent a chat names, started by the first chat or the editor's connection (prestart)."""
+        if self.started is None:
+            self.started = trio.Event()
+            await self._start_configured(model_id)
+            self.started.set()
+        else:
+            await self.started.wait()
+
+    async def _prestart(self, agent_id: str) -> None:
+        await self._agent_for(agent_id)
+        print("agent ready", file=sys.stderr, flush=True)  # what make bench-agents waits for, as in lmbridge's log
+
     async def _start_configured(self, model_id: str) -> None:
         assert self.agents is not None
         config = self.config = self.agents[model_id.partition("/")[0]]
@@ -156,6 +171,10 @@ class Floor:
         return {"outcome": {"outcome": "selected", "optionId": chosen["optionId"]}}
 
     async def _initialize(self, params: Any, context: Any) -> dict[str, Any]:
+        prestarted = [config.id for config in (self.agents or {}).values() if config.prestart]
+        if prestarted:
+            assert self.nursery is not None
+            self.nursery.start_soon(self._prestart, prestarted[0])
         return {
             "protocolVersion": 1,
             "serverInfo": {"name": "tool-floor", "version": "1"},
@@ -173,8 +192,8 @@ class Floor:
             holder.append(results[0])
             answered.set()
         else:
-            if self.agent is None:
-                await self._start_configured(params["modelId"])
+            if self.agents is not None and (self.started is None or not self.started.is_set()):
+                await self._agent_for(params["modelId"])
             offered = [ECHO_TOOL]
             if self.agents is not None:  # the editor's tools, minus lmbridge's permission tool, as lmbridge offers
                 tools = (params.get("options") or {}).get("tools") or ()

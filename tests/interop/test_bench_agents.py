@@ -74,7 +74,7 @@ def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], 
     lmbridge = {row["metric"] for row in report["rows"] if row["benchmark"] == "gemini"}
     floor = {row["metric"]: row for row in report["rows"] if row["benchmark"] == "gemini floor"}
     assert lmbridge == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
-    assert set(floor) == {"text turn", "first tool turn", "later tool turn"}
+    assert set(floor) == {"prestart chat", "text turn", "first tool turn", "later tool turn"}
     for row in floor.values():
         assert row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0
         assert set(row["extra"]["samples"]) == {"floor", "direct"}
