@@ -48,6 +48,7 @@ from bridge.rpc.asgi import load_server
 from bridge.rpc.connection import ACP_CANCEL, EDITOR_CANCEL, JsonRpcConnection, MethodTable, StreamWire
 from mcp_synthetic.http import HttpEndpoints
 from mcp_synthetic.server import SessionTools, load_sdk
+from mcp_synthetic.validation import warm_up_schemas
 from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH, _Prefixed
 from session.permissions import permission_tool_schema
 
@@ -93,6 +94,8 @@ class Floor:
     async def run(self) -> None:
         if self.relay or self.agents is not None:  # the relay's MCP, and what real agents' MCP clients may ask
             await trio.to_thread.run_sync(load_sdk)
+        if self.agents is not None:  # as lmbridge does before the first tool list needs it (a prestart chat would)
+            await trio.to_thread.run_sync(warm_up_schemas)
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             await nursery.start(self.endpoints.run)
