@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from bench.common import RESULTS, QuietLog, Row, shift, summarize, with_bytecode_cache
+from bench.common import RESULTS, QuietLog, Row, options_to_set, shift, summarize, with_bytecode_cache
 from bench.run import table
 from bench.wire import ROOT
 
@@ -218,11 +218,9 @@ async def _new_session(agent: DirectAgent, table_: dict[str, Any], cwd: Path, to
     """``session/new``, then the table's ``options`` set as lmbridge sets them (only those that differ), so both
     sides run the agent alike (Claude Code's mode, for one)."""
     new = await agent.request("session/new", {"cwd": str(cwd), "mcpServers": [tool_server]})
-    current = {o.get("id"): o.get("currentValue") for o in new.get("configOptions") or () if isinstance(o, dict)}
-    for key, value in (table_.get("options") or {}).items():
-        if current.get(key) != value:
-            params = {"sessionId": new["sessionId"], "configId": key, "value": value}
-            await agent.request("session/set_config_option", params)
+    for key, value in options_to_set(new, (table_.get("options") or {}).items()):
+        params = {"sessionId": new["sessionId"], "configId": key, "value": value}
+        await agent.request("session/set_config_option", params)
     return new
 
 

@@ -9,7 +9,7 @@ import shutil
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,13 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def options_to_set(session: dict[str, Any], options: Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The session options of an agent's ``session/new`` answer that differ from ``options``: what to set with
+    ``session/set_config_option``, as lmbridge sets a config's options (only those that differ)."""
+    current = {o.get("id"): o.get("currentValue") for o in session.get("configOptions") or () if isinstance(o, dict)}
+    return [(key, value) for key, value in options if current.get(key) != value]
 
 
 def with_bytecode_cache(env: dict[str, str]) -> dict[str, str]:

@@ -38,7 +38,7 @@ import trio
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import QuietLog
+from bench.common import QuietLog, options_to_set
 from bench.mcp_server import ECHO_TOOL
 from bridge.acp.handshake import CLIENT_CAPABILITIES
 from bridge.acp.spawn import spawn_options
@@ -73,7 +73,8 @@ class Floor:
         self.agent_argv = agent_argv
         self.relay = relay
         self.agents = agents  # --config: the agent is the first chat's, started then (or at initialize: prestart)
-        self.started: trio.Event | None = None  # --config: set once the agent answered initialize
+        self.started: trio.Event | None = None  # --config: set once the agent's start ended, however it ended
+        self.ready = False  # --config: the agent answered initialize (and authenticate)
         self.config: AgentConfig | None = None
         self.process: trio.Process | None = None
         self.session_id: str | None = None
@@ -157,13 +158,19 @@ class Floor:
         await self.agent.request("initialize", initialize)
 
     async def _agent_for(self, model_id: str) -> None:
-        """--config: the agent a chat names, started by the first chat or the editor's connection (prestart)."""
+        """--config: the agent a chat names, started by the first chat or the editor's connection (prestart). Returns
+        at once (no checkpoint) when it runs; raises for every chat if its start failed."""
         if self.started is None:
             self.started = trio.Event()
-            await self._start_configured(model_id)
-            self.started.set()
-        else:
+            try:
+                await self._start_configured(model_id)
+                self.ready = True
+            finally:
+                self.started.set()  # those waiting find out below; nothing waits for a start that ended
+        elif not self.started.is_set():
             await self.started.wait()
+        if not self.ready:
+            raise RuntimeError(f"the agent of {model_id!r} did not start")
 
     async def _prestart(self, agent_id: str) -> None:
         await self._agent_for(agent_id)
@@ -210,7 +217,7 @@ class Floor:
             holder.append(results[0])
             answered.set()
         else:
-            if self.agents is not None and (self.started is None or not self.started.is_set()):
+            if self.agents is not None:
                 await self._agent_for(params["modelId"])
             offered = [ECHO_TOOL]
             if self.agents is not None:  # the editor's tools, minus lmbridge's permission tool, as lmbridge offers
@@ -218,8 +225,10 @@ class Floor:
                 offered = [t for t in tools if t["name"] != PERMISSION_TOOL["name"]]
             if len(messages) == 1 or self.session_id is None:  # a new conversation: a session and its MCP route
                 await self._new_session(offered)
-            assert self.agent is not None and self.tools is not None
-            self.tools.update(offered)
+            else:
+                assert self.tools is not None
+                self.tools.update(offered)
+            assert self.agent is not None
             text = "".join(part.get("value", "") for part in last if part.get("type") == "text")
             prompt = self.agent.start_request_nowait(
                 "session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]}
@@ -237,13 +246,9 @@ class Floor:
         cwd = (self.config.cwd if self.config is not None else None) or os.getcwd()
         session = await self.agent.request("session/new", {"cwd": cwd, "mcpServers": [server]})
         self.session_id = session["sessionId"]
-        if self.config is not None:  # the config's session options, those that differ, as lmbridge sets them
-            current = {o.get("id"): o.get("currentValue") for o in session.get("configOptions") or ()}
-            for key, value in self.config.options:
-                if current.get(key) != value:
-                    await self.agent.request(
-                        "session/set_config_option", {"sessionId": self.session_id, "configId": key, "value": value}
-                    )
+        for key, value in options_to_set(session, self.config.options if self.config is not None else ()):
+            params = {"sessionId": self.session_id, "configId": key, "value": value}
+            await self.agent.request("session/set_config_option", params)
 
     def _http(self, tools: SessionTools, token: str) -> dict[str, Any]:
         url, _stop = self.endpoints.add(tools, token)
