@@ -14,7 +14,7 @@ Figures (medians over the runs, and the ratio):
 
     cold first chat   spawn → first text of the first chat (lmbridge gets initialize and lm/chat at once)
     prestart chat     an editor connected (lmbridge: ``prestart``) and the user typed for a second, the agent is ready
-                      → first text of a new chat (direct: the agent started and initialized)
+                      → first text of a new chat (direct: the agent started, initialized, and a second passed)
     text turn         a later turn of the same conversation: request → end of the answer
     first tool turn   the first turn of the process with a tool call: request → call → result → end of the answer
     later tool turn   the same, a later turn of that conversation: the median of the five that follow the first
@@ -279,12 +279,15 @@ class Round:
                     seconds = clock() - begun
                 (later if index else samples["first tool turn"]).append(seconds)
             samples["later tool turn"].append(statistics.median(later))
-        # prestart: the agent started and initialized; a new chat
+        # prestart: the agent started and initialized, the user typed for TYPING as on the bridged sides (an agent
+        # answers slower after a pause: prompted at once, the direct side would be the faster for it); a new chat
         table_, project = self.table()
         self.model.add(say("Ready when you are."))
+        connected = trio.current_time()
         async with direct_agent(table_, project) as agent:
             with trio.fail_after(STEP_TIMEOUT):
                 await _open_direct(agent, table_)
+                await trio.sleep_until(connected + TYPING)  # what the scenario models, not a synchronisation
                 begun = clock()
                 new = await _new_session(agent, table_, project, self.tool_server)
                 first, _ = await agent.prompt(new["sessionId"], "Are you there?")
