@@ -280,7 +280,7 @@ class Round:
                 (later if index else samples["first tool turn"]).append(seconds)
             samples["later tool turn"].append(statistics.median(later))
         # prestart: the agent started and initialized, the user typed for TYPING as on the bridged sides (an agent
-        # answers slower after a pause: prompted at once, the direct side would be the faster for it); a new chat
+        # runs its next request at another speed after a pause than right after its start); a new chat
         table_, project = self.table()
         self.model.add(say("Ready when you are."))
         connected = trio.current_time()
