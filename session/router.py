@@ -471,6 +471,8 @@ class SessionRouter:
         """Keep under the LRU cap (with room for one more when ``opening``): close the least recently used sessions
         that owe nothing to anyone."""
         limit = self._settings.max_sessions
+        if len(self._sessions) + opening <= limit:  # under the cap counting every session: nothing to scan (each turn)
+            return
         live = [s for s in self._sessions.values() if s.actor is not None and s.close_reason is None]
         excess = len(live) + opening - limit
         if excess <= 0:
