@@ -106,7 +106,7 @@ def _close_idle_connections_on_client_eof() -> None:
     import hypercorn.trio.run
     from hypercorn.trio.tcp_server import TCPServer
 
-    if issubclass(hypercorn.trio.run.TCPServer, _ClosingTCPServerMarker):
+    if issubclass(hypercorn.trio.run.TCPServer, _ClosingTCPServerMarker):  # type: ignore[attr-defined]
         return
 
     class _ClosingTCPServer(TCPServer, _ClosingTCPServerMarker):
@@ -114,7 +114,7 @@ def _close_idle_connections_on_client_eof() -> None:
             await super()._read_data()
             await self.idle_task.stop()
 
-    hypercorn.trio.run.TCPServer = _ClosingTCPServer  # type: ignore[misc]  # the class worker_serve instantiates
+    hypercorn.trio.run.TCPServer = _ClosingTCPServer  # type: ignore[attr-defined]  # what worker_serve instantiates
 
 
 class _ClosingTCPServerMarker:
