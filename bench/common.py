@@ -22,6 +22,7 @@ __all__ = [
     "Summary",
     "Workspace",
     "children_of",
+    "cpu_ms",
     "percentile",
     "rss_kib",
     "shift",
@@ -210,6 +211,17 @@ def rss_kib(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time a process has run so far, all its threads (``/proc/PID/task/*/schedstat``: nanoseconds), in ms."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            continue
+    return total / 1e6
 
 
 def tree_memory(pid: int) -> tuple[int, int, int]:

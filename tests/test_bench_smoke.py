@@ -36,6 +36,10 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     low, high = report["plan"]["tool_memory_counts"]
     relay, http = (sorted(memory[name]["extra"]["processes"].values()) for name in ("stdio relay", "http"))
     assert relay[1] - relay[0] == high - low and http[1] == http[0]
+    # The long run: an aged daemon (its state file filled by the demo agent's sessions) beside fresh ones.
+    long_run = [row for row in report["rows"] if row["benchmark"] == "9 long run"]
+    assert len(long_run) == 3 and long_run[0]["extra"]["state_entries"] > 0
+    assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in long_run)
 
 
 def test_the_shift_estimate_holds_where_a_difference_of_medians_swings() -> None:
