@@ -69,8 +69,8 @@ def _encode(value: Any) -> bytes:
 
 class SessionStore:
     """The entries in memory, least recently remembered first: the oldest go first when the store is full, and the
-    file's content is kept encoded entry by entry, so that writing it after a turn re-encodes only what changed (a
-    full store is ~440 KB of JSON: 3 – 5 ms to encode whole, which the service's loop would wait for)."""
+    file's content is kept encoded entry by entry, so that a snapshot encodes only the entries remembered since the
+    last one (a full store is ~440 KB of JSON: 3 – 5 ms to encode whole, which the service's loop would wait for)."""
 
     def __init__(
         self,
@@ -88,7 +88,9 @@ class SessionStore:
         self._dirty = False
         self._entries: dict[str, StoredSession] | None = None  # key → session, loaded on first use
         self._per_agent: Counter[str] = Counter()  # entries per agent id
-        self._encoded: dict[str, bytes] | None = None  # key → _encode_entry, in _entries' order; None: to build
+        # key → _encode_entry, in _entries' order (b"" until the next snapshot encodes it); None: all to build
+        self._encoded: dict[str, bytes] | None = None
+        self._unencoded: list[str] = []  # keys remembered since the last snapshot
         self._offers: dict[str, Any] = {}  # agent id → {"command": [...], "offer": {...}}, loaded with the entries
         self._offers_encoded: bytes | None = None
 
@@ -158,10 +160,11 @@ class SessionStore:
         for fingerprint in fingerprints:
             key = prefix + fingerprint.hex()
             self._drop(key)  # and in again at the end: the most recent
-            entry = entries[key] = StoredSession(agent, session_id, cwd, now)
+            entries[key] = StoredSession(agent, session_id, cwd, now)
             self._per_agent[agent] += 1
             if encoded is not None:
-                encoded[key] = _encode_entry(key, entry)
+                encoded[key] = b""  # its place; encoded by the next snapshot, off the turn
+                self._unencoded.append(key)
         while len(entries) > self._max_entries:
             self._drop(next(iter(entries)))
         self._changed()
@@ -203,6 +206,11 @@ class SessionStore:
         entries = self._load()
         if self._encoded is None:
             self._encoded = {key: _encode_entry(key, entry) for key, entry in entries.items()}
+        else:
+            for key in self._unencoded:
+                if key in self._encoded:  # not dropped since
+                    self._encoded[key] = _encode_entry(key, entries[key])
+        self._unencoded.clear()
         if self._offers_encoded is None:
             self._offers_encoded = _encode(self._offers)
         return b'{"version":%d,"entries":{%s},"offers":%s}' % (

@@ -121,15 +121,20 @@ _OPERATIONS = st.lists(
         st.tuples(st.just("forget"), st.sampled_from(["s-1", "s-2", "s-3"])),
         st.tuples(st.just("offer"), _AGENTS, st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)),
         st.just(("restart",)),
+        st.just(("flush",)),
     ),
     max_size=25,
 )  # fmt: skip
 
 
-@settings(max_examples=200, deadline=None)
-@given(_OPERATIONS)
-def test_the_file_is_what_json_dumps_makes_of_the_remembered_entries(operations: list[tuple[Any, ...]]) -> None:
-    """Against a model: a dict in the order entries were last remembered, the oldest dropped beyond the bound."""
+@settings(max_examples=300, deadline=None)
+@given(_OPERATIONS, st.booleans())
+def test_the_file_is_what_json_dumps_makes_of_the_remembered_entries(
+    operations: list[tuple[Any, ...]], deferred: bool
+) -> None:
+    """Against a model: a dict in the order entries were last remembered, the oldest dropped beyond the bound.
+    ``deferred``: the store only announces changes and the file is written at ``flush`` (and before a restart), as
+    lmbridge's service writes it a second after a turn."""
     ticks = itertools.count(1)
     model: dict[str, dict[str, Any]] = {}
     offers: dict[str, Any] = {}
@@ -138,7 +143,16 @@ def test_the_file_is_what_json_dumps_makes_of_the_remembered_entries(operations:
         original_time = store_module.time
         store_module.time = _Clock()  # type: ignore[assignment]
         try:
-            store = SessionStore(path, max_entries=5)
+
+            def open_store() -> SessionStore:
+                return SessionStore(path, max_entries=5, on_change=(lambda: None) if deferred else None)
+
+            def flush() -> None:
+                content = store.snapshot()
+                if content is not None:
+                    store.write(content)
+
+            store = open_store()
             for operation in operations:
                 match operation:
                     case ("remember", agent, session_id, fingerprints, scope):
@@ -157,9 +171,12 @@ def test_the_file_is_what_json_dumps_makes_of_the_remembered_entries(operations:
                         store.remember_offer(agent, ["run", agent], offer)
                         offers[agent] = {"command": ["run", agent], "offer": offer}
                     case ("restart",):
-                        store = SessionStore(path, max_entries=5)
+                        flush()  # the service writes what changed on its way out
+                        store = open_store()
+                    case ("flush",):
+                        flush()
                 expected = {"version": 1, "entries": model, "offers": offers}
-                if path.exists():
+                if path.exists() and (not deferred or operation[0] in ("flush", "restart")):
                     assert json.loads(path.read_text()) == expected
                     assert path.read_bytes() == json.dumps(expected, separators=(",", ":")).encode()
                 for agent in ("claude", "codex"):
