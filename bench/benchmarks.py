@@ -1230,17 +1230,21 @@ _LONG_RUN_CAP = 8  # sessions kept open by the long run's daemons (the warm-up f
 def _demo_conversation(bridge: BridgeClient, n: int) -> None:
     """A conversation with the demo agent: a turn in which it calls the editor's ``echo`` tool, then a text turn."""
     history = [user(f'conversation {n}\n/tool echo {{"text": "hi"}}')]
+    called = False
     while True:
         parts, result = bridge.chat("demo", history, tools=[ECHO_TOOL])
         history.append(assistant_message(parts))
         if result["stopReason"] != "tool_calls":
             break
+        called = True
         results = [
             {"type": "tool_result", "callId": part["callId"], "content": _RESULT_TEXT}
             for part in parts
             if part.get("type") == "tool_call"
         ]
         history.append({"role": "user", "content": results})
+    if not called:  # the agent could not reach the editor's tool: not the conversation this benchmark times
+        raise RuntimeError(f"the demo conversation {n} made no call to the editor's tool: {parts}")
     history.append(user("thanks"))
     _parts, result = bridge.chat("demo", history, tools=[ECHO_TOOL])
     if result["stopReason"] != "end_turn":
