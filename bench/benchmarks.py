@@ -247,13 +247,18 @@ def _bridged_tool_timings(
         parts, result = bridge.chat("bench", messages, tools=tools or [ECHO_TOOL])
         if result["stopReason"] != "tool_calls":
             break
-        results = [
-            {"type": "tool_result", "callId": part["callId"], "content": _RESULT_TEXT}
-            for part in parts
-            if part.get("type") == "tool_call"
-        ]
-        messages = messages + [assistant_message(parts), {"role": "user", "content": results}]
+        messages = messages + [assistant_message(parts), _tool_results(parts)]
     return _timings("".join(part.get("value", "") for part in parts if part.get("type") == "text"))
+
+
+def _tool_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The editor's next message: every tool call among ``parts`` answered at once ("ok")."""
+    results = [
+        {"type": "tool_result", "callId": part["callId"], "content": _RESULT_TEXT}
+        for part in parts
+        if part.get("type") == "tool_call"
+    ]
+    return {"role": "user", "content": results}
 
 
 def _timings(text: str) -> list[float]:
@@ -1237,12 +1242,7 @@ def _demo_conversation(bridge: BridgeClient, n: int) -> None:
         if result["stopReason"] != "tool_calls":
             break
         called = True
-        results = [
-            {"type": "tool_result", "callId": part["callId"], "content": _RESULT_TEXT}
-            for part in parts
-            if part.get("type") == "tool_call"
-        ]
-        history.append({"role": "user", "content": results})
+        history.append(_tool_results(parts))
     if not called:  # the agent could not reach the editor's tool: not the conversation this benchmark times
         raise RuntimeError(f"the demo conversation {n} made no call to the editor's tool: {parts}")
     history.append(user("thanks"))
