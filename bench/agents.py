@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from bench.common import RESULTS, QuietLog, Row, options_to_set, shift, summarize, with_bytecode_cache
+from bench.common import RESULTS, QuietLog, Row, cpu_ms, options_to_set, shift, summarize, with_bytecode_cache
 from bench.run import table
 from bench.wire import ROOT
 
@@ -80,6 +80,9 @@ WEATHER_TOOL = {
 FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
 LATER_CITIES = ("Oslo", "Lima", "Cairo", "Quito", "Hanoi")  # the later tool turns of each run, their median its sample
 REQUEST_BYTES = "model request bytes"  # beside the figures in a side's samples: the size of each model turn's request
+# Beside them on the bridged sides: the bridge process's CPU per later tool turn (median of a run's), in ms. On two
+# cores an agent that keeps both busy (Claude Code) waits for it; its spread is a fraction of the turn time's.
+BRIDGE_CPU = "bridge CPU per later tool turn"
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
@@ -312,7 +315,7 @@ class Round:
                 traced.span(figure, wall, ended - begun)
 
         started = clock()
-        async with _lmbridge(config, project, extra=trace, floor=floor) as client:
+        async with _lmbridge(config, project, extra=trace, floor=floor) as (client, bridge_pid):
             assert client.connection is not None
             init = await client.connection.start_request(
                 "initialize",
@@ -332,13 +335,16 @@ class Round:
                 history += await _turn(client, self.kit.id, history, tools)
                 took("text turn", begun, wall, clock())
             later: list[float] = []
+            later_cpu: list[float] = []
             for index, city in enumerate(("Paris", *LATER_CITIES)):
                 self.tool_turns(city)
                 history.append(_user(f"What is the weather in {city}?"))
                 with trio.fail_after(STEP_TIMEOUT):
+                    cpu_before = cpu_ms(bridge_pid)
                     begun, wall = clock(), time.time()
                     added = await _turn(client, self.kit.id, history, tools)
                     ended = clock()
+                    cpu = cpu_ms(bridge_pid) - cpu_before
                 if not any(part.get("type") == "tool_call" for message in added for part in message["content"]):
                     # An agent that did not get the tool answers the model's call with an error, and its turn
                     # still ends with text: a tool turn that never reached the editor must not count as one.
@@ -348,15 +354,17 @@ class Round:
                     took("first tool turn", begun, wall, ended)
                     continue
                 later.append(ended - begun)
+                later_cpu.append(cpu)
                 if traced is not None:
                     traced.span("later tool turn", wall, ended - begun)
             samples["later tool turn"].append(statistics.median(later))
+            samples.setdefault(BRIDGE_CPU, []).append(statistics.median(later_cpu))
         table_, project = self.table()
         table_["prestart"] = True
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
-        async with _lmbridge(config, project, stderr, extra=trace, floor=floor) as client:
+        async with _lmbridge(config, project, stderr, extra=trace, floor=floor) as (client, _pid):
             with trio.fail_after(STEP_TIMEOUT):
                 connected = trio.current_time()
                 info = await client.initialize(workspaceFolders=[str(project)])
@@ -375,8 +383,9 @@ class Round:
 @asynccontextmanager
 async def _lmbridge(
     config: Path, project: Path, stderr: Path | None = None, *, extra: tuple[str, ...] = (), floor: bool = False
-) -> AsyncIterator[EditorClient]:
-    """``lmbridge stdio`` serving ``config``'s agents; ``floor``: ``bench/tool_floor.py --config`` instead."""
+) -> AsyncIterator[tuple[EditorClient, int]]:
+    """``lmbridge stdio`` serving ``config``'s agents (``floor``: ``bench/tool_floor.py --config`` instead): its client
+    and its process id."""
     log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
     try:
         env = with_bytecode_cache(_environment({"XDG_STATE_HOME": str(project.parent / "state")}))
@@ -385,8 +394,8 @@ async def _lmbridge(
         command = [sys.executable, str(ROOT / "bench" / "tool_floor.py")] if floor else None
         async with spawn_stdio(
             ["--config", str(config), *extra], env=env, cwd=str(project), stderr=log, command=command
-        ) as (client, _process):
-            yield client
+        ) as (client, process):
+            yield client, process.pid
     finally:
         log.close()
 
@@ -661,6 +670,12 @@ def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) ->
         estimate, low, high = shift(floor_ms, direct_ms)
         above, above_low, above_high = shift(bridged_ms, floor_ms)
         goal = goals.get(figure)
+        cpu_note, cpu_extra = "", {}
+        if figure == "later tool turn" and bridged.get(BRIDGE_CPU) and floor.get(BRIDGE_CPU):
+            cpu = {side: statistics.median(s[BRIDGE_CPU]) for side, s in (("lmbridge", bridged), ("floor", floor))}
+            cpu_note = f"; the bridge's CPU per later tool turn: lmbridge {cpu['lmbridge']:.2f} ms, "
+            cpu_note += f"the floor {cpu['floor']:.2f}"
+            cpu_extra = {"bridge_cpu_ms": {"lmbridge": bridged[BRIDGE_CPU], "floor": floor[BRIDGE_CPU]}}
         rows.append(
             Row(
                 f"{agent} floor",
@@ -675,8 +690,10 @@ def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) ->
                 notes=f"through bench/tool_floor.py (lmbridge's transports alone) in lmbridge's place, {f.n} runs "
                 f"in the same rounds; added (Hodges-Lehmann) {estimate:+.1f} ms, 90 % interval {low:+.1f} … "
                 f"{high:+.1f} ms; lmbridge above the floor {above:+.1f} ms [{above_low:+.1f} … {above_high:+.1f}]"
+                + cpu_note
                 + ("" if alike else f" — NOT ALIKE: the agent's requests to its model {sizes}"),
                 extra={
+                    **cpu_extra,
                     "model_request_bytes": sizes,
                     "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
                     "lmbridge_above_floor": {"estimate": above, "low": above_low, "high": above_high},

@@ -79,6 +79,10 @@ def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], 
         assert row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0
         assert set(row["extra"]["samples"]) == {"floor", "direct"}
         assert set(row["extra"]["lmbridge_above_floor"]) == {"estimate", "low", "high"}
+    # The bridge's CPU per later tool turn, each side's (the low-noise part of the figure: see docs/performance.md).
+    cpu = floor["later tool turn"]["extra"]["bridge_cpu_ms"]
+    assert all(len(cpu[side]) == 1 and cpu[side][0] > 0 for side in ("lmbridge", "floor")), cpu
+    assert "the bridge's CPU per later tool turn" in floor["later tool turn"]["notes"]
     # The agent runs alike through the floor: the same tools and prompts reach its model (and a tool turn that did
     # not reach the editor's tool fails the run: bench.agents checks it).
     sizes = floor["text turn"]["extra"]["model_request_bytes"]
