@@ -45,26 +45,17 @@ class StoredSession:
 
 
 def _scope_prefix(scope: str) -> str:
-    """What an entry's key starts with: a digest of its scope (who asked: conversations of other clients or
-    workspaces never resume each other's sessions). The shared scope "" has no prefix."""
+    """What an entry's key starts with, before the fingerprint's hex: a digest of its scope (who asked: conversations
+    of other clients or workspaces never resume each other's sessions). The shared scope "" has no prefix."""
     if not scope:
         return ""
     return hashlib.sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()[:16] + "."
-
-
-def _key(scope: str, fingerprint: bytes) -> str:
-    """An entry's key: the fingerprint, prefixed with its scope's digest."""
-    return _scope_prefix(scope) + fingerprint.hex()
 
 
 def _encode_entry(key: str, entry: StoredSession) -> bytes:
     """The entry as it stands in the file's ``entries`` object: ``"key":{...}``."""
     value = {"agent": entry.agent, "sessionId": entry.session_id, "cwd": entry.cwd, "updated": entry.updated}
     return json.dumps({key: value}, separators=(",", ":"))[1:-1].encode()
-
-
-def _encode(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class SessionStore:
@@ -212,7 +203,7 @@ class SessionStore:
                     self._encoded[key] = _encode_entry(key, entries[key])
         self._unencoded.clear()
         if self._offers_encoded is None:
-            self._offers_encoded = _encode(self._offers)
+            self._offers_encoded = json.dumps(self._offers, separators=(",", ":")).encode()
         return b'{"version":%d,"entries":{%s},"offers":%s}' % (
             _VERSION,
             b",".join(self._encoded.values()),

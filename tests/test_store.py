@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import session.store as store_module
-from session.store import SessionStore, _key
+from session.store import SessionStore, _scope_prefix
 
 
 def test_a_session_is_found_again_by_its_scope_only(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_a_file_of_an_earlier_version_is_aged_by_its_times(tmp_path: Path) -> No
     """Earlier versions kept entries in the order first remembered; what counts when the store is full is when."""
     path = tmp_path / "sessions.json"
     entries = {
-        _key("", bytes([n]) * 32): {"agent": "claude", "sessionId": f"s-{n}", "cwd": "/w", "updated": updated}
+        (bytes([n]) * 32).hex(): {"agent": "claude", "sessionId": f"s-{n}", "cwd": "/w", "updated": updated}
         for n, updated in [(1, 30.0), (2, 10.0), (3, 20.0)]
     }
     path.write_text(json.dumps({"version": 1, "entries": entries, "offers": {}}))
@@ -159,7 +159,7 @@ def test_the_file_is_what_json_dumps_makes_of_the_remembered_entries(
                         store.remember(agent, session_id, "/w", fingerprints, scope)
                         updated = float(999_999 + next(ticks))
                         for fingerprint in fingerprints:
-                            key = _key(scope, fingerprint)
+                            key = _scope_prefix(scope) + fingerprint.hex()
                             model.pop(key, None)
                             model[key] = {"agent": agent, "sessionId": session_id, "cwd": "/w", "updated": updated}
                         while len(model) > 5:
