@@ -1268,7 +1268,11 @@ def long_run(ws: Workspace, plan: Plan) -> list[Row]:
         env = {**ws.env, "XDG_STATE_HOME": str(state), "LMBRIDGE_DEMO_STATE_DIR": str(state / "demo")}
         (state / "demo").mkdir(parents=True)
         bridge = BridgeClient(config, env=env, stderr=ws.log(f"long-run-{name}"))
-        bridge.initialize()
+        try:
+            bridge.initialize()
+        except BaseException:
+            bridge.close()
+            raise
         return bridge
 
     def window(bridge: BridgeClient, start: int, walls: list[float], cpus: list[float]) -> None:
