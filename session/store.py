@@ -16,6 +16,7 @@ dropped when that changes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -44,9 +45,11 @@ class StoredSession:
     updated: float
 
 
+@functools.lru_cache(maxsize=256)
 def _scope_prefix(scope: str) -> str:
     """What an entry's key starts with, before the fingerprint's hex: a digest of its scope (who asked: conversations
-    of other clients or workspaces never resume each other's sessions). The shared scope "" has no prefix."""
+    of other clients or workspaces never resume each other's sessions). The shared scope "" has no prefix. Cached:
+    a client asks in one scope turn after turn."""
     if not scope:
         return ""
     return hashlib.sha256(scope.encode("utf-8", "surrogatepass")).hexdigest()[:16] + "."
