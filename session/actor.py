@@ -276,9 +276,7 @@ class SessionActor:
         # Queued here, synchronously: a session/cancel executed next must follow it on the wire.
         reply = self.agent.send_request("session/prompt", {"sessionId": self.session_id, "prompt": blocks})
         # The answer is taken in wire order: updates the agent sends after it belong to the next turn.
-        answered = _Flag()
-        reply.on_answer(lambda result, error, flag=answered: self._prompt_answered(flag, result, error))
-        self._nursery.start_soon(self._prompt_lost, reply, answered)
+        reply.on_answer(self._prompt_answered, on_lost=lambda: self._prompt_lost(reply))
 
     async def _configure_then_prompt(
         self, requests: list[tuple[str, dict[str, Any]]], blocks: list[dict[str, Any]], cancelled: _Flag
@@ -320,8 +318,7 @@ class SessionActor:
                     self._log.exception("a turn's outcome hook failed")
             turn.done.set()
 
-    def _prompt_answered(self, answered: _Flag, result: Any, error: BaseException | None) -> None:
-        answered.value = True
+    def _prompt_answered(self, result: Any, error: BaseException | None) -> None:
         event: Event
         if error is not None:
             event = PromptFailed(self._agent_failure(error))
@@ -346,14 +343,19 @@ class SessionActor:
             return AgentReplyError.from_agent_error(error, what=what, agent=self.agent.id)
         return error
 
-    async def _prompt_lost(self, reply: Any, answered: _Flag) -> None:
-        """Waits for the prompt's answer only to learn whether the agent went away without one (an answer
-        arrives through ``_prompt_answered``); then the failure carries the agent's exit status."""
-        try:
-            await reply.result()
-        except Exception as exc:
-            if not answered.value:
+    def _prompt_lost(self, reply: Any) -> None:
+        """The agent went away without answering the prompt: a task started now reports the failure, with the
+        exit status once it is known (not a task per prompt waiting on every answer for this rare case)."""
+        if self.closed:
+            return
+
+        async def report() -> None:
+            try:
+                await reply.result()
+            except Exception as exc:
                 self._send_nowait(PromptFailed(self._agent_failure(exc)))
+
+        self._nursery.start_soon(report)
 
     # -- what the router calls -------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ class _Log:
 
 
 class _Reply:
-    def on_answer(self, callback: Any) -> None:
+    def on_answer(self, callback: Any, on_lost: Any = None) -> None:
         pass  # the prompt runs until the test ends
 
     async def result(self) -> Any:

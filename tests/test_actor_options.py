@@ -45,7 +45,7 @@ class _Reply:
             raise self.value
         return self.value
 
-    def on_answer(self, callback: Any) -> None:
+    def on_answer(self, callback: Any, on_lost: Any = None) -> None:
         pass  # prompts are never answered in these tests
 
 

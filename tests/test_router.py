@@ -4,6 +4,7 @@ concurrent first requests, drain timeouts and agent exits — without a single r
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,24 @@ class FakeInfo:
         return False
 
 
+class _Answered:
+    """A fake prompt's answer came: ``set`` by the test; ``on_set`` tells the actor at once."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self.on_set: Callable[[], object] = lambda: None
+
+    def set(self) -> None:
+        self._event.set()
+        self.on_set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
 class FakeAgent:
     """An in-memory agent: prompts wait until the test finishes them (or cancel does, if ``honours_cancel``)."""
 
@@ -38,7 +57,7 @@ class FakeAgent:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.notifications: list[tuple[str, dict[str, Any]]] = []
         self.endpoints: dict[str, Any] = {}
-        self.running: dict[str, tuple[trio.Event, dict[str, Any]]] = {}
+        self.running: dict[str, tuple[_Answered, dict[str, Any]]] = {}
         self.prompt_started = trio.Event()
         self.session_new_gate: trio.Event | None = None
         self._ids = itertools.count(1)
@@ -51,19 +70,16 @@ class FakeAgent:
         agent = self
 
         class Reply:
-            def on_answer(self, callback: Any) -> None:
-                self.callback = callback
+            def on_answer(self, callback: Any, on_lost: Any = None) -> None:
+                if method == "session/prompt":  # told at once when the test answers it, as from the wire
+                    done.on_set = lambda: (
+                        callback(None, result["error"])
+                        if "error" in result
+                        else callback({"stopReason": result["stopReason"]}, None)
+                    )
 
             async def result(self) -> Any:
-                try:
-                    value = await self._result()
-                except Exception as exc:
-                    if hasattr(self, "callback"):
-                        self.callback(None, exc)
-                    raise
-                if hasattr(self, "callback"):
-                    self.callback(value, None)
-                return value
+                return await self._result()
 
             async def _result(self) -> Any:
                 if method == "session/new":
@@ -78,7 +94,7 @@ class FakeAgent:
                 return {}
 
         if method == "session/prompt":  # running from the moment it is sent, like on the wire
-            done, result = trio.Event(), {}
+            done, result = _Answered(), {}
             self.running[params["sessionId"]] = (done, result)
             self.prompt_started.set()
         return Reply()

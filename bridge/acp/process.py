@@ -402,15 +402,20 @@ class AgentReply:
         if self._call is not None and not self._call.answered:
             self._call.abandon()
 
-    def on_answer(self, callback: Any) -> None:
+    def on_answer(self, callback: Any, on_lost: Callable[[], object] | None = None) -> None:
         """``callback(result, error)`` in wire order (see ``OutgoingRequest.on_answer``). When the agent went
-        away instead of answering, the callback is not called: ``result()`` reports that, with the exit status."""
+        away instead of answering, ``on_lost()`` instead (at once if it was gone already): ``result()`` reports
+        that, with the exit status."""
         if self._call is None:
+            if on_lost is not None:
+                on_lost()
             return
 
         def relay(result: Any, error: BaseException | None) -> None:
             if not isinstance(error, ConnectionClosed):
                 callback(result, error)
+            elif on_lost is not None:
+                on_lost()
 
         self._call.on_answer(relay)
 
