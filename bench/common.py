@@ -120,8 +120,9 @@ def options_to_set(session: dict[str, Any], options: Iterable[tuple[str, Any]]) 
 def with_bytecode_cache(env: dict[str, str]) -> dict[str, str]:
     """``env`` for a Python subprocess that writes and uses ``.pyc`` files, as a normal installation does (this
     machine may set ``PYTHONDONTWRITEBYTECODE``, which would make every start recompile lmbridge's own modules),
-    kept under ``bench/results/pycache`` so that nothing is written into the source tree."""
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    kept under ``bench/results/pycache`` so that nothing is written into the source tree. Set empty, not removed:
+    it stays off when ``env`` is laid over ``os.environ`` (as ``spawn_stdio`` does), where a removed key would not."""
+    env["PYTHONDONTWRITEBYTECODE"] = ""  # Python writes bytecode unless this is a non-empty string
     env["PYTHONPYCACHEPREFIX"] = str(RESULTS / "pycache")
     return env
 

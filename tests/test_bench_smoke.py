@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,3 +137,17 @@ def test_bench_agents_says_when_the_two_sides_run_the_agent_differently() -> Non
     assert not any("NOT ALIKE" in row.notes for row in alike)
     differ = rows_for("x", side([83_000, 83_300]), side([87_300, 87_600]))
     assert all("NOT ALIKE" in row.notes for row in differ)
+
+
+def test_benchmarked_processes_write_bytecode_when_the_users_environment_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # bench.agents lays its environment over os.environ (spawn_stdio does): a start that recompiled lmbridge's modules
+    # every time would add ~0.4 s to each cold first chat.
+    from bench.common import RESULTS, with_bytecode_cache
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = {**os.environ, **with_bytecode_cache({})}
+    probe = "import sys; print(sys.dont_write_bytecode, sys.pycache_prefix)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", str(RESULTS / "pycache")]
