@@ -10,17 +10,10 @@ import trio.lowlevel
 import trio.testing
 
 from bridge.errors import AgentExitedError
+from bridge.observe.logs import get_logger
 from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor, TurnOutcome
 from session.machine import EditorTurn, SessionMachine
-
-
-class _Log:
-    def bind(self, **_: Any) -> _Log:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
 
 
 class _Reply:
@@ -69,7 +62,7 @@ class _Spawns(trio.abc.Instrument):
 
 async def _turn(agent: _Agent, then: Any) -> tuple[TurnOutcome, list[str]]:
     """Run one turn; ``then(reply)`` once the prompt is out. The outcome, and the tasks the actor spawned."""
-    actor = SessionActor(agent, "s1", SessionMachine(new_call_id=lambda: "lmb_1"), log=_Log())
+    actor = SessionActor(agent, "s1", SessionMachine(new_call_id=lambda: "lmb_1"), log=get_logger())
     outcomes: list[TurnOutcome] = []
     spawns = _Spawns()
 
