@@ -9,6 +9,7 @@
 - ``store``: the state file: conversation fingerprints → ACP session ids, for resume after a restart
 - ``actor``: the Trio actor that runs one ACP session and merges its events into one stream
 - ``router``: client turns → sessions: opening, continuing, closing, idle TTL, LRU cap
+- ``capacity``: the cap's rule (which sessions may be closed) and its thrash counts (sans-IO)
 
 May import: ``bridge.errors``, ``bridge.acp.vocabulary`` (words, not the client), the ACP SDK's schema. It talks
 to agents through the ``AgentProvider``/``AgentHandle`` protocols and to the tools through ``SessionSetup``; it

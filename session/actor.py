@@ -132,7 +132,7 @@ class SessionActor:
         self._inbox_send, self._inbox = trio.open_memory_channel[Event | _CloseRequest](math.inf)
         self._update_slots = trio.Semaphore(_UPDATE_SLOTS)
         self._turns: dict[Hashable, _Turn] = {}
-        self._closing_reason: str | None = None
+        self._close_asked: _CloseRequest | None = None  # a close asked for and not yet begun: it can be withdrawn
         self.closed = False
         self.finished = trio.Event()
         self.last_active = trio.current_time()
@@ -205,6 +205,10 @@ class SessionActor:
 
     def _handle(self, event: Event | _CloseRequest) -> list[Action]:
         if isinstance(event, _CloseRequest):
+            if event.withdrawn:
+                return []
+            if self._close_asked is event:
+                self._close_asked = None
             return self.machine.close(event.reason, trio.current_time())
         if isinstance(event, AgentUpdates):
             self._update_slots.release()
@@ -382,7 +386,21 @@ class SessionActor:
 
     def close(self, reason: str) -> None:
         """Close the session: every waiting turn, permission request and tool call is answered."""
-        self._send_nowait(_CloseRequest(reason))
+        asked = self._close_asked
+        if asked is not None:  # one close at a time: the latest reason is the one given
+            asked.reason = reason
+            return
+        request = _CloseRequest(reason)
+        if self._send_nowait(request):
+            self._close_asked = request
+
+    def withdraw_close(self) -> bool:
+        """Take back a ``close`` the actor has not begun: True if it will not happen (the session stays open)."""
+        request, self._close_asked = self._close_asked, None
+        if request is None or self.closed:
+            return False
+        request.withdrawn = True
+        return True
 
     # -- what the agent side calls (SessionEndpoint) ---------------------------------------------------------
 
@@ -502,9 +520,10 @@ class _Flag:
         self.value = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _CloseRequest:
     reason: str
+    withdrawn: bool = False  # taken back before the actor came to it (``withdraw_close``)
 
 
 def _answer(waiter: Hashable, value: Any) -> None:

@@ -6,7 +6,10 @@ opening sessions (``session/new`` with the conversation's seed), retiring them (
 the provisional response and the tool calls the editor owes us).
 
 A turn is always answered: when its session closes under it, the turn is routed again — to a new session seeded
-with the conversation.
+with the conversation. Closing never cancels a turn: a session is *claimed* (``LiveSession.serving``) from the
+moment a request is matched to it until that request is answered, and neither the cap nor the idle timer closes a
+claimed session. A request that meets a session being closed takes it back if the close has not begun, else waits
+until it is closed and routes again.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
 from bridge.rpc.cancel import CancelRequest
 
 from .actor import AgentLink, OutcomeHook, PartSink, SessionActor, TurnOutcome
+from .capacity import CAP_REASON, REPORT_INTERVAL, CapacityMeter, choose_evictions
 from .catalog import AgentCatalog
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
@@ -105,7 +109,7 @@ class LiveSession:
     agent_id: str
     conversation: Conversation
     scope: str = ""
-    serving: int = 0  # requests being answered by this session now
+    serving: int = 0  # requests matched to this session and not yet answered (its claims: it is not evictable)
     ready: trio.Event = field(default_factory=trio.Event)
     session_id: str | None = None
     agent: AgentHandle | None = None
@@ -113,6 +117,18 @@ class LiveSession:
     last_used: float = 0.0
     close_reason: str | None = None
     retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
+
+    @property
+    def evictable(self) -> bool:
+        """Open, unclaimed, and owing nothing to anyone: closing it now cancels and loses nothing."""
+        actor = self.actor
+        return (
+            actor is not None
+            and self.close_reason is None
+            and not self.serving
+            and not actor.closed
+            and actor.machine.idle
+        )
 
 
 class _NoopSetup:
@@ -147,6 +163,8 @@ class SessionRouter:
         self._setup = setup or _NoopSetup()
         self._indexes: dict[tuple[str, str], ConversationIndex] = {}  # by (agent, scope)
         self._sessions: dict[str, LiveSession] = {}
+        self._retiring: dict[str, LiveSession] = {}  # by ACP session id: closed here, the agent not yet told
+        self.capacity = CapacityMeter()
         self._turn_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
 
@@ -157,6 +175,7 @@ class SessionRouter:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._reap_idle)
+            nursery.start_soon(self._report_capacity)
             task_status.started()
             await trio.sleep_forever()
 
@@ -206,8 +225,9 @@ class SessionRouter:
                 if not done:
                     return TurnOutcome("cancelled")
                 assert opened is not None
-                new_session, turn = opened
-                session = new_session
+                session, turn = opened  # claimed for this request since it was created
+                # Sessions that went idle while this one opened are closed now, not after the next turn.
+                self._make_room(opening=False)
             else:
                 assert match.conversation is not None  # every match but NO_MATCH names its conversation
                 known = self._sessions.get(match.conversation.key)
@@ -215,16 +235,27 @@ class SessionRouter:
                     index.forget(match.conversation)
                     continue
                 session = known
+                taken_back = False
+                if session.close_reason is not None:
+                    taken_back = self._take_back(session)
+                    if not taken_back:
+                        # Being closed: once it is, the conversation gets a new session (or its stored one reopened).
+                        done, _ = await _unless(cancel_requested, session.retired.wait)
+                        if not done:
+                            return TurnOutcome("cancelled")
+                        continue
                 if not session.ready.is_set():
                     done, _ = await _unless(cancel_requested, session.ready.wait)
                     if not done:
                         return TurnOutcome("cancelled")
                     continue  # the history may have moved meanwhile: match again
                 turn = self._continue_turn(index, match, request, turn_id, session)
+                session.serving += 1  # claimed, with no await since the match: nothing can close it under the turn
+                if taken_back:  # another session, if one is idle, closes in its place
+                    self._make_room(opening=False)
             assert session.actor is not None
             session.last_used = trio.current_time()
             self._setup.turn_started(session, request)
-            session.serving += 1
             settle = _Settle(index, session, on_outcome)
             try:
                 outcome = await session.actor.run_turn(turn, sink, cancel_requested, settle)
@@ -252,10 +283,12 @@ class SessionRouter:
         key = f"{request.agent_id}:{uuid.uuid4().hex}"
         conversation = index.create(key)
         index.commit(conversation, request.messages, 0, match.start)
-        session = LiveSession(key, request.agent_id, conversation, request.scope)
+        # Claimed for this request from the start (``chat`` releases the claim when the turn is answered).
+        session = LiveSession(key, request.agent_id, conversation, request.scope, serving=1)
         self._sessions[key] = session  # visible at once: a concurrent request for it waits for ``ready``
         try:
-            resumed_length = await self._open(session, request, self._stored(request))
+            stored = await self._stored(request)
+            resumed_length = await self._open(session, request, stored)
         except BaseException:
             self._forget(session)
             if session.agent is not None:
@@ -310,14 +343,25 @@ class SessionRouter:
 
     # -- sessions --------------------------------------------------------------------------------------------
 
-    def _stored(self, request: ChatRequest) -> tuple[int, StoredSession] | None:
-        """A stored session that answered a prefix of this (unknown) history, if any and not in use."""
+    async def _stored(self, request: ChatRequest) -> tuple[int, StoredSession] | None:
+        """A stored session that answered a prefix of this (unknown) history, if any and not in use. One being
+        closed is waited for: reopening it while the agent is told to close it would lose it."""
         store = self._settings.store
-        if store is None or not store.has_agent(request.agent_id):
+        capacity = self.capacity
+        stored = store is not None and store.has_agent(request.agent_id)
+        if not stored and not capacity.watching:
             return None
-        hit = store.lookup(request.agent_id, chain_of(request.messages), request.scope)
+        chain = chain_of(request.messages)
+        if capacity.watching and capacity.request_without_session(chain, trio.current_time()):
+            self._log.debug("a conversation whose session the cap closed came back", agent=request.agent_id)
+        if store is None or not stored:
+            return None
+        hit = store.lookup(request.agent_id, chain, request.scope)
         if hit is None:
             return None
+        retiring = self._retiring.get(hit[1].session_id)
+        if retiring is not None:
+            await retiring.retired.wait()
         live = {s.session_id for s in self._sessions.values()}
         return None if hit[1].session_id in live else hit
 
@@ -439,6 +483,7 @@ class SessionRouter:
             await actor.run()
         finally:
             self._forget(session)
+            self._retiring[session.session_id] = session
             with trio.CancelScope(shield=True):
                 agent = session.agent
                 if session.close_reason is not None and agent.alive and agent.info and agent.info.can_close:
@@ -449,6 +494,8 @@ class SessionRouter:
                             self._log.info("session/close failed", session=session.session_id, error=str(exc))
                 await self._setup.session_closed(session)
                 self._agents.release(agent)
+                if self._retiring.get(session.session_id) is session:
+                    del self._retiring[session.session_id]
                 session.retired.set()
 
     def _close(self, session: LiveSession, reason: str) -> None:
@@ -457,6 +504,16 @@ class SessionRouter:
             session.actor.close(reason)
         else:
             self._forget(session)
+
+    def _take_back(self, session: LiveSession) -> bool:
+        """A request met ``session`` being closed for the cap or its idle time: keep it open instead, if its actor
+        has not begun closing it (the cap may be overshot until the next turn ends; see ``_make_room``)."""
+        if session.close_reason == "shutdown" or session.actor is None or not session.actor.withdraw_close():
+            return False
+        self._log.debug("a request took back a session being closed", session=session.session_id)
+        session.close_reason = None
+        self.capacity.taken_back()
+        return True
 
     def _forget(self, session: LiveSession) -> None:
         if self._sessions.get(session.key) is session:
@@ -469,18 +526,37 @@ class SessionRouter:
 
     def _make_room(self, *, opening: bool = True) -> None:
         """Keep under the LRU cap (with room for one more when ``opening``): close the least recently used sessions
-        that owe nothing to anyone."""
+        that nobody waits on (``LiveSession.evictable``). When there are not enough of those — more conversations
+        have a turn running or matched than the cap — the cap is overshot until their turns end."""
         limit = self._settings.max_sessions
         if len(self._sessions) + opening <= limit:  # under the cap counting every session: nothing to scan (each turn)
             return
         live = [s for s in self._sessions.values() if s.actor is not None and s.close_reason is None]
-        excess = len(live) + opening - limit
-        if excess <= 0:
-            return
-        idle = sorted((s for s in live if s.actor is not None and s.actor.machine.idle), key=lambda s: s.last_used)
-        for session in idle[:excess]:
-            self._log.info("closing the least recently used session", session=session.session_id, cap=limit)
-            self._close(session, "session cap reached")
+        now = trio.current_time()
+        self.capacity.open_sessions(len(live), now)
+        for session in choose_evictions(live, open_count=len(live) + opening, limit=limit):
+            self._log.debug("closing the least recently used session", session=session.session_id, cap=limit)
+            conversation = session.conversation
+            self.capacity.closed([conversation.fingerprint, conversation.fingerprint_with_provisional], now)
+            self._close(session, CAP_REASON)
+
+    async def _report_capacity(self) -> None:
+        """At most once a minute, what the cap closed and how many of those conversations came back: thrash, when
+        more conversations are in use than ``max_sessions``."""
+        while True:
+            await trio.sleep(REPORT_INTERVAL)
+            summary = self.capacity.report(trio.current_time())
+            if summary is None:
+                continue
+            self._log.warning(
+                "sessions closed to stay under the cap; conversations that came back were told their history again "
+                "(raise [sessions] max_sessions above the conversations in use at once)",
+                cap=self._settings.max_sessions,
+                closed=summary.closed,
+                came_back=summary.came_back,
+                seconds=summary.window_seconds,
+                peak_open=summary.peak_open,
+            )
 
     async def _reap_idle(self) -> None:
         ttl = self._settings.idle_ttl
@@ -493,7 +569,7 @@ class SessionRouter:
                 if actor is None or session.close_reason is not None:
                     continue
                 idle_for = now - max(session.last_used, actor.last_active)
-                if idle_for >= ttl and actor.machine.open_turn is None:
+                if idle_for >= ttl and actor.machine.open_turn is None and not session.serving:
                     self._log.info("closing an idle session", session=session.session_id, idle_seconds=round(idle_for))
                     self._close(session, "idle timeout")
 

@@ -181,11 +181,18 @@ class BridgeService:
         sessions: dict[str, int] = {}
         for session in self.router.sessions:
             sessions[session.agent_id] = sessions.get(session.agent_id, 0) + 1
+        capacity = self.router.capacity
         return {
             "version": __version__,
             "uptimeSeconds": round(trio.current_time() - self.started_at, 3),
             "connections": self.connection_count(),
             "sessions": sessions,
+            "cap": {
+                "maxSessions": self.config.sessions.max_sessions,
+                "closedForCap": capacity.closed_total,
+                "cameBack": capacity.came_back_total,
+                "takenBack": capacity.taken_back_total,
+            },
             "agents": [{"id": p.id, "pid": p.pid, "sessions": p.session_count} for p in self.pool.processes],
         }
 
