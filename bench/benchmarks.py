@@ -43,6 +43,7 @@ class Plan:
     match_reps: int
     first_token_reps: int = 30
     conversations: int = 200  # at once through one daemon (8. concurrency)
+    concurrency_cap: int = 64  # [sessions] max_sessions there: lmbridge's default, below the conversations
     tool_memory_counts: tuple[int, int] = (10, 100)  # open conversations with editor tools (5. memory)
     long_run: int = 400  # conversations an aged daemon has served before it is timed (9. long run)
     long_run_window: int = 30  # conversations timed per window, alternating aged and fresh daemons
@@ -82,6 +83,7 @@ QUICK = Plan(
     match_reps=20,
     first_token_reps=5,
     conversations=20,
+    concurrency_cap=8,
     tool_memory_counts=(2, 12),
     long_run=30,
     long_run_window=10,
@@ -1132,21 +1134,20 @@ def http_front(ws: Workspace, plan: Plan) -> list[Row]:
 
 
 def concurrency(ws: Workspace, plan: Plan) -> list[Row]:
-    """``plan.conversations`` conversations at once through one ``lmbridge serve`` (over 20 WebSocket connections),
-    each three user turns — a text turn, a turn with a tool call answered by the editor, a text turn — next to the
-    same conversation alone. Reports turn times, the peak RSS of the daemon with every process under it (agent, MCP
-    relays), and turns lost (an error, a wrong answer, or no answer)."""
+    """``plan.conversations`` conversations at once through one ``lmbridge serve`` at the session cap
+    (``plan.concurrency_cap``, lmbridge's default in the full run: fewer than the conversations, so sessions are closed
+    between turns and conversations told their history again), each three user turns — a text turn, a turn with a
+    tool call answered by the client, a text turn — on each front: the editor protocol over 20 WebSocket connections,
+    and the HTTP API through the official ``openai`` SDK. Next to the same conversation alone. Reports turn times, the
+    peak RSS of the daemon with every process under it (agent, MCP relays), turns lost (an error, a wrong answer, or no
+    answer) and turns that ended ``cancelled`` although nobody cancelled them — the goal is none of either."""
     import threading
-
-    import trio
-
-    from bridge.editor.client import connect_daemon
 
     from .daemon import Daemon
 
     script = Path(sys.executable).with_name("lmbridge")
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "bridge"]
-    config = ws.config(mcp_http=True, max_sessions=plan.conversations * 2)
+    config = ws.config(mcp_http=True, max_sessions=plan.concurrency_cap, serve={"max_turns": plan.conversations * 2})
     daemon = Daemon(
         [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("concurrency"), token_file=ws.path / "t"
     )
@@ -1158,16 +1159,76 @@ def concurrency(ws: Workspace, plan: Plan) -> list[Row]:
         while not sampling.wait(0.05):
             peak_kib = max(peak_kib, tree_memory(daemon.process.pid)[1])
 
-    async def conversation(client: Any, n: int, times: list[float], lost: list[str]) -> None:
+    sampler = threading.Thread(target=sample, daemon=True)
+    fronts = {"WebSocket": _ws_conversations, "HTTP API": _http_conversations}
+    results: dict[str, tuple[list[float], list[float], list[str], list[str]]] = {}
+    status: dict[str, Any] = {}
+    try:
+        for front, run in fronts.items():
+            run(daemon, 1)  # warm-up: the agent starts, the MCP SDK is imported
+            alone: list[float] = []
+            for _ in range(5):
+                alone += run(daemon, 1)[0]
+            if not sampler.is_alive():
+                sampler.start()
+            together, lost, cancelled = run(daemon, plan.conversations)
+            results[front] = (together, alone, lost, cancelled)
+        status = _daemon_status(daemon)
+    finally:
+        sampling.set()
+        daemon.close()
+    expected = 3 * plan.conversations
+    cap = status.get("cap", {})
+    rows = []
+    for front, (together, alone, lost, cancelled) in results.items():
+        rows.append(
+            Row(
+                "8 concurrency",
+                f"turn time, {plan.conversations} conversations at once over the {front} (3 turns each, one with a "
+                f"tool call), session cap {plan.concurrency_cap}",
+                "ms",
+                summarize(together),
+                summarize(alone),
+                "the same turns, one conversation alone",
+                goal="lost = 0, cancelled = 0",
+                passed=not lost and not cancelled and len(together) == expected,
+                notes=f"turns answered {len(together)}/{expected}, lost {len(lost)}, cancelled without a cancel "
+                f"{len(cancelled)}; both fronts: sessions closed for the cap {cap.get('closedForCap')}, conversations "
+                f"back after it {cap.get('cameBack')}; peak RSS of the daemon and every process under it "
+                f"{peak_kib / 1024:.0f} MiB",
+                extra={"lost": lost[:20], "cancelled": cancelled[:20], "peak_rss_kib": peak_kib, "cap": cap},
+            )
+        )
+    return rows
+
+
+_CONCURRENT_TURNS = (("say hello", "hello"), ("tools 1", "timings:"), ("say bye", "bye"))
+
+
+def _ws_conversations(daemon: Any, count: int) -> tuple[list[float], list[str], list[str]]:
+    """``count`` conversations at once on the editor protocol (over at most 20 connections): turn times (ms), lost
+    turns, turns that ended cancelled."""
+    import trio
+
+    from bridge.editor.client import connect_daemon
+
+    times: list[float] = []
+    lost: list[str] = []
+    cancelled: list[str] = []
+
+    async def conversation(client: Any, n: int) -> None:
         tag = f"#{_tag()} conversation {n}"
         history: list[dict[str, Any]] = []
-        for word, expected in (("say hello", "hello"), ("tools 1", "timings:"), ("say bye", "bye")):
+        for word, expected in _CONCURRENT_TURNS:
             history.append(user(f"{tag}\n{word}"))
             started = clock()
             while True:
                 reply = await client.chat("bench", history, tools=[ECHO_TOOL])
                 if reply.error is not None:
                     lost.append(f"{n}: {reply.error}")
+                    return
+                if reply.stop_reason == "cancelled":
+                    cancelled.append(f"{n}: {word!r}")
                     return
                 history.append(reply.assistant_message())
                 if reply.stop_reason != "tool_calls":
@@ -1182,48 +1243,80 @@ def concurrency(ws: Workspace, plan: Plan) -> list[Row]:
                 lost.append(f"{n}: {word!r} answered {reply.text[:80]!r}")
                 return
 
-    async def run(count: int, connections: int) -> tuple[list[float], list[str]]:
-        times: list[float] = []
-        lost: list[str] = []
+    async def run() -> None:
         async with AsyncExitStack() as stack:
             clients = []
-            for _ in range(connections):
+            for _ in range(min(20, count)):
                 client = await stack.enter_async_context(connect_daemon(daemon.ws_url, daemon.token))
                 await client.initialize()
                 clients.append(client)
             async with trio.open_nursery() as nursery:
                 for n in range(count):
-                    nursery.start_soon(conversation, clients[n % connections], n, times, lost)
-        return times, lost
+                    nursery.start_soon(conversation, clients[n % len(clients)], n)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    try:
-        alone: list[float] = []
-        trio.run(run, 1, 1)  # warm-up: the agent starts, the MCP SDK is imported
-        for _ in range(5):
-            alone += trio.run(run, 1, 1)[0]
-        sampler.start()
-        together, lost = trio.run(run, plan.conversations, min(20, plan.conversations))
-    finally:
-        sampling.set()
-        daemon.close()
-    expected = 3 * plan.conversations
-    return [
-        Row(
-            "8 concurrency",
-            f"turn time, {plan.conversations} conversations at once (3 turns each, one with a tool call)",
-            "ms",
-            summarize(together),
-            summarize(alone),
-            "the same turns, one conversation alone",
-            goal="lost = 0",
-            passed=not lost and len(together) == expected,
-            notes=f"turns answered {len(together)}/{expected}, lost {len(lost)}; peak RSS of the daemon and every "
-            f"process under it {peak_kib / 1024:.0f} MiB ({peak_kib / 1024 / plan.conversations:.1f} MiB per "
-            "conversation)",
-            extra={"lost": lost[:20], "peak_rss_kib": peak_kib},
-        )
-    ]
+    trio.run(run)
+    return times, lost, cancelled
+
+
+def _http_conversations(daemon: Any, count: int) -> tuple[list[float], list[str], list[str]]:
+    """The same conversations through the official ``openai`` SDK, a thread each (the SDK blocks). A cancelled turn
+    shows there as a stop with no text: it is told apart from a wrong answer by that."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import openai
+
+    client = openai.OpenAI(base_url=daemon.http_url + "/v1", api_key=daemon.token, max_retries=0, timeout=600)
+    function = {
+        "type": "function",
+        "function": {"name": "echo", "description": ECHO_TOOL["description"], "parameters": ECHO_TOOL["inputSchema"]},
+    }
+    times: list[float] = []
+    lost: list[str] = []
+    cancelled: list[str] = []
+
+    def conversation(n: int) -> None:
+        tag = f"#{_tag()} conversation {n}"
+        messages: list[Any] = []
+        for word, expected in _CONCURRENT_TURNS:
+            messages.append({"role": "user", "content": f"{tag}\n{word}"})
+            started = clock()
+            while True:
+                try:
+                    choice = client.chat.completions.create(model="bench", messages=messages, tools=[function])
+                except openai.APIError as exc:
+                    lost.append(f"{n}: {exc}")
+                    return
+                message = choice.choices[0].message
+                messages.append(message.model_dump(exclude_none=True))
+                if choice.choices[0].finish_reason != "tool_calls":
+                    break
+                messages += [{"role": "tool", "tool_call_id": c.id, "content": "ok"} for c in message.tool_calls or []]
+            times.append((clock() - started) * 1000)
+            if not message.content:
+                cancelled.append(f"{n}: {word!r}")
+                return
+            if expected not in message.content:
+                lost.append(f"{n}: {word!r} answered {message.content[:80]!r}")
+                return
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        list(pool.map(conversation, range(count)))
+    client.close()
+    return times, lost, cancelled
+
+
+def _daemon_status(daemon: Any) -> dict[str, Any]:
+    import trio
+
+    from bridge.editor.client import connect_daemon
+
+    async def ask() -> dict[str, Any]:
+        async with connect_daemon(daemon.ws_url, daemon.token) as client:
+            await client.initialize()
+            status: dict[str, Any] = await client.request("daemon/status", {})
+            return status
+
+    return trio.run(ask)
 
 
 # -- 9. a long run ---------------------------------------------------------------------------------------------------

@@ -166,9 +166,9 @@ class Workspace:
         self._logs: list[Any] = []
         self._count = 0
 
-    def config(self, *, mcp_http: bool = False, **sessions: Any) -> Path:
+    def config(self, *, mcp_http: bool = False, serve: dict[str, Any] | None = None, **sessions: Any) -> Path:
         """A config file with the bench agent (``bench``; ``mcp_http``: it advertises HTTP MCP servers, so it gets
-        one); ``sessions`` go to ``[sessions]``."""
+        one); ``sessions`` go to ``[sessions]``, ``serve`` to ``[serve]``."""
         self._count += 1
         path = self.path / f"config-{self._count}.toml"
         lines = [
@@ -181,6 +181,8 @@ class Workspace:
             "stop_grace = 2",
         ]
         lines += [f"{key} = {json.dumps(value)}" for key, value in sessions.items()]
+        if serve:
+            lines += ["", "[serve]", *(f"{key} = {json.dumps(value)}" for key, value in serve.items())]
         path.write_text("\n".join(lines) + "\n")
         return path
 
