@@ -17,8 +17,6 @@ export const PROTOCOL_VERSION = 1;
 const STDERR_TAIL_LINES = 40;
 const SHUTDOWN_TIMEOUT_MS = 5000;
 const KILL_TIMEOUT_MS = 2000;
-/** Requests that change nothing: sent again when the daemon died under them (see LmBridge.request). */
-const READ_ONLY_METHODS = new Set(['lm/models', 'lm/countTokens']);
 
 export interface BridgeSettings {
     /** `lmbridge.path`; empty: `lmbridge` on PATH. */
@@ -306,9 +304,13 @@ export class LmBridge {
     }
 
     /**
-     * Send one request to the daemon, starting it (again) first if it is not running. A request that met a daemon
-     * which had just died (the exit not yet seen) is sent once more to a new one when that is safe: it never reached
-     * the old one (the write failed), or it only reads (`lm/models`, `lm/countTokens`) and nothing of it arrived.
+     * Send one request to the daemon, starting it (again) first if it is not running. A request whose daemon died
+     * before anything of its answer arrived (no part, no result) is sent once more, to a new daemon. That is the case
+     * of a daemon killed between two requests, whose exit is not yet seen when the next one is written: the write
+     * may land in the dead process's pipe, and whether it was read cannot be told. Sending it again is what the user
+     * would do, and it is safe: nothing of it reached the user, and the agents of the old daemon went with it (its
+     * watchdog stops them), so the new daemon's agent starts from the conversation the request carries. A request
+     * that had shown anything (a part) fails instead, saying the daemon exited, as does a second death in a row.
      */
     async request<T>(method: string, params: unknown, options: RequestOptions = {}): Promise<T> {
         for (let attempt = 1; ; attempt++) {
@@ -331,8 +333,9 @@ export class LmBridge {
                 return await pending.result;
             } catch (error) {
                 const diedUnderIt = error === daemon.exitError && !daemon.stopping && !heard && !token?.isCancellationRequested;
-                if (attempt === 1 && diedUnderIt && (pending.undelivered || READ_ONLY_METHODS.has(method))) {
-                    this.options.log.info(`lmbridge (pid ${daemon.pid}) had died when ${method} was sent; sending it to a new lmbridge`);
+                if (attempt === 1 && diedUnderIt) {
+                    const how = pending.undelivered ? 'had died when it was sent' : 'died before answering it';
+                    this.options.log.info(`lmbridge (pid ${daemon.pid}) ${how} (${method}); sending it to a new lmbridge`);
                     continue;
                 }
                 throw error;

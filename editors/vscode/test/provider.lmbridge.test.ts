@@ -88,23 +88,19 @@ describe('with lmbridge and the demo agent', () => {
         assert.ok(progress.parts.every(p => p instanceof vscode.LanguageModelTextPart));
     });
 
-    test('cancellation: /stream 3 then /sleep 20000, cancelled after the first part, ends promptly', async () => {
+    test('cancellation: /stream 3 then /sleep 600000, cancelled after the first part, ends', async () => {
+        // The agent would sleep ten minutes: the response ends within the test's deadline only through the cancel.
         const progress = new Collector();
         const cancel = source();
         const turn = h.nextTurn();
-        const started = Date.now();
-        const response = h.provider.provideLanguageModelChatResponse(demoModel, [User('/stream 3\n/sleep 20000')], chatOptions(),
+        const response = h.provider.provideLanguageModelChatResponse(demoModel, [User('/stream 3\n/sleep 600000')], chatOptions(),
             progress, cancel.token);
         await progress.waitForParts(1);
-        const cancelledAt = Date.now();
         cancel.cancel();
         await response;
         const record = await turn;
-        const afterCancel = Date.now() - cancelledAt;
         assert.equal(record.answered, true, 'lmbridge answered the cancelled request');
         assert.equal(record.stopReason, 'cancelled');
-        assert.ok(afterCancel < 5000, `the response ended ${afterCancel} ms after the cancellation`);
-        assert.ok(Date.now() - started < 15000);
         const partsAtCancel = progress.parts.length;
         assert.ok(partsAtCancel >= 1);
 
@@ -139,6 +135,19 @@ describe('with lmbridge and the demo agent', () => {
         assert.equal(progress.text().trim(), 'back again');
         assert.notEqual(h.api.bridge.pid, pid);
         assert.ok(h.turns.length > 0);
+    });
+
+    test('lmbridge killed just before a chat: the chat is answered by a new lmbridge', async () => {
+        for (let round = 0; round < 5; round++) {
+            const pid = h.api.bridge.pid;
+            assert.ok(pid, 'lmbridge is running');
+            process.kill(pid, 'SIGKILL'); // no await: the extension has not seen the exit when the chat is written
+            const progress = new Collector();
+            await h.provider.provideLanguageModelChatResponse(demoModel, [User(`/say round ${round}`)], chatOptions(), progress,
+                source().token);
+            assert.equal(progress.text().trim(), `round ${round}`);
+            assert.notEqual(h.api.bridge.pid, pid);
+        }
     });
 
     test('a tool round trip: /tool get_weather', async () => {
