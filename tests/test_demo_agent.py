@@ -33,7 +33,17 @@ def test_later_plan_and_stop() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["/stream many", "/tool x {not json", "/later soon hi", "/frobnicate", "/say", "/stop sometime"]
+    "text",
+    [
+        "/stream many",
+        "/tool x {not json",
+        "/later soon hi",
+        "/frobnicate",
+        "/say",
+        "/stop sometime",
+        "/barrier pair",
+        "/barrier pair 0",
+    ],
 )
 def test_malformed_directives_are_script_errors(text: str) -> None:
     with pytest.raises(ScriptError):

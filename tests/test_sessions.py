@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import trio
-from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
+from conftest import HANG, PYTHON, Bridge, open_bridge, processes_with_marker, user
 
 
 def rerender(message: dict) -> dict:
@@ -66,11 +66,11 @@ async def test_a_newer_request_for_the_conversation_supersedes_the_running_one(b
     history = [user("hello")]
     first = await bridge.chat(history)
     history.append(first.assistant_message())
-    running = await bridge.client.start_chat("scripted", history + [user("/stream 2\n/sleep 20000")])
-    with trio.fail_after(20):
+    running = await bridge.client.start_chat("scripted", history + [user("/stream 2\n/sleep 600000")])
+    with trio.fail_after(HANG):
         await running.first_part.wait()
     # The user edits the message whose answer is still streaming: the old turn ends, the new one is answered.
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         edited = await bridge.chat(history + [user("/say edited instead\n/recall")])
         superseded = await running.result()
     assert superseded.stop_reason == "cancelled"
@@ -132,3 +132,18 @@ state_file = "{tmp_path / "state" / "sessions.json"}"
         recalled = await second_bridge.chat(history, model="keeper")
         assert "stored session reopened" in second_bridge.stderr and "session/resume" in second_bridge.stderr
     assert json.loads(recalled.text.removeprefix("earlier prompts: ")) == ["remember the milk", "and the eggs"]
+
+
+async def test_two_conversations_run_at_the_same_time(bridge: Bridge) -> None:
+    # Each waits at the barrier until the other got there too: run one after the other, neither would finish.
+    answers: dict[str, str] = {}
+
+    async def conversation(name: str) -> None:
+        reply = await bridge.client.chat("scripted", [user(f"/say {name} starts\n/barrier pair 2\n/say {name} ends")])
+        answers[name] = reply.text
+
+    with trio.fail_after(HANG):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conversation, "alpha")
+            nursery.start_soon(conversation, "beta")
+    assert answers == {"alpha": "alpha starts\nalpha ends\n", "beta": "beta starts\nbeta ends\n"}

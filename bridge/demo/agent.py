@@ -99,6 +99,7 @@ class DemoAgent:
         self._background: set[asyncio.Task[Any]] = set()
         self._prompt_sessions: dict[Any, str] = {}  # JSON-RPC id of a session/prompt → session id
         self._turn_ended: dict[str, asyncio.Event] = {}
+        self._barriers: dict[str, tuple[int, asyncio.Event]] = {}  # /barrier NAME: prompts arrived, all there
 
     def on_connect(self, conn: Any) -> None:
         self._conn = conn
@@ -422,6 +423,15 @@ class DemoAgent:
         except TimeoutError:
             return
         raise _Cancelled
+
+    async def _do_barrier(self, session: _Session, step: Step, _: Any) -> None:
+        arrived, everyone = self._barriers.get(step.arg) or (0, asyncio.Event())
+        arrived += 1
+        self._barriers[step.arg] = (arrived, everyone)
+        if arrived >= step.number:
+            del self._barriers[step.arg]  # the next /barrier of that name starts a new round
+            everyone.set()
+        await self._cancellable(session, everyone.wait())
 
     async def _do_later(self, session: _Session, step: Step, turn_ended: asyncio.Event) -> None:
         task = asyncio.create_task(self._later(session, step, turn_ended))

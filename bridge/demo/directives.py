@@ -88,6 +88,13 @@ def _nothing(name: str, arg: str) -> Step:
     return Step(name)
 
 
+def _barrier(name: str, arg: str) -> Step:
+    label, _, count = arg.partition(" ")
+    if not label or not count.strip().isdigit() or int(count) < 1:
+        raise ScriptError("/barrier needs a name and a number of prompts, e.g. /barrier pair 2")
+    return Step(name, label, number=int(count))
+
+
 def _later(name: str, arg: str) -> Step:
     ms, _, rest = arg.partition(" ")
     if not ms.isdigit() or not rest.strip():
@@ -232,6 +239,13 @@ DIRECTIVES: dict[str, Directive] = {
         ),
         Directive("permissions", "T1 | T2", "several permission requests at once", _permissions),
         Directive("sleep", "MS", "wait (cancellable)", _number),
+        Directive(
+            "barrier",
+            "NAME N",
+            "wait until N prompts (of any session of this agent process) have reached /barrier NAME (cancellable): "
+            "proves they run at the same time",
+            _barrier,
+        ),
         Directive(
             "later", "MS TEXT", "MS after this turn's response is sent, send TEXT as an out-of-turn update", _later
         ),
