@@ -248,7 +248,7 @@ class Run:
                 )
         return problems
 
-    def check_shutdown(self, killed: list[int], timeout: float = 15.0) -> list[str]:
+    def check_shutdown(self, killed: list[int], timeout: float = 60.0) -> list[str]:
         """Closing the window stopped every lmbridge, each (but those the tests killed) through `shutdown`."""
         daemons: dict[int, Path] = {}
         for trace in sorted((self.root / "trace").glob("*-editor.ndjson")):
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lmbridge", type=Path, default=REPO_ROOT / ".venv" / "bin" / "lmbridge")
     parser.add_argument("--vsix", type=Path, default=EXTENSION_DIR / "lmbridge-vscode.vsix")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds for the whole test run (default 300)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole test run (default 900)")
     parser.add_argument("--keep", action="store_true", help="keep the run folder (logs, traces, profile)")
     args = parser.parse_args(argv)
     for needed, hint in (

@@ -66,14 +66,19 @@ test('an agent\'s own models appear after its first session, and modelOptions re
 });
 
 test('text streams while the agent produces it', async () => {
+    // The agent says its early words, then waits ten minutes: the consumer can only see them before the end if they
+    // were streamed. Seeing them, it cancels; a stream held back to the end would time the test out instead.
     const model = await demoModel();
-    const turn = await collect(model, [User('/say early words\n/sleep 700\n/say late words')]);
+    const source = new vscode.CancellationTokenSource();
+    let seen = '';
+    const turn = await collect(model, [User('/say early words\n/sleep 600000\n/say late words')], {}, source.token, part => {
+        seen += part instanceof vscode.LanguageModelTextPart ? part.value : '';
+        if (seen.includes('early words')) {
+            source.cancel();
+        }
+    });
     assertIncludes(turn.text, 'early words', 'the answer');
-    assertIncludes(turn.text, 'late words', 'the answer');
-    // VS Code may merge consecutive text parts: judge by time, not by the number of parts.
-    const early = turn.parts.find(p => p.part instanceof vscode.LanguageModelTextPart && p.part.value.includes('early'));
-    assert(early, 'a part with the early words');
-    assert(turn.ended - early.at >= 500, `the early words arrived ${turn.ended - early.at} ms before the end; expected ≥ 500`);
+    assert(!turn.text.includes('late words'), `the answer ended at the cancel: ${JSON.stringify(turn.text)}`);
 });
 
 test('a tool call goes to the consumer and its result back to the agent', async () => {
@@ -133,11 +138,12 @@ test('a permission request: the confirmation says what the agent wants, allowing
     assertIncludes(second.text, 'allow', 'the agent\'s answer');
 });
 
-test('cancelling stops the response within a second', async () => {
+test('cancelling stops the response', async () => {
+    // The agent would sleep ten minutes: the stream ends (well within the test's deadline) only if the cancel works.
     const model = await demoModel();
     const source = new vscode.CancellationTokenSource();
     let cancelledAt = 0;
-    const turn = await collect(model, [User('/say started\n/sleep 20000\n/say never said')], {}, source.token, () => {
+    const turn = await collect(model, [User('/say started\n/sleep 600000\n/say never said')], {}, source.token, () => {
         if (!cancelledAt) {
             cancelledAt = Date.now();
             source.cancel();
@@ -145,21 +151,20 @@ test('cancelling stops the response within a second', async () => {
     });
     assert(cancelledAt > 0, 'a part arrived before the cancel');
     assert(!turn.text.includes('never said'), 'nothing after the cancel');
-    assert(turn.ended - cancelledAt < 1000, `the stream ended ${turn.ended - cancelledAt} ms after the cancel`);
+    log(`the stream ended ${turn.ended - cancelledAt} ms after the cancel (informational: make bench times cancels)`);
     const next = await collect(model, [User('/say after the cancel')]);
     assertIncludes(next.text, 'after the cancel', 'the next answer');
 });
 
 test('two concurrent requests run side by side and stay apart', async () => {
+    // Each waits at the demo agent's barrier until the other got there: run one after the other, neither would end.
     const model = await demoModel();
     const [a, b] = await Promise.all([
-        collect(model, [User('/say alpha starts\n/sleep 500\n/say alpha ends')]),
-        collect(model, [User('/say beta starts\n/sleep 500\n/say beta ends')]),
+        collect(model, [User('/say alpha starts\n/barrier e2e-pair 2\n/say alpha ends')]),
+        collect(model, [User('/say beta starts\n/barrier e2e-pair 2\n/say beta ends')]),
     ]);
     assert(a.text.includes('alpha ends') && !a.text.includes('beta'), `first answer ${JSON.stringify(a.text)}`);
     assert(b.text.includes('beta ends') && !b.text.includes('alpha'), `second answer ${JSON.stringify(b.text)}`);
-    const firstParts = Math.max(a.parts[0].at, b.parts[0].at);
-    assert(firstParts < Math.min(a.ended, b.ended), 'both were answering at the same time');
 });
 
 test('the agent\'s thoughts reach the consumer as thinking parts', async () => {
@@ -195,26 +200,35 @@ test('changing a setting starts lmbridge again with it', async () => {
     }
 });
 
-test('lmbridge killed between requests: the next request works', async () => {
+const KILL_ROUNDS = 20;
+
+test(`lmbridge killed between requests: the next request works (${KILL_ROUNDS} rounds)`, async () => {
+    // The request right after the kill meets an lmbridge whose exit the extension has not seen yet: its write may
+    // fail, or land in the dead process's pipe. Either way it must be answered, by a new lmbridge.
     const api = await lmbridgeApi();
     const model = await demoModel();
-    for (let round = 0; round < 3; round++) {
-        await collect(model, [User(`/say round ${round}`)]);
+    await collect(model, [User('/say before the kills')]);
+    for (let round = 0; round < KILL_ROUNDS; round++) {
         const pid = api.bridge.pid;
         assert(pid, 'an lmbridge is running');
         runState.killed.push(pid);
         process.kill(pid, 'SIGKILL');
-        // No await between the kill and the request: the extension has not seen the exit yet.
-        const models = await api.bridge.request<{ models: { id: string }[] }>('lm/models', {});
-        assert(models.models.some(m => m.id === 'demo'), `lm/models after the kill: ${JSON.stringify(models)}`);
-        assert(api.bridge.pid !== pid, 'a new lmbridge answered');
+        // No await between the kill and the request. Three kinds of next request, in turn: a chat as a user sends
+        // it (through vscode.lm), a chat straight to the extension's bridge, the model list.
+        if (round % 3 === 0) {
+            const turn = await collect(model, [User(`/say round ${round}`)]);
+            assertIncludes(turn.text, `round ${round}`, `round ${round}'s answer`);
+        } else if (round % 3 === 1) {
+            const answer = await api.bridge.request<{ stopReason: string }>('lm/chat',
+                { modelId: 'demo', messages: [{ role: 'user', content: [{ type: 'text', value: `/say round ${round}` }] }] });
+            assert(answer.stopReason === 'end_turn', `round ${round}: ${JSON.stringify(answer)}`);
+        } else {
+            const models = await api.bridge.request<{ models: { id: string }[] }>('lm/models', {});
+            assert(models.models.some(m => m.id === 'demo'), `lm/models after the kill: ${JSON.stringify(models)}`);
+        }
+        assert(api.bridge.pid !== pid, `round ${round}: a new lmbridge answered`);
     }
-    const pid = api.bridge.pid!;
-    runState.killed.push(pid);
-    process.kill(pid, 'SIGKILL');
-    const turn = await collect(model, [User('/say after the kill')]);
-    assertIncludes(turn.text, 'after the kill', 'the answer through a new lmbridge');
-});
+}, 240_000);
 
 test('lmbridge killed mid-turn: the turn fails saying so, the next one works', async () => {
     const api = await lmbridgeApi();
