@@ -10,6 +10,8 @@ directive:
     flood N          N ``agent_message_chunk`` updates, written as fast as the pipe takes them
     steady N RATE    N chunks at RATE per second; each chunk's text is its CLOCK_MONOTONIC time in ns and a space
     say TEXT         one chunk with TEXT
+    stall            one chunk "stalling", then nothing until ``session/cancel`` for the session: the prompt is then
+                     answered ``cancelled`` (what the cancel benchmark times)
     plan             one ``plan`` update (the bridge renders it with the ACP SDK's models, importing them if needed:
                      a warm-up turn with it returns only once that import is done)
     tools N          connect to the session's first MCP server (stdio, or streamable HTTP), then call its tool
@@ -19,8 +21,9 @@ directive:
                      calls of the model's response before making them)
     anything else    one chunk "ok"
 
-then answers the prompt with ``end_turn``. Run as ``python bench/agent.py``; with ``--mcp-http`` it advertises
-``mcpCapabilities.http`` (as Claude Code, Codex and Gemini CLI do), so lmbridge gives it an HTTP MCP server.
+then answers the prompt with ``end_turn`` (``stall``: ``cancelled``). Run as ``python bench/agent.py``; with
+``--mcp-http`` it advertises ``mcpCapabilities.http`` (as Claude Code, Codex and Gemini CLI do), so lmbridge gives it
+an HTTP MCP server.
 """
 
 from __future__ import annotations
@@ -197,7 +200,8 @@ class McpClient:
 
 
 class Agent:
-    def __init__(self, *, mcp_http: bool = False) -> None:
+    def __init__(self, lines: Lines, *, mcp_http: bool = False) -> None:
+        self.lines = lines  # its stdin: ``stall`` reads on while a prompt is running
         self.mcp_http = mcp_http
         self.sessions: dict[str, list[Any]] = {}  # session id → its mcpServers
         self.mcp: dict[str, McpClient | HttpMcpClient] = {}
@@ -268,9 +272,27 @@ class Agent:
         elif word == "tools":
             count, _, how = rest.partition(" ")
             self.tools(session_id, int(count), announce=how == "announce")
+        elif word == "stall":
+            write_all(1, chunk_line(session_id, "stalling"))
+            return self.stall(session_id)
         else:
             write_all(1, chunk_line(session_id, "ok"))
         return "end_turn"
+
+    def stall(self, session_id: str) -> str:
+        """Read on until ``session/cancel`` for this session; what else comes meanwhile is handled as usual."""
+        while (line := self.lines.next()) is not None:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            params = message.get("params") or {}
+            if message.get("method") == "session/cancel" and params.get("sessionId") == session_id:
+                return "cancelled"
+            self.handle(message)
+        return "cancelled"
 
     def flood(self, session_id: str, count: int) -> None:
         head = (
@@ -334,8 +356,8 @@ class Agent:
 
 
 def main() -> int:
-    agent = Agent(mcp_http="--mcp-http" in sys.argv[1:])
     lines = Lines(0)
+    agent = Agent(lines, mcp_http="--mcp-http" in sys.argv[1:])
     try:
         while True:
             line = lines.next()

@@ -44,6 +44,7 @@ class Plan:
     first_token_reps: int = 30
     conversations: int = 200  # at once through one daemon (8. concurrency)
     concurrency_cap: int = 64  # [sessions] max_sessions there: lmbridge's default, below the conversations
+    cancel_reps: int = 20  # cancels of a running turn, each way (2. latency)
     tool_memory_counts: tuple[int, int] = (10, 100)  # open conversations with editor tools (5. memory)
     long_run: int = 400  # conversations an aged daemon has served before it is timed (9. long run)
     long_run_window: int = 30  # conversations timed per window, alternating aged and fresh daemons
@@ -84,6 +85,7 @@ QUICK = Plan(
     first_token_reps=5,
     conversations=20,
     concurrency_cap=8,
+    cancel_reps=5,
     tool_memory_counts=(2, 12),
     long_run=30,
     long_run_window=10,
@@ -190,8 +192,35 @@ def latency(ws: Workspace, plan: Plan) -> list[Row]:
             session = direct.new_session()
             collect(direct.text_lines(direct.start_prompt(session, f"steady {n} {rate}")), samples["direct"])
 
+        cancels: dict[str, list[float]] = {"bridge": [], "direct": []}
+
+        def cancel_via_bridge() -> None:
+            request_id = bridge.start_chat("bench", [user(f"#{_tag()}\nstall")])
+            lines = bridge.text_lines(request_id)
+            next(lines)  # "stalling": the prompt runs
+            started = clock()
+            bridge.send({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": request_id}})
+            for _ in lines:  # until the answer
+                pass
+            cancels["bridge"].append((clock() - started) * 1000)
+
+        def cancel_direct() -> None:
+            session = direct.new_session()
+            request_id = direct.start_prompt(session, "stall")
+            lines = direct.text_lines(request_id)
+            next(lines)
+            started = clock()
+            direct.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}})
+            for _ in lines:
+                pass
+            cancels["direct"].append((clock() - started) * 1000)
+
         for rep in range(plan.steady_rounds):
             order = (via_bridge, via_direct)
+            for run in order if rep % 2 == 0 else order[::-1]:
+                run()
+        for rep in range(plan.cancel_reps):
+            order = (cancel_via_bridge, cancel_direct)
             for run in order if rep % 2 == 0 else order[::-1]:
                 run()
     finally:
@@ -200,6 +229,7 @@ def latency(ws: Workspace, plan: Plan) -> list[Row]:
     ms = {name: [value * 1000 for value in values] for name, values in samples.items()}
     b, d = summarize(ms["bridge"]), summarize(ms["direct"])
     added = {"median": b.median - d.median, "p99": b.p99 - d.p99}  # type: ignore[operator]
+    cb, cd = summarize(cancels["bridge"]), summarize(cancels["direct"])
     return [
         Row(
             "2 latency",
@@ -213,7 +243,19 @@ def latency(ws: Workspace, plan: Plan) -> list[Row]:
             added=added,
             notes=f"{plan.steady_rounds} rounds of {n} chunks each way, alternating; "
             f"added = bridge − direct at p50 and at p99",
-        )
+        ),
+        Row(
+            "2 latency",
+            "cancel → the cancelled answer ($/cancelRequest on lm/chat; the agent still running)",
+            "ms",
+            cb,
+            cd,
+            "session/cancel → the prompt's answer, the same agent, direct reader",
+            goal="≤ 5 ms",
+            passed=cb.median <= 5.0,
+            notes=f"{plan.cancel_reps} each, alternating; lmbridge answers the editor at once and drains the agent "
+            "after (the next turn waits for that)",
+        ),
     ]
 
 
