@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
+.PHONY: demo test test-plan lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -18,7 +18,20 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 demo: $(STAMP)
 	$(BIN)/lmbridge demo
 
-test: lint pytest vscode-test vscode-e2e
+test: test-plan lint pytest vscode-test vscode-e2e
+
+# What `make test` is about to do and roughly how long each part takes on 2 cores, so that a new user knows why it
+# takes a quarter of an hour (the parts that install something say whether that is already done).
+test-plan:
+	@echo "make test: what runs, and roughly how long on 2 cores"
+	@echo "  1. lint (ruff, mypy)                                                ~10 s (first: mypy's cache, ~40 s)"
+	@echo "  2. pytest: unit, property-based and real-wire tests                 ~5 min"
+	@printf '     and the real agents (Claude Code, Codex, Gemini CLI, OpenCode)   ~5 min; from npm once, ~950 MB, ~3 min: %s\n' \
+		"$$(test -d .interop-cache && echo 'installed' || echo 'not yet installed')"
+	@echo "  3. the VS Code extension's tests against the real lmbridge          ~1 min (npm ci first)"
+	@printf '  4. the extension inside a real VS Code, headless                    ~1 min; Node 24, code-server, Chromium once, ~3 min: %s\n' \
+		"$$(test -e "$${LMBRIDGE_VSCODE_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/lmbridge/vscode-e2e}" && echo 'installed' || echo 'not yet installed')"
+	@echo "  The fast inner loop is make check: lint and the tests that need no real agent, VS Code or benchmark."
 
 # ruff (lint and format) and mypy (strict for the sans-IO cores, session/, mcp_synthetic/ and the JSON-RPC engine;
 # see pyproject.toml). `make test` runs it first.

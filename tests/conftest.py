@@ -18,6 +18,9 @@ import trio
 from bridge.editor.client import ChatResult, EditorClient, spawn_stdio
 
 PYTHON = sys.executable
+# Seconds: the bound on a wait that only a hung test reaches. Never a measure of speed — a test must pass on a machine
+# busy with other work (speed goals live in the benchmarks, `make bench`).
+HANG = 60.0
 
 
 def user(text: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 import trio.testing
+from conftest import HANG
 
 from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor
@@ -92,7 +93,7 @@ async def _tool_call_ends_the_turn(batch_window: float) -> tuple[int, int, Any]:
             nursery.start_soon(turn)
             await agent.prompted.wait()
             nursery.start_soon(actor.invoke_tool, "read_file", {"path": "a.py"})
-            with trio.fail_after(5):
+            with trio.fail_after(HANG):
                 await done.wait()
             nursery.cancel_scope.cancel()
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 import trio.testing
+from conftest import HANG
 
 from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor
@@ -118,7 +119,7 @@ async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -
         cancel.set()
         await trio.testing.wait_all_tasks_blocked()
         agent.replies[0].answer.set()
-        with trio.fail_after(5):
+        with trio.fail_after(HANG):
             while not outcomes:
                 await trio.testing.wait_all_tasks_blocked()
                 await trio.lowlevel.checkpoint()
@@ -146,7 +147,7 @@ async def test_the_agents_refusal_fails_the_turn_quoting_it_and_no_prompt_goes_o
         await agent.request_came.wait()
         agent.replies[0].value = RpcError(-32602, "plan mode is not available")
         agent.replies[0].answer.set()
-        with trio.fail_after(5):
+        with trio.fail_after(HANG):
             await ended.wait()
         nursery.cancel_scope.cancel()
     error = outcomes[0].error

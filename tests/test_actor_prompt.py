@@ -8,6 +8,7 @@ from typing import Any
 import trio
 import trio.lowlevel
 import trio.testing
+from conftest import HANG
 
 from bridge.errors import AgentExitedError
 from bridge.observe.logs import get_logger
@@ -76,7 +77,7 @@ async def _turn(agent: _Agent, then: Any) -> tuple[TurnOutcome, list[str]]:
             nursery.start_soon(turn)
             await agent.prompted.wait()
             then(agent.replies[0])
-            with trio.fail_after(5):
+            with trio.fail_after(HANG):
                 while not outcomes:
                     await trio.testing.wait_all_tasks_blocked()
         finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 import trio.testing
+from conftest import HANG
 
 from bridge.rpc.asgi import listening_socket, serve_asgi
 
@@ -37,7 +38,7 @@ async def test_a_connection_the_client_closed_between_requests_is_closed_at_once
             assert (await _response(stream)).startswith(b"HTTP/1.1 200")
         await trio.testing.wait_all_tasks_blocked()  # the server is done with the request: the connection idles
         await stream.send_eof()  # the client is done (what closing its pool does, seen from the server)
-        with trio.fail_after(10):  # far less than the keep-alive timer's 600 s: the server closes its end now
+        with trio.fail_after(HANG):  # far less than the keep-alive timer's 600 s: the server closes its end now
             assert await stream.receive_some() == b""
         await stream.aclose()
         nursery.cancel_scope.cancel()

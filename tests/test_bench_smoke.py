@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,8 +30,9 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     assert not report["errors"]
     assert "throughput" in done.stdout.lower()
     # The tool round trip's floors, each beside its baseline: lmbridge's transports, and the standard library alone.
+    # Measured, not judged: which side is faster is the benchmark's figure, and a busy machine can reverse it.
     floors = {row["metric"]: row for row in report["rows"] if "floor:" in row["metric"] and "tool" in row["benchmark"]}
-    assert len(floors) == 3 and all(row["bridge"]["median"] > row["baseline"]["median"] > 0 for row in floors.values())
+    assert len(floors) == 3 and all(_measured(row) for row in floors.values())
     # Memory per conversation with editor tools is measured for both transports, every process counted.
     memory = {
         row["metric"].rsplit("MCP over ", 1)[-1]: row for row in report["rows"] if "editor tools" in row["metric"]
@@ -42,7 +45,16 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     # The long run: an aged daemon (its state file filled by the demo agent's sessions) beside fresh ones.
     long_run = [row for row in report["rows"] if row["benchmark"] == "9 long run"]
     assert len(long_run) == 3 and long_run[0]["extra"]["state_entries"] > 0
-    assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in long_run)
+    assert all(_measured(row) for row in long_run)
+    # Many conversations at once, over the session cap, on both fronts: every turn answered, none cancelled.
+    concurrency = [row for row in report["rows"] if row["benchmark"] == "8 concurrency"]
+    assert len(concurrency) == 2 and all(row["passed"] and _measured(row) for row in concurrency)
+    assert all(row["extra"]["cap"]["closedForCap"] > 0 for row in concurrency)
+
+
+def _measured(row: dict[str, Any]) -> bool:
+    """Both sides of a row were measured: positive, finite medians (never which is larger)."""
+    return all(0 < row[side]["median"] < math.inf for side in ("bridge", "baseline"))
 
 
 def test_the_shift_estimate_holds_where_a_difference_of_medians_swings() -> None:

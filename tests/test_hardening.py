@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio_websocket
-from conftest import PYTHON, open_bridge, processes_with_marker
+from conftest import HANG, PYTHON, open_bridge, processes_with_marker
 from test_serve import serving
 from test_stdio import _gone_soon
 
@@ -74,7 +74,7 @@ async def test_more_than_one_origin_header_is_refused(tmp_path: Path, agents_tom
         )
         await stream.send_all(request.encode())
         reply = b""
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             while chunk := await stream.receive_some():
                 reply += chunk
         assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
@@ -105,6 +105,6 @@ async def test_sigkill_of_lmbridge_leaves_no_agent_process_behind(tmp_path: Path
         assert result.text == "up\n"
         assert len(processes_with_marker(marker)) == 2  # the demo agent and the sleeper
         live.process.send_signal(signal.SIGKILL)
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             await live.process.wait()
         assert await _gone_soon(marker)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
-from conftest import Bridge, open_bridge, user
+from conftest import HANG, Bridge, open_bridge, user
 
 
 async def test_an_agents_models_options_and_commands_become_entries(bridge: Bridge) -> None:
@@ -16,7 +16,7 @@ async def test_an_agents_models_options_and_commands_become_entries(bridge: Brid
     seen = bridge.client.models_changes
     result = await bridge.chat("/options")
     assert result.text == 'options: effort="medium" mode="code" model="demo-small" verbose=false\n'
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         await bridge.client.wait_models_changed(seen)
 
     by_id = {m["id"]: m for m in await bridge.client.models()}
@@ -52,7 +52,7 @@ async def test_a_restarted_lmbridge_lists_what_the_agent_offered(tmp_path: Path,
     async with open_bridge(tmp_path, agents_toml) as first:
         seen = first.client.models_changes
         assert (await first.chat("hi")).error is None
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             await first.client.wait_models_changed(seen)
     async with open_bridge(tmp_path, agents_toml) as second:
         ids = [m["id"] for m in await second.client.models()]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PYTHON, Bridge, open_bridge, processes_with_marker, user
+from conftest import HANG, PYTHON, Bridge, open_bridge, processes_with_marker, user
 
 from session.permissions import PermissionQuestions, reply_option
 
@@ -134,7 +134,7 @@ async def test_cancel_while_awaiting_the_answer_answers_cancelled(live: Bridge) 
     with trio.fail_after(30):
         await turn.first_part.wait()  # the permission tool call; the 3 s batching window keeps the turn open
     assert turn.parts[0]["type"] == "tool_call"
-    with trio.fail_after(2):
+    with trio.fail_after(HANG):
         turn.cancel()
         result = await turn.result()
     assert result.stop_reason == "cancelled"

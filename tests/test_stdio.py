@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import PYTHON, Bridge, first_chat_with_initialize, open_bridge, processes_with_marker, user
+from conftest import HANG, PYTHON, Bridge, first_chat_with_initialize, open_bridge, processes_with_marker, user
 
 
 async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Path, agents_toml: Path) -> None:
@@ -47,10 +47,10 @@ async def test_a_text_turn_streams_parts_before_its_stop_reason(bridge: Bridge) 
 
     turn = await bridge.client.start_chat(
         "scripted",
-        [user("hi"), result.assistant_message(), user("/say early words\n/sleep 20000\n/say late words")],
+        [user("hi"), result.assistant_message(), user("/say early words\n/sleep 600000\n/say late words")],
         on_part=on_part,
     )
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         await early_words.wait()
     assert not turn.request.answered and "".join(p["value"] for p in turn.parts) == "early words\n"
     turn.cancel()
@@ -89,12 +89,12 @@ async def test_a_long_conversation_continues_turn_after_turn(bridge: Bridge) -> 
     assert bridge.stderr.count("session opened") == 2
 
 
-async def test_cancel_ends_the_turn_promptly_and_the_next_turn_is_clean(bridge: Bridge) -> None:
-    history = [user("/stream 3\n/sleep 20000\n/say never")]
+async def test_cancel_ends_the_turn_and_the_next_turn_is_clean(bridge: Bridge) -> None:
+    history = [user("/stream 3\n/sleep 600000\n/say never")]
     turn = await bridge.client.start_chat("scripted", history)
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         await turn.first_part.wait()
-    with trio.fail_after(2):  # promptly: not after the agent's 20 s sleep
+    with trio.fail_after(HANG):  # the cancel ends it: the agent's sleep would last ten minutes
         turn.cancel()
         result = await turn.result()
     assert result.stop_reason == "cancelled"
@@ -105,9 +105,9 @@ async def test_cancel_ends_the_turn_promptly_and_the_next_turn_is_clean(bridge: 
 
 
 async def test_cancel_before_any_output_is_still_answered(bridge: Bridge) -> None:
-    turn = await bridge.client.start_chat("scripted", [user("/sleep 20000")])
+    turn = await bridge.client.start_chat("scripted", [user("/sleep 600000")])
     turn.cancel()
-    with trio.fail_after(20):  # includes the agent's cold start
+    with trio.fail_after(HANG):  # includes the agent's cold start
         result = await turn.result()
     assert result.stop_reason == "cancelled" and result.parts == []
 
@@ -179,7 +179,7 @@ async def test_agent_that_exits_at_start_reports_its_stderr(bridge: Bridge) -> N
 
 
 async def test_agent_that_never_answers_initialize_times_out(bridge: Bridge, marker: str) -> None:
-    with trio.fail_after(15):
+    with trio.fail_after(HANG):
         result = await bridge.chat("hi", model="silent")
     assert result.error is not None and result.error.code == -32001
     assert "no answer to initialize within 1 s" in result.error.message
@@ -187,7 +187,7 @@ async def test_agent_that_never_answers_initialize_times_out(bridge: Bridge, mar
 
 
 async def _gone_soon(marker: str) -> bool:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while processes_with_marker(marker):
             await trio.sleep(0.05)  # polling /proc: there is no event for another process's exit
     return True
@@ -273,12 +273,12 @@ async def test_eof_stops_turns_sessions_and_agents_and_exits_zero(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
     async with open_bridge(tmp_path, agents_toml) as live:
-        turn = await live.client.start_chat("scripted", [user("/stream 2\n/sleep 20000")])
-        with trio.fail_after(20):
+        turn = await live.client.start_chat("scripted", [user("/stream 2\n/sleep 600000")])
+        with trio.fail_after(HANG):
             await turn.first_part.wait()
         assert processes_with_marker(marker), "the agent should be running"
         await live.process.stdin.aclose()
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             result = await turn.result()
             code = await live.process.wait()
     assert result.stop_reason == "cancelled"
@@ -290,10 +290,10 @@ async def test_shutdown_request_answers_then_exits_with_no_process_left(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
     async with open_bridge(tmp_path, agents_toml) as live:
-        turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
-        with trio.fail_after(20):
+        turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 600000")])
+        with trio.fail_after(HANG):
             await turn.first_part.wait()
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             assert await live.client.request("shutdown", None) is None
             result = await turn.result()
             code = await live.process.wait()
@@ -303,11 +303,11 @@ async def test_shutdown_request_answers_then_exits_with_no_process_left(
 
 async def test_sigterm_is_an_orderly_shutdown(tmp_path: Path, agents_toml: Path, marker: str) -> None:
     async with open_bridge(tmp_path, agents_toml) as live:
-        turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 20000")])
-        with trio.fail_after(20):
+        turn = await live.client.start_chat("scripted", [user("/stream 1\n/sleep 600000")])
+        with trio.fail_after(HANG):
             await turn.first_part.wait()
         live.process.send_signal(signal.SIGTERM)
-        with trio.fail_after(10):
+        with trio.fail_after(HANG):
             result = await turn.result()
             code = await live.process.wait()
     assert result.stop_reason == "cancelled" and code == 0
@@ -374,10 +374,10 @@ async def test_logs_go_to_stderr_and_stdout_carries_protocol_only(tmp_path: Path
     assert b"lmbridge stdio ready" in err and b"session opened" in err
 
 
-async def test_cancel_while_the_agent_is_still_starting_is_prompt(tmp_path: Path, marker: str) -> None:
+async def test_cancel_while_the_agent_is_still_starting_does_not_wait_for_it(tmp_path: Path, marker: str) -> None:
     config = tmp_path / "slow.toml"
-    # An agent that takes 20 s before it even starts speaking ACP.
-    late_start = "import time, runpy; time.sleep(20); runpy.run_module('bridge.demo', run_name='__main__')"
+    # An agent that takes ten minutes before it even starts speaking ACP.
+    late_start = "import time, runpy; time.sleep(600); runpy.run_module('bridge.demo', run_name='__main__')"
     config.write_text(f"""
 [agents.slow]
 command = "{__import__("sys").executable}"
@@ -387,13 +387,13 @@ env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
     async with open_bridge(tmp_path, config) as live:
         turn = await live.client.start_chat("slow", [user("hi")])
         await _agent_started(marker)
-        with trio.fail_after(3):
+        with trio.fail_after(HANG):
             turn.cancel()
             result = await turn.result()
         assert result.stop_reason == "cancelled"
         # Shutdown while it is still starting: no wait for it, and nothing left behind.
         turn = await live.client.start_chat("slow", [user("again")])
-        with trio.fail_after(8):
+        with trio.fail_after(HANG):
             assert await live.client.request("shutdown", None) is None
             assert (await turn.result()).stop_reason == "cancelled"
             assert await live.process.wait() == 0
@@ -401,7 +401,7 @@ env = {{ LMBRIDGE_TEST_MARKER = "{marker}" }}
 
 
 async def _agent_started(marker: str) -> None:
-    with trio.fail_after(10):
+    with trio.fail_after(HANG):
         while not processes_with_marker(marker):
             await trio.sleep(0.05)  # polling /proc: there is no event for another process's start
 
@@ -442,7 +442,7 @@ async def test_an_unusual_first_message_is_answered_by_the_engine(first: bytes) 
         first + b"\n" + b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}\n'
     )
     out = b""
-    with trio.fail_after(20):
+    with trio.fail_after(HANG):
         while out.count(b"\n") < 2:
             out += await process.stdout.receive_some()
         await process.stdin.aclose()
@@ -532,7 +532,7 @@ async def test_an_agent_that_never_answers_session_new_is_given_up_on_and_restar
     )
     async with open_bridge(tmp_path, config) as live:
         for attempt in (1, 2):
-            with trio.fail_after(15):
+            with trio.fail_after(HANG):
                 result = await live.chat("hi", model="mute")
             assert result.error is not None and result.error.code == -32003, result
             assert "agent 'mute' did not answer session/new within 1 s; lmbridge restarted it" in result.error.message

@@ -163,6 +163,12 @@ def prestart() -> bool:
 
 
 @pytest.fixture
+def sessions() -> dict[str, Any]:
+    """lmbridge's ``[sessions]`` table (none: its defaults); a test may parametrize it."""
+    return {}
+
+
+@pytest.fixture
 async def live(
     installed: dict[str, Installed],
     kit: AgentKit,
@@ -171,6 +177,7 @@ async def live(
     marker: str,
     mcp_transport: str,
     prestart: bool,
+    sessions: dict[str, Any],
 ) -> AsyncIterator[LiveBridge]:
     home, project, traces = tmp_path / "home", tmp_path / "project", tmp_path / "traces"
     home.mkdir()
@@ -180,7 +187,7 @@ async def live(
         table["mcp_transport"] = mcp_transport
     if prestart:
         table["prestart"] = True
-    config = write_config(tmp_path / "lmbridge.toml", {kit.id: table})
+    config = write_config(tmp_path / "lmbridge.toml", {kit.id: table}, **({"sessions": sessions} if sessions else {}))
     stderr_path = tmp_path / "lmbridge.stderr"
     with open(stderr_path, "wb") as stderr:
         async with spawn_stdio(

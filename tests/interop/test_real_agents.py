@@ -17,14 +17,16 @@ import pytest
 import trio
 from conftest import first_chat_with_initialize, processes_with_marker, user
 
-from .conftest import FIRST_TURN_TIMEOUT, LiveBridge
+from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT, LiveBridge
 from .fake_models import FakeModel, call, parallel, say, stall
 from .kits import AgentKit, model_name, requested_model, write_config
 
 pytestmark = pytest.mark.interop
 
-CANCEL_BOUND = 5  # seconds from $/cancelRequest to the cancelled answer ("promptly", with CI noise)
-SHUTDOWN_BOUND = 20  # seconds from stdin EOF to no process left (the bridge's stop grace is 3 s)
+# Seconds: bounds only a broken bridge reaches (the fake model stalls forever; a stopped agent must go), never a
+# measure of speed — cancel and shutdown latencies are benchmark figures (docs/performance.md).
+CANCEL_BOUND = 60
+SHUTDOWN_BOUND = 60
 
 WEATHER_TOOL = {
     "name": "get_weather",
@@ -204,7 +206,7 @@ async def test_the_agents_models_options_and_commands_are_listed_and_an_entry_ch
     seen = live.client.models_changes
     live.model.add(say("Hello."))
     assert (await live.chat("Hello?")).error is None, live.evidence()
-    with trio.fail_after(10):
+    with trio.fail_after(TURN_TIMEOUT):
         await live.client.wait_models_changed(seen)
     listed = {m["id"]: m for m in await live.client.models()}
     key, _ = kit.session_option
@@ -318,9 +320,19 @@ async def test_the_agents_mcp_session_is_served_without_the_mcp_sdk(live: LiveBr
     assert "MCP SDK imported" not in live.stderr, live.evidence()
 
 
+# How long lmbridge gathers parallel calls into one response: the defaults (50 ms, 15 ms idle) suit a calm machine,
+# and the agents' calls come milliseconds apart — on a machine busy with other work, tens of milliseconds. Here the
+# gaps a batch tolerates are wide, so that what is checked is the grouping itself, never how fast the machine is.
+WIDE_BATCHES = {"tool_batch_window": 30.0, "tool_batch_idle": 2.0}
+
+
 @pytest.mark.parametrize(
-    ("cities", "mcp_transport"),
-    [(("Paris", "Oslo"), "auto"), (("Paris", "Oslo", "Rome"), "auto"), (("Paris", "Oslo", "Rome"), "stdio")],
+    ("cities", "mcp_transport", "sessions"),
+    [
+        (("Paris", "Oslo"), "auto", WIDE_BATCHES),
+        (("Paris", "Oslo", "Rome"), "auto", WIDE_BATCHES),
+        (("Paris", "Oslo", "Rome"), "stdio", WIDE_BATCHES),
+    ],
     ids=["two", "three", "three-over-the-stdio-relay"],
 )
 async def test_parallel_editor_tools(live: LiveBridge, cities: tuple[str, ...]) -> None:
