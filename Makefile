@@ -35,7 +35,7 @@ test-plan:
 
 # ruff (lint and format) and mypy (strict for the sans-IO cores, session/, mcp_synthetic/ and the JSON-RPC engine;
 # see pyproject.toml). `make test` runs it first.
-LINT_PATHS := bridge session mcp_synthetic tests bench examples editors/vscode/e2e
+LINT_PATHS := wire session mcp_synthetic bridge tests bench examples editors/vscode/e2e
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)

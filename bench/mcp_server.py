@@ -99,7 +99,7 @@ async def serve_http() -> None:
         return {"content": [{"type": "text", "value": "ok"}]}, ""
 
     async def nothing() -> None:
-        from bridge.rpc.asgi import load_server
+        from wire.http_server import load_server
 
         load_server()
 

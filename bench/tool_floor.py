@@ -2,7 +2,7 @@
 
 It stands where ``lmbridge stdio`` stands in the tool benchmark — the bench editor on its stdin/stdout, the bench
 agent as its child over ACP, the agent's MCP calls coming in over streamable HTTP — and is built from the same
-parts: the JSON-RPC engine (``bridge.rpc.connection``, with the editor connection's history-reusing parser) on both
+parts: the JSON-RPC engine (``wire.rpc.connection``, with the editor connection's history-reusing parser) on both
 stdio links, and the MCP endpoint (``mcp_synthetic.http``, ``SessionTools``) for the calls. What it leaves out is
 everything that makes lmbridge a bridge: no routing or history matching, no session actor or state machine, no
 permission flow, batching, checks of the editor's messages, logging or cancel paths. It serves exactly the
@@ -44,13 +44,13 @@ from bridge.acp.handshake import CLIENT_CAPABILITIES
 from bridge.acp.spawn import spawn_options
 from bridge.config import AgentConfig, load_config
 from bridge.editor.history_parse import HistoryReusingParser
-from bridge.rpc.asgi import load_server
-from bridge.rpc.connection import ACP_CANCEL, EDITOR_CANCEL, JsonRpcConnection, MethodTable, StreamWire
 from mcp_synthetic.http import HttpEndpoints
 from mcp_synthetic.server import SessionTools, load_sdk
 from mcp_synthetic.validation import warm_up_schemas
 from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH, _Prefixed
 from session.permissions import permission_tool_schema
+from wire.http_server import load_server
+from wire.rpc.connection import ACP_CANCEL, EDITOR_CANCEL, JsonRpcConnection, MethodTable, StreamWire
 
 PERMISSION_TOOL = permission_tool_schema()
 
@@ -314,7 +314,7 @@ class Floor:
 
 
 if __name__ == "__main__":
-    from bridge.observe.logs import configure
+    from wire.observe.logs import configure
 
     configure("error")  # to stderr: stdout carries the editor protocol only
     relay = sys.argv[1:2] == ["--relay"]

@@ -7,6 +7,7 @@
 - ``shim``: the stdio relay an agent starts (standard library only)
 - ``http``: the same server over streamable HTTP, for agents that speak it
 
-May import: ``bridge.errors``, ``bridge.observe`` and the line framing of ``bridge.rpc.protocol`` only. A call
-waits on the session actor through the ``invoke`` callable it is given; it never imports the session layer.
+May import: ``wire.errors``, ``wire.observe``, ``wire.http_server`` (the HTTP transport's server), the line framing
+of ``wire.rpc.protocol``. A call waits on the session actor through the ``invoke`` callable it is given; it never
+imports the session layer.
 """

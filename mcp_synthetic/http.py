@@ -3,7 +3,7 @@
 
 Owns one listener for every session of an lmbridge process (``HttpEndpoints``): each session gets its own path
 (``/mcp/<route>``), its own bearer token (401 without it) and its own official-SDK streamable-HTTP session manager,
-all served by the project's HTTP server (``bridge.rpc.asgi``: Hypercorn's Trio worker). The SDK's DNS-rebinding
+all served by the project's HTTP server (``wire.http_server``: Hypercorn's Trio worker). The SDK's DNS-rebinding
 protection stays on (the Host header must be this listener's address). A closed session's path answers 404.
 
 The SDK is imported, and a route's session manager started, only when a request needs it: ``mcp_synthetic.early``
@@ -23,7 +23,8 @@ from typing import Any
 
 import trio
 
-from bridge.rpc.asgi import listening_socket, read_body, serve_asgi
+from wire.http_server import listening_socket, read_body, serve_asgi
+from wire.observe.logger import Logger
 
 from .early import (
     SESSION_HEADER,
@@ -86,7 +87,7 @@ def load_http() -> None:
     import mcp.server.streamable_http_manager
     import mcp.server.transport_security  # noqa: F401
 
-    from bridge.rpc.asgi import load_server
+    from wire.http_server import load_server
 
     load_server()
 
@@ -100,7 +101,7 @@ class HttpEndpoints:
 
     def __init__(
         self,
-        log: Any,
+        log: Logger,
         ready: Callable[[], Awaitable[None]],
         serving: Callable[[], Awaitable[None]] | None = None,
         *,

@@ -24,7 +24,8 @@ from typing import Any
 
 import trio
 
-from bridge.rpc.protocol import LineFramer
+from wire.observe.logger import Logger
+from wire.rpc.protocol import LineFramer
 
 from .names import ToolNames
 from .validation import ToolSchema
@@ -134,7 +135,7 @@ class SessionTools:
     """The editor's tools for one ACP session, and the MCP server offering them on any number of connections."""
 
     def __init__(
-        self, invoke: Invoke, *, log: Any, tracer: Any = None, name: str = "mcp", parallel: bool = True
+        self, invoke: Invoke, *, log: Logger, tracer: Any = None, name: str = "mcp", parallel: bool = True
     ) -> None:
         """``parallel``: mark tools ``readOnlyHint`` unless the client says otherwise (see ``agent_annotations``)."""
         self._invoke = invoke

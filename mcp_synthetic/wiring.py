@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bridge.rpc.asgi import load_server
+from wire.http_server import load_server
+from wire.observe.logger import Logger
 
 from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
 from .validation import warm_up_schemas
@@ -87,7 +88,7 @@ async def _import_quietly(load: Callable[[], None]) -> BaseException | None:
     """Run ``load`` in a worker thread; the exception it raised, if any.
 
     The SDK's import makes ~100,000 objects that live as long as the process: the cyclic collector scanning them as
-    they come costs ~12 % of it. Paused meanwhile; they are then frozen out of every later scan, as bridge.core.service
+    they come costs ~12 % of it. Paused meanwhile; they are then frozen out of every later scan, as the bridge service
     does for everything imported at start (with whatever garbage the turns of that moment left: a one-off)."""
     collecting = gc.isenabled()
     gc.disable()
@@ -106,7 +107,7 @@ class EditorToolsSetup:
     """The router's ``SessionSetup``: gives each session that has editor tools its MCP server."""
 
     def __init__(
-        self, *, log: Any, tracer: Any = None, runtime_dir: str | None = None, parallel_tools: bool = True
+        self, *, log: Logger, tracer: Any = None, runtime_dir: str | None = None, parallel_tools: bool = True
     ) -> None:
         self._log = log
         self._parallel_tools = parallel_tools

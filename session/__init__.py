@@ -11,7 +11,8 @@
 - ``router``: client turns → sessions: opening, continuing, closing, idle TTL, LRU cap
 - ``capacity``: the cap's rule (which sessions may be closed) and its thrash counts (sans-IO)
 
-May import: ``bridge.errors``, ``bridge.acp.vocabulary`` (words, not the client), the ACP SDK's schema. It talks
-to agents through the ``AgentProvider``/``AgentHandle`` protocols and to the tools through ``SessionSetup``; it
-knows no front and no wire format of a client.
+May import: ``wire.errors``, ``wire.vocabulary`` (words, not the client), ``wire.cancel`` (a turn's cancel
+signal), ``wire.observe.logger``. Besides those, the ACP SDK's schema. It talks to agents through the
+``AgentProvider``/``AgentHandle`` protocols and to the tools through ``SessionSetup``; it knows no front and no wire
+format of a client.
 """

@@ -21,9 +21,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from bridge.acp.vocabulary import STOP_REASONS
-from bridge.errors import AgentError, AgentReplyError, InternalError, InvalidParams, RpcError
-from bridge.rpc.cancel import CancelRequest
+from wire.cancel import CancelRequest
+from wire.errors import AgentError, AgentReplyError, InternalError, InvalidParams, RpcError
+from wire.observe.logger import Logger
+from wire.vocabulary import STOP_REASONS
 
 from .elicitation import as_permission, elicitation_answer
 from .machine import (
@@ -124,7 +125,7 @@ class _Waiter(Generic[T]):
 
 
 class SessionActor:
-    def __init__(self, agent: AgentLink, session_id: str, machine: SessionMachine, *, log: Any) -> None:
+    def __init__(self, agent: AgentLink, session_id: str, machine: SessionMachine, *, log: Logger) -> None:
         self.agent = agent
         self.session_id = session_id
         self.machine = machine

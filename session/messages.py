@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
-from bridge.errors import MessageError
+from wire.errors import MessageError
 
 __all__ = [
     "ACP_UPDATE_MIME_TYPE",
@@ -24,7 +24,14 @@ __all__ = [
     "MAX_IMAGE_BYTES",
     "PART_TYPES",
     "ROLES",
+    "DataPart",
+    "Message",
     "MessageError",
+    "Part",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCallPart",
+    "ToolResultPart",
     "check_image_size",
     "check_message",
     "check_part",
@@ -35,6 +42,50 @@ __all__ = [
     "string_at",
     "text_of",
 ]
+
+
+# -- the parts and messages of protocol v1, as the fronts build them (docs/protocol.md, "Messages and parts") -------
+
+
+class TextPart(TypedDict):
+    type: Literal["text"]
+    value: str
+
+
+class ThinkingPart(TypedDict):
+    type: Literal["thinking"]
+    value: str
+    id: NotRequired[str]
+
+
+class ToolCallPart(TypedDict):
+    type: Literal["tool_call"]
+    callId: str
+    name: str
+    input: Any  # an object, or the string the model wrote when it was not JSON
+
+
+class DataPart(TypedDict):
+    type: Literal["data"]
+    mimeType: str
+    data: str  # base64
+
+
+class ToolResultPart(TypedDict):
+    type: Literal["tool_result"]
+    callId: str
+    content: list[Part]  # text and data parts (check_part refuses others)
+    isError: NotRequired[bool]
+
+
+Part = TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart
+
+
+class Message(TypedDict):
+    role: Literal["user", "assistant", "system"]
+    content: list[Part]
+    name: NotRequired[str]
+
 
 ROLES = ("user", "assistant", "system")
 PART_TYPES = ("text", "thinking", "tool_call", "tool_result", "data")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bridge.errors import InvalidParams
+from wire.errors import InvalidParams
 
 __all__ = [
     "Choice",

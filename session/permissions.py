@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -297,11 +298,11 @@ class PermissionQuestions:
             self._asked.popitem(last=False)
         return text
 
-    def restore(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def restore(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """The conversation as the session knows it: each assistant message that ends with a question asked here
         gets its permission tool call back, and a user reply that answers it becomes the call's result. Messages
         are the editor protocol's (``role``, ``content`` as a list of parts); unchanged ones are passed through."""
-        out: list[dict[str, Any]] = []
+        out: list[Mapping[str, Any]] = []
         answered: _Asked | None = None
         for message in messages:
             if answered is not None:
@@ -327,7 +328,7 @@ class PermissionQuestions:
             answered = asked
         return out
 
-    def _asked_in(self, message: dict[str, Any]) -> _Asked | None:
+    def _asked_in(self, message: Mapping[str, Any]) -> _Asked | None:
         if message.get("role") != "assistant" or not isinstance(message.get("content"), list):
             return None
         texts = [p for p in message["content"] if isinstance(p, dict) and p.get("type") == "text"]
@@ -408,7 +409,7 @@ def reply_option(reply: str, options: Any) -> str | None:
     return outcome.get("optionId") if isinstance(outcome.get("optionId"), str) else None
 
 
-def _reply_text(message: dict[str, Any]) -> str | None:
+def _reply_text(message: Mapping[str, Any]) -> str | None:
     """The text of a user message made of text only, else None."""
     content = message.get("content")
     if message.get("role") != "user" or not isinstance(content, list) or not content:

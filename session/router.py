@@ -22,8 +22,9 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
-from bridge.errors import AgentReplyError, AgentTimeoutError, InternalError
-from bridge.rpc.cancel import CancelRequest
+from wire.cancel import CancelRequest
+from wire.errors import AgentReplyError, AgentTimeoutError, InternalError
+from wire.observe.logger import Logger
 
 from .actor import AgentLink, OutcomeHook, PartSink, SessionActor, TurnOutcome
 from .capacity import CAP_REASON, REPORT_INTERVAL, CapacityMeter, choose_evictions
@@ -35,7 +36,7 @@ from .permissions import PermissionPolicy
 from .store import SessionStore, StoredSession
 from .transcript import prompt_blocks, trailing_input, transcript
 
-__all__ = ["AgentHandle", "AgentProvider", "ChatRequest", "RouterSettings", "SessionRouter", "SessionSetup"]
+__all__ = ["AgentHandle", "AgentProvider", "RouterSettings", "SessionRouter", "SessionSetup", "TurnRequest"]
 
 R = TypeVar("R")
 
@@ -64,18 +65,22 @@ class AgentProvider(Protocol):
 class SessionSetup(Protocol):
     """Extra per-session set-up around ``session/new`` (the synthetic MCP server plugs in here)."""
 
-    def prepare(self, request: ChatRequest) -> None:
+    def prepare(self, request: TurnRequest) -> None:
         """A request is about to be routed (start slow preparations early)."""
 
-    async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]: ...
+    async def mcp_servers(self, session: LiveSession, request: TurnRequest) -> list[dict[str, Any]]: ...
 
     async def session_closed(self, session: LiveSession) -> None: ...
 
-    def turn_started(self, session: LiveSession, request: ChatRequest) -> None: ...
+    def turn_started(self, session: LiveSession, request: TurnRequest) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
-class ChatRequest:
+class TurnRequest:
+    """One client turn, built once by the front that received it (``bridge.service``): the agent, the history, the
+    client's tools, how the client shows the agent's activity and which session options it chose (``options``), and
+    where and how its history is matched. Nothing on the session path resolves any of it again."""
+
     agent_id: str
     messages: list[Any]
     cwd: str
@@ -132,16 +137,16 @@ class LiveSession:
 
 
 class _NoopSetup:
-    def prepare(self, request: ChatRequest) -> None:
+    def prepare(self, request: TurnRequest) -> None:
         return None
 
-    async def mcp_servers(self, session: LiveSession, request: ChatRequest) -> list[dict[str, Any]]:
+    async def mcp_servers(self, session: LiveSession, request: TurnRequest) -> list[dict[str, Any]]:
         return []
 
     async def session_closed(self, session: LiveSession) -> None:
         return None
 
-    def turn_started(self, session: LiveSession, request: ChatRequest) -> None:
+    def turn_started(self, session: LiveSession, request: TurnRequest) -> None:
         return None
 
 
@@ -151,7 +156,7 @@ class SessionRouter:
         agents: AgentProvider,
         settings: RouterSettings,
         *,
-        log: Any,
+        log: Logger,
         setup: SessionSetup | None = None,
         catalog: AgentCatalog | None = None,
     ) -> None:
@@ -198,7 +203,7 @@ class SessionRouter:
 
     async def chat(
         self,
-        request: ChatRequest,
+        request: TurnRequest,
         sink: PartSink,
         cancel_requested: CancelRequest,
         on_outcome: OutcomeHook | None = None,
@@ -278,7 +283,7 @@ class SessionRouter:
         raise InternalError("could not route the request: its sessions kept closing")
 
     async def _new_session_turn(
-        self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int
+        self, index: ConversationIndex, match: HistoryMatch, request: TurnRequest, turn_id: int
     ) -> tuple[LiveSession, EditorTurn]:
         key = f"{request.agent_id}:{uuid.uuid4().hex}"
         conversation = index.create(key)
@@ -316,7 +321,7 @@ class SessionRouter:
         return session, EditorTurn(turn_id, blocks or None, {}, False, request.options)
 
     def _continue_turn(
-        self, index: ConversationIndex, match: HistoryMatch, request: ChatRequest, turn_id: int, session: LiveSession
+        self, index: ConversationIndex, match: HistoryMatch, request: TurnRequest, turn_id: int, session: LiveSession
     ) -> EditorTurn:
         conversation = session.conversation
         new = match.new_messages
@@ -343,7 +348,7 @@ class SessionRouter:
 
     # -- sessions --------------------------------------------------------------------------------------------
 
-    async def _stored(self, request: ChatRequest) -> tuple[int, StoredSession] | None:
+    async def _stored(self, request: TurnRequest) -> tuple[int, StoredSession] | None:
         """A stored session that answered a prefix of this (unknown) history, if any and not in use. One being
         closed is waited for: reopening it while the agent is told to close it would lose it."""
         store = self._settings.store
@@ -365,7 +370,7 @@ class SessionRouter:
         live = {s.session_id for s in self._sessions.values()}
         return None if hit[1].session_id in live else hit
 
-    def _remember(self, session: LiveSession, request: ChatRequest) -> None:
+    def _remember(self, session: LiveSession, request: TurnRequest) -> None:
         store = self._settings.store
         agent = session.agent
         if store is None or agent is None or agent.info is None or not (agent.info.can_resume or agent.info.can_load):
@@ -391,7 +396,7 @@ class SessionRouter:
         raise AgentTimeoutError(agent_id, method, timeout)
 
     async def _open(
-        self, session: LiveSession, request: ChatRequest, stored: tuple[int, StoredSession] | None = None
+        self, session: LiveSession, request: TurnRequest, stored: tuple[int, StoredSession] | None = None
     ) -> int | None:
         """Open the ACP session: resume or load a stored one when the agent can, else ``session/new``. Returns
         how many messages of the request the agent already knows (None for a new session)."""

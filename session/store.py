@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wire.observe.logger import Logger
+
 __all__ = ["SessionStore", "StoredSession", "default_state_path"]
 
 _VERSION = 1
@@ -71,7 +73,7 @@ class SessionStore:
         path: Path | None,
         *,
         max_entries: int = 2000,
-        log: Any = None,
+        log: Logger | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         """``on_change``: called (instead of writing the file) whenever there is something to write."""

@@ -8,7 +8,7 @@ import typing
 def test_stop_reasons_are_the_acp_schemas() -> None:
     from acp.schema import PromptResponse
 
-    from bridge.acp.vocabulary import STOP_REASONS
+    from wire.vocabulary import STOP_REASONS
 
     assert typing.get_args(PromptResponse.model_fields["stop_reason"].annotation) == STOP_REASONS
 
@@ -16,6 +16,6 @@ def test_stop_reasons_are_the_acp_schemas() -> None:
 def test_protocol_version_is_the_sdks() -> None:
     import acp
 
-    from bridge.acp.vocabulary import PROTOCOL_VERSION
+    from wire.vocabulary import PROTOCOL_VERSION
 
     assert PROTOCOL_VERSION == acp.PROTOCOL_VERSION

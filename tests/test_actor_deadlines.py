@@ -10,9 +10,9 @@ import trio.lowlevel
 import trio.testing
 from conftest import HANG
 
-from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor
 from session.machine import EditorTurn, SessionMachine
+from wire.cancel import CancelRequest
 
 
 class _Log:

@@ -9,10 +9,10 @@ import trio.lowlevel
 import trio.testing
 from conftest import HANG
 
-from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor
 from session.machine import EditorTurn, SessionMachine, TurnOptions
 from session.options import SessionOptions
+from wire.cancel import CancelRequest
 
 OPENED = {
     "sessionId": "s1",
@@ -129,7 +129,7 @@ async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -
 
 
 async def test_the_agents_refusal_fails_the_turn_quoting_it_and_no_prompt_goes_out() -> None:
-    from bridge.errors import AgentReplyError, RpcError
+    from wire.errors import AgentReplyError, RpcError
 
     agent = FakeAgent()
     actor = _actor(agent)

@@ -10,11 +10,11 @@ import trio.lowlevel
 import trio.testing
 from conftest import HANG
 
-from bridge.errors import AgentExitedError
-from bridge.observe.logs import get_logger
-from bridge.rpc.cancel import CancelRequest
 from session.actor import SessionActor, TurnOutcome
 from session.machine import EditorTurn, SessionMachine
+from wire.cancel import CancelRequest
+from wire.errors import AgentExitedError
+from wire.observe.logs import get_logger
 
 
 class _Reply:

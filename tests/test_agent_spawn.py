@@ -12,7 +12,7 @@ from conftest import gone_after_kill, processes_with_marker
 from bridge.acp.pool import AgentPool
 from bridge.acp.spawn import EarlyAgent, first_chat_agent, spawn_agent, start_early
 from bridge.config import AgentConfig
-from bridge.observe.logs import get_logger
+from wire.observe.logs import get_logger
 
 SHARED = AgentConfig(id="claude", name="Claude", command=sys.executable)
 OWN = AgentConfig(id="own", name="Own", command=sys.executable, isolation="session")

@@ -1,40 +1,30 @@
 """The tree is the architecture diagram: these tests keep it that way.
 
 Every import between lmbridge's own modules counts — at the top of a module, inside a function, under
-``TYPE_CHECKING`` — and each goes down the layers of ``LAYERS`` (or stays inside its own package). No cycles.
+``TYPE_CHECKING``. The top-level packages are floors (``wire`` at the bottom, ``session`` and ``mcp_synthetic`` on it,
+``bridge`` on top) and every import between them points down. Each package says in its ``__init__`` docstring what it
+may import (``May import: ...``, the names in double backquotes): a module may import its own package's modules, the
+packages above it in its own path (Python imports them anyway), and what its package names — nothing else. No cycles.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("bridge", "session", "mcp_synthetic")
-
-# Lowest first. A module may import modules of its own package and of lower layers only.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("bridge", "bridge.errors", "bridge.config", "bridge.observe", "bridge.acp.vocabulary")),
-    ("wire", ("bridge.rpc",)),
-    ("acp client", ("bridge.acp",)),
-    ("sessions and tools", ("session", "mcp_synthetic")),
-    ("core", ("bridge.core",)),
-    ("fronts", ("bridge.editor", "bridge.http")),
-    ("shells", ("bridge.daemon",)),
-    ("harness", ("bridge.harness",)),
-    ("command line", ("bridge.cli", "bridge.__main__")),
-]
-# The demo agent runs in a process of its own: the bridge never imports it, it imports only what it shares.
-DEMO = "bridge.demo"
-DEMO_MAY_IMPORT = ("bridge", "bridge.acp.vocabulary", "session.transcript")
+FLOORS = ("wire", ("session", "mcp_synthetic"), "bridge")  # lowest first
+TOP_LEVEL = ("wire", "session", "mcp_synthetic", "bridge")
+DEMO = "bridge.demo"  # a process of its own: nothing imports it
 FRONTS = ("bridge.editor", "bridge.http")
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
+    for package in TOP_LEVEL:
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -43,6 +33,12 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+PACKAGES = sorted(name for name, path in MODULES.items() if path.name == "__init__.py")
+
+
+def _package_of(module: str) -> str:
+    """The innermost package holding ``module`` (a package is its own)."""
+    return module if module in PACKAGES else module.rsplit(".", 1)[0]
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -71,19 +67,29 @@ def _imports(name: str, path: Path) -> set[str]:
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
-
-def _layer(module: str) -> int:
-    best, rank = -1, -1
-    for index, (_label, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
-                best, rank = len(prefix), index
-    assert rank >= 0, f"{module} is in no layer: add it to LAYERS"
-    return rank
+_MAY_IMPORT = re.compile(r"May import:(.*?)(?:\.\s|\.$|\n\n|$)", re.S)
 
 
-def _package(module: str) -> str:
-    return ".".join(module.split(".")[:2])
+def _allowed(package: str) -> tuple[str, ...]:
+    """What ``package``'s docstring says it may import: the lmbridge names in its ``May import:`` sentence."""
+    docstring = ast.get_docstring(ast.parse(MODULES[package].read_text())) or ""
+    found = _MAY_IMPORT.search(docstring)
+    if found is None:
+        return ()
+    names = re.findall(r"``([a-z_][a-z_.]*)``", found.group(1))
+    return tuple(name for name in names if name.split(".")[0] in TOP_LEVEL)
+
+
+ALLOWED = {package: _allowed(package) for package in PACKAGES}
+
+
+def _floor(module: str) -> int:
+    top = module.split(".")[0]
+    return next(i for i, floor in enumerate(FLOORS) if top == floor or top in floor)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
 def test_no_import_cycles() -> None:
@@ -121,55 +127,80 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
-def test_dependencies_point_down_the_layers() -> None:
+def test_every_import_between_top_level_packages_points_down() -> None:
+    wrong = [
+        f"{module} → {target}"
+        for module, targets in sorted(GRAPH.items())
+        for target in sorted(targets)
+        if module.split(".")[0] != target.split(".")[0] and _floor(target) >= _floor(module)
+    ]
+    assert wrong == []
+
+
+def test_every_import_is_one_its_package_names() -> None:
     wrong = []
     for module, targets in sorted(GRAPH.items()):
-        if module == DEMO or module.startswith(DEMO + "."):
-            continue
+        package = _package_of(module)
         for target in sorted(targets):
-            if target == DEMO or target.startswith(DEMO + "."):
-                wrong.append(f"{module} → {target} (nothing imports the demo agent: it is a process of its own)")
-            elif _package(target) != _package(module) and _layer(target) > _layer(module):
-                wrong.append(f"{module} ({LAYERS[_layer(module)][0]}) → {target} ({LAYERS[_layer(target)][0]})")
+            own = _package_of(target) == package
+            above = target in PACKAGES and _within(module, target)  # a package on the module's own path
+            named = any(_within(target, allowed) for allowed in ALLOWED[package])
+            if not (own or above or named):
+                wrong.append(f"{module} → {target} ({package} may import: {', '.join(ALLOWED[package]) or 'nothing'})")
+    assert wrong == []
+
+
+def test_every_name_in_an_allow_list_exists_and_is_below_or_beside_it() -> None:
+    wrong = []
+    for package, allowed in ALLOWED.items():
+        for name in allowed:
+            if name not in MODULES:
+                wrong.append(f"{package} names {name}, which is no module of lmbridge")
+            elif _floor(name) > _floor(package):
+                wrong.append(f"{package} names {name}, a floor above it")
     assert wrong == []
 
 
 def test_nothing_below_the_shells_imports_a_front() -> None:
-    shells = _layer("bridge.daemon")
+    # The fronts are imported by the shells (bridge.daemon), the command line and the harness (the editor client).
+    may = ("bridge.daemon", "bridge.cli", "bridge.harness", *FRONTS)
     wrong = [
         f"{module} → {target}"
         for module, targets in GRAPH.items()
         for target in targets
-        if target.startswith(FRONTS)
-        and not module.startswith(FRONTS)
-        and _layer(module) < shells
-        and not module.startswith(DEMO)
+        if target.startswith(FRONTS) and not module.startswith(may)
     ]
     assert wrong == []
 
 
-def test_the_demo_agent_imports_only_what_it_shares() -> None:
+def test_nothing_imports_the_demo_agent() -> None:
     wrong = [
         f"{module} → {target}"
         for module, targets in GRAPH.items()
-        if module.startswith(DEMO)
+        if not _within(module, DEMO)
         for target in targets
-        if not target.startswith(DEMO) and target not in DEMO_MAY_IMPORT
+        if _within(target, DEMO)
     ]
     assert wrong == []
 
 
-def test_bridge_root_holds_at_most_four_modules_and_a_package_per_concern() -> None:
+def test_bridge_root_holds_at_most_three_modules_and_a_package_per_concern() -> None:
     root = ROOT / "bridge"
     modules = sorted(p.name for p in root.glob("*.py"))
     packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").is_file())
-    assert len(modules) <= 4, modules
+    assert len(modules) <= 3, modules
     assert len(packages) >= 4, packages
 
 
-@pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items() if p.name == "__init__.py"))
-def test_every_package_says_what_it_owns(package: str) -> None:
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_package_says_what_it_owns_and_may_import(package: str) -> None:
     docstring = ast.get_docstring(ast.parse(MODULES[package].read_text()))
-    assert docstring and len(docstring) > 40, (
-        f"{package}/__init__.py needs a docstring: what it owns, what it may import"
-    )
+    assert docstring and len(docstring) > 40, f"{package}/__init__.py needs a docstring: what it owns, may import"
+    assert "May import:" in docstring, f"{package}/__init__.py: say what it may import (May import: ...)"
+
+
+def test_the_allow_lists_are_read() -> None:
+    """The test reads what the docstrings say (a docstring the pattern missed would allow nothing, and fail above)."""
+    assert ALLOWED["session"] == ("wire.errors", "wire.vocabulary", "wire.cancel", "wire.observe.logger")
+    assert ALLOWED["wire"] == ()
+    assert "bridge.acp" in ALLOWED["bridge.service"]

@@ -1,4 +1,4 @@
-"""The project's HTTP server (``bridge.rpc.asgi``) on a real socket: a connection its client closes between requests
+"""The project's HTTP server (``wire.http_server``) on a real socket: a connection its client closes between requests
 is closed at once, not held with its socket and tasks until the keep-alive timer runs out."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import trio
 import trio.testing
 from conftest import HANG
 
-from bridge.rpc.asgi import listening_socket, serve_asgi
+from wire.http_server import listening_socket, serve_asgi
 
 
 async def _ok(scope: dict[str, Any], receive: Any, send: Any) -> None:

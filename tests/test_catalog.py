@@ -1,13 +1,13 @@
-"""What agents offer (session.catalog) and the model entries built from it (bridge.core.models)."""
+"""What agents offer (session.catalog) and the model entries built from it (bridge.service.models)."""
 
 from __future__ import annotations
 
 import pytest
 
 from bridge.config import AgentConfig
-from bridge.core.models import model_entries, resolve_model
-from bridge.errors import UnknownModel
+from bridge.service.models import model_entries, resolve_model
 from session.catalog import AgentCatalog, AgentOffer, Command
+from wire.errors import UnknownModel
 
 OPENED = {
     "sessionId": "s1",

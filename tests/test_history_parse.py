@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.editor.history_parse import HistoryReusingParser
-from bridge.errors import PARSE_ERROR
-from bridge.rpc.protocol import InvalidMessage, JsonRpcProtocol, Request
+from wire.errors import PARSE_ERROR
+from wire.rpc.protocol import InvalidMessage, JsonRpcProtocol, Request
 
 
 def chat(messages: list, request_id: int = 1, **params) -> bytes:
@@ -284,7 +284,7 @@ def test_the_editor_connection_checks_a_repeated_tool_list_once() -> None:
     from types import SimpleNamespace
 
     from bridge.editor.connection import EditorConnection
-    from bridge.errors import InvalidParams
+    from wire.errors import InvalidParams
 
     connection = SimpleNamespace(_checked_tools=(None, []))
     raw = [_tool(n) for n in range(3)]

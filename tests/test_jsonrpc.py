@@ -8,8 +8,8 @@ import json
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bridge.errors import INVALID_REQUEST, PARSE_ERROR
-from bridge.rpc.protocol import (
+from wire.errors import INVALID_REQUEST, PARSE_ERROR
+from wire.rpc.protocol import (
     ErrorResponse,
     InvalidMessage,
     JsonRpcProtocol,

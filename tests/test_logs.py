@@ -10,7 +10,7 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.observe import logs
+from wire.observe import logs
 
 _structlogs = structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback)
 

@@ -170,8 +170,8 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
     tools out). In-process, on a mock clock."""
     import trio
 
-    from bridge.observe.logs import get_logger
     from mcp_synthetic.server import PROGRESS_INTERVAL, SessionTools
+    from wire.observe.logs import get_logger
 
     release = trio.Event()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.errors import InvalidParams
 from session.options import SessionOptions, request_label
+from wire.errors import InvalidParams
 
 # As Claude Code's adapter 0.49 answers session/new (shortened), plus a boolean and a grouped select.
 OPENED = {

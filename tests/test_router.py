@@ -12,10 +12,10 @@ import pytest
 import trio
 import trio.testing
 
-from bridge.observe.logs import get_logger
-from bridge.rpc.cancel import CancelRequest
 from session.catalog import AgentCatalog
-from session.router import ChatRequest, RouterSettings, SessionRouter
+from session.router import RouterSettings, SessionRouter, TurnRequest
+from wire.cancel import CancelRequest
+from wire.observe.logs import get_logger
 
 
 @dataclass
@@ -152,7 +152,7 @@ class Editor:
             parts.append(part)
 
         outcome = await self.router.chat(
-            ChatRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else CancelRequest()
+            TurnRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else CancelRequest()
         )
         return outcome, parts
 
@@ -416,7 +416,7 @@ async def test_the_outcome_hook_hears_a_turn_end_before_it_returns_with_its_hist
 
     async with trio.open_nursery() as turn:
         turn.start_soon(answer_next_prompt, agent, "end_turn", "hi there")
-        outcome = await router.chat(ChatRequest("fake", history, "/tmp"), sink, CancelRequest(), on_outcome)
+        outcome = await router.chat(TurnRequest("fake", history, "/tmp"), sink, CancelRequest(), on_outcome)
         returned = True
     assert outcome.stop_reason == "end_turn"
     assert heard == [("end_turn", [{"type": "text", "value": "hi there"}], False, MatchKind.CONTINUATION)]

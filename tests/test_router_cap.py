@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_router import FakeAgent, Provider, reply, user
 
-from bridge.observe.logs import get_logger
-from bridge.rpc.cancel import CancelRequest
 from session.capacity import CAP_REASON, CapacityMeter, choose_evictions
-from session.router import ChatRequest, RouterSettings, SessionRouter
+from session.router import RouterSettings, SessionRouter, TurnRequest
 from session.store import SessionStore
+from wire.cancel import CancelRequest
+from wire.observe.logs import get_logger
 
 CONVERSATIONS = 5
 TURNS = 3
@@ -64,7 +64,7 @@ async def run_schedule(schedule: list[tuple[str, int]]) -> tuple[list[Conversati
         async def sink(part: dict[str, Any]) -> None:
             parts.append(part)
 
-        request = ChatRequest("fake", list(conversation.history), "/tmp")
+        request = TurnRequest("fake", list(conversation.history), "/tmp")
         outcome = await router.chat(request, sink, CancelRequest())
         said = "".join(p["value"] for p in parts if p["type"] == "text")
         conversation.outcomes.append((outcome.stop_reason, said))
@@ -165,7 +165,7 @@ async def _one_turn(router: SessionRouter, agent: FakeAgent, history: list[dict[
             await answer(agent, next(iter(agent.running)))
 
         nursery.start_soon(answer_it)
-        return await router.chat(ChatRequest("fake", history, "/tmp"), sink, CancelRequest()), parts
+        return await router.chat(TurnRequest("fake", history, "/tmp"), sink, CancelRequest()), parts
 
 
 async def test_a_request_takes_back_a_session_whose_close_has_not_begun(nursery: trio.Nursery) -> None:

@@ -10,8 +10,8 @@ import trio
 import trio.testing
 from conftest import HANG
 
-from bridge.errors import RpcError
-from bridge.rpc.connection import (
+from wire.errors import RpcError
+from wire.rpc.connection import (
     ACP_CANCEL,
     EDITOR_CANCEL,
     ConnectionClosed,
@@ -342,7 +342,7 @@ async def test_graceful_close_answers_requests_in_flight_first(nursery: trio.Nur
 
 
 async def test_a_cancel_request_calls_back_in_order_once_and_wakes_its_waiters() -> None:
-    from bridge.rpc.cancel import CancelRequest
+    from wire.cancel import CancelRequest
 
     cancel = CancelRequest()
     heard: list[str] = []

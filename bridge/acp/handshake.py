@@ -16,10 +16,10 @@ from typing import Any
 import trio
 
 from bridge import __version__
-from bridge.errors import RpcError
-from bridge.rpc.connection import ConnectionClosed
-
-from .vocabulary import PROTOCOL_VERSION
+from wire.errors import RpcError
+from wire.observe.logger import Logger
+from wire.rpc.connection import ConnectionClosed
+from wire.vocabulary import PROTOCOL_VERSION
 
 __all__ = ["CLIENT_CAPABILITIES", "AgentInfo", "HandshakeError", "handshake", "initialize_params", "read_initialize"]
 
@@ -100,7 +100,9 @@ def read_initialize(result: Any) -> AgentInfo:
     )
 
 
-async def handshake(request: Request, *, timeout: float, authenticate: str | None = None, log: Any = None) -> AgentInfo:
+async def handshake(
+    request: Request, *, timeout: float, authenticate: str | None = None, log: Logger | None = None
+) -> AgentInfo:
     """``initialize``, then ``authenticate`` when a method is configured; each step within ``timeout`` seconds."""
     result = await _step(request, "initialize", initialize_params(), timeout, "before answering initialize")
     info = read_initialize(result)

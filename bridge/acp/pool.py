@@ -16,7 +16,8 @@ from typing import Any
 import trio
 
 from bridge.config import AgentConfig
-from bridge.errors import AgentStartError, UnknownModel
+from wire.errors import AgentStartError, UnknownModel
+from wire.observe.logger import Logger
 
 from .process import AgentProcess
 from .spawn import EarlyAgent, kill_spawned
@@ -43,7 +44,7 @@ class AgentPool:
         stop_grace: float = 3.0,
         idle_ttl: float = 600.0,
         tracer: Any = None,
-        log: Any,
+        log: Logger,
     ) -> None:
         self.configs: dict[str, AgentConfig] = dict(configs)
         self._stop_grace = stop_grace

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 import trio
 
 from bridge.config import AgentConfig
-from bridge.errors import AgentExitedError, AgentStartError, InvalidParams
-from bridge.observe.logs import get_logger
-from bridge.observe.redact import redact
-from bridge.rpc.connection import (
+from wire.errors import AgentExitedError, AgentStartError, InvalidParams
+from wire.observe.logs import get_logger
+from wire.observe.redact import redact
+from wire.rpc.connection import (
     ACP_CANCEL,
     ConnectionClosed,
     JsonRpcConnection,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bridge.config import AgentConfig
-from bridge.observe.redact import add_secrets_from_env
+from wire.observe.redact import add_secrets_from_env
 
 __all__ = [
     "EarlyAgent",

@@ -2,6 +2,12 @@
 
 Owns argument parsing and turning configuration mistakes into one clear line on stderr (exit status 2). Each
 subcommand's work lives in its own module, imported only when that subcommand runs, so start-up stays fast.
+
+- ``chat``: ``lmbridge chat``, an agent from the terminal
+- ``demo``: ``lmbridge demo``, the scripted conversation
+
+May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.editor``, ``bridge.config``, ``wire``. Nothing imports it
+but ``python -m bridge``.
 """
 
 from __future__ import annotations
@@ -163,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     tracer = None
     if args.trace_dir:
-        from bridge.observe.trace import Tracer
+        from wire.observe.trace import Tracer
 
         try:
             tracer = Tracer(args.trace_dir)
@@ -176,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if tracer is not None:
                 tracer.close()
-    from bridge.observe.logs import configure
+    from wire.observe.logs import configure
 
     configure(args.log_level, args.log_format)
     try:
@@ -211,7 +217,7 @@ def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         import trio
 
         from bridge.daemon.stdio import serve_stdio
-        from bridge.observe.logs import configure, get_logger
+        from wire.observe.logs import configure, get_logger
 
         configure(args.log_level, args.log_format)
         log = get_logger()
@@ -247,7 +253,7 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
 
     from bridge.daemon.security import ServeError
     from bridge.daemon.serve import ServeOptions, serve_daemon
-    from bridge.observe.logs import get_logger
+    from wire.observe.logs import get_logger
 
     http_address = args.http or config.serve.http
     websocket = not (http_address and args.listen is None and args.unix is None)

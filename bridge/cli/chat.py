@@ -25,7 +25,7 @@ from typing import Any
 import trio
 
 from bridge.editor.client import ChatResult, EditorClient, connect_daemon, spawn_stdio
-from bridge.errors import RpcError
+from wire.errors import RpcError
 
 __all__ = ["EXAMPLE_TOOLS", "Completions", "run_chat", "run_example_tool", "status_line"]
 

@@ -8,5 +8,6 @@ Origin, TLS, limits.
 - ``serve``: the listening sockets, one editor connection per WebSocket, the orderly stop
 - ``http_listener``: the HTTP API front on its socket, under the same token, Origin and TLS rules
 
-May import anything below it: the fronts, ``bridge.core``, ``bridge.rpc``, ``bridge.config``, ``bridge.observe``.
+May import: ``bridge.editor``, ``bridge.http``, ``bridge.service``, ``bridge.acp.spawn`` (a first chat's agent),
+``bridge.config``, ``session.permissions`` (the permission tool's schema), ``wire``.
 """

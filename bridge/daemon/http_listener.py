@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import socket
 import ssl
-from typing import Any
 
 import trio
 
-from bridge.core.service import BridgeService
 from bridge.http.app import HttpFront, HttpSettings
-from bridge.rpc.asgi import listening_socket, serve_asgi
+from bridge.service.composition import BridgeService
+from wire.http_server import listening_socket, serve_asgi
+from wire.observe.logger import Logger
 
 from .security import Refusal, ServeError, bearer, check_listen_address, check_origin, check_token, origins_in
 
@@ -40,7 +40,7 @@ class HttpListener:
         *,
         tls: ssl.SSLContext | None,
         allow_remote: bool,
-        log: Any,
+        log: Logger,
     ) -> HttpListener:
         """Check the address and bind it; ``ServeError`` says what to change."""
         host, port = address

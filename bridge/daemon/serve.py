@@ -4,7 +4,7 @@
 Owns the listening sockets (TCP on loopback by default, or a unix socket for the WebSocket), the checks that come
 before any method can run — bearer token, Origin, connection limit — the token file, one ``EditorConnection`` per
 WebSocket connection (one JSON-RPC message per text frame), per-connection limits (message size, requests in
-flight, idle timeout), serving the HTTP front on Hypercorn (``bridge.rpc.asgi``) with the same token, Origin and
+flight, idle timeout), serving the HTTP front on Hypercorn (``wire.http_server``) with the same token, Origin and
 TLS rules, and the orderly stop on SIGTERM/SIGINT: stop accepting, cancel running turns, close sessions, stop agent
 process groups, exit 0.
 
@@ -27,11 +27,12 @@ import trio
 import trio_websocket
 
 from bridge.config import Config
-from bridge.core.service import BridgeService
 from bridge.editor.connection import EditorConnection
-from bridge.observe.redact import add_secret
-from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
-from bridge.rpc.websocket import WebSocketWire
+from bridge.service.composition import BridgeService
+from wire.observe.logger import Logger
+from wire.observe.redact import add_secret
+from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
+from wire.rpc.websocket import WebSocketWire
 
 from .security import (
     Refusal,
@@ -88,7 +89,7 @@ class WebSocketDaemon:
     refuse new editors while answering the connected ones)."""
 
     def __init__(
-        self, service: BridgeService, options: ServeOptions, token: str, *, log: Any, tracer: Any = None
+        self, service: BridgeService, options: ServeOptions, token: str, *, log: Logger, tracer: Any = None
     ) -> None:
         self._service = service
         self.handlers: trio.Nursery | None = None
@@ -247,7 +248,7 @@ class WebSocketDaemon:
 
 
 async def serve_daemon(
-    config: Config, options: ServeOptions, *, log: Any, tracer: Any = None, stdout: Any = None
+    config: Config, options: ServeOptions, *, log: Logger, tracer: Any = None, stdout: Any = None
 ) -> int:
     token_path = Path(options.token_file).expanduser() if options.token_file else default_token_path()
     token = load_token(token_path)
@@ -293,7 +294,7 @@ async def serve_daemon(
     return 0
 
 
-def _http_listener(service: BridgeService, options: ServeOptions, token: str, log: Any) -> Any:
+def _http_listener(service: BridgeService, options: ServeOptions, token: str, log: Logger) -> Any:
     from bridge.http.app import HttpSettings
 
     from .http_listener import HttpListener
@@ -312,7 +313,7 @@ def _http_listener(service: BridgeService, options: ServeOptions, token: str, lo
     )
 
 
-async def _wait_for_signal(log: Any) -> None:
+async def _wait_for_signal(log: Logger) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             log.info("stopping on signal", signal=signal.Signals(signum).name)

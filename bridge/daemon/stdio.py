@@ -20,6 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bridge.config import Config
+from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported when needed: this module runs before the rest of lmbridge is imported
     from bridge.editor.initialize import EditorHello
@@ -57,7 +58,7 @@ def read_initialize(
     consumed, for the protocol engine to carry on with. Anything unusual — another method, invalid params, a huge
     line, end of input — is left to the engine, which answers it exactly as it would have."""
     from bridge.editor.initialize import parse_initialize
-    from bridge.errors import RpcError
+    from wire.errors import RpcError
 
     data = b""
     while b"\n" not in data:
@@ -89,8 +90,8 @@ def read_initialize(
 def answer_initialize(config: Config, first: EarlyInitialize, protocol_fd: int, *, tracer: Any = None) -> None:
     """Answer the ``initialize`` ``read_initialize`` read, on the protocol's fd."""
     from bridge.editor.initialize import initialize_result
-    from bridge.rpc.protocol import JsonRpcProtocol
     from session.permissions import permission_tool_schema
+    from wire.rpc.protocol import JsonRpcProtocol
 
     result = initialize_result(permission_tool_schema(config.permissions.tool_name))
     reply = JsonRpcProtocol.respond(first.request_id, result)
@@ -117,7 +118,7 @@ def start_first_chat_agent(config: Config, first: EarlyInitialize | None, pendin
 async def serve_stdio(
     config: Config,
     *,
-    log: Any,
+    log: Logger,
     tracer: Any = None,
     stdin_fd: int = 0,
     stdout_fd: int | None = None,
@@ -132,9 +133,9 @@ async def serve_stdio(
     before)."""
     import trio
 
-    from bridge.core.service import BridgeService
     from bridge.editor.connection import EditorConnection
-    from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, StreamWire
+    from bridge.service.composition import BridgeService
+    from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, StreamWire
 
     protocol_fd = reserve_stdout() if stdout_fd is None else stdout_fd
     service = BridgeService(config, log=log, tracer=tracer)
@@ -181,7 +182,7 @@ async def _set_when(event: Any, stop: Any, why: str) -> None:
     stop.set()
 
 
-async def _stop_on_signals(stop: Any, log: Any) -> None:
+async def _stop_on_signals(stop: Any, log: Logger) -> None:
     import signal
 
     import trio

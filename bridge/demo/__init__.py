@@ -5,6 +5,6 @@ the prompt, with no model behind it. ``python -m bridge.demo`` runs it.
 - ``agent``: the agent: sessions, carrying out directives, ``session/load`` and ``session/resume``
 - ``tools``: its MCP client side (how ``/tool`` reaches the MCP servers given in ``session/new``)
 
-May import: ``session.transcript`` (the context marker) and the ACP and MCP SDKs; it runs in its own process and
-nothing of the bridge imports it.
+May import: ``session.transcript`` (the context marker), ``wire.vocabulary``. Besides those, the ACP and MCP SDKs:
+it runs in a process of its own and nothing of lmbridge imports it.
 """

@@ -26,8 +26,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.acp.vocabulary import STOP_REASONS
 from session.transcript import CONTEXT_PREFIX
+from wire.vocabulary import STOP_REASONS
 
 from .directives import DIRECTIVES, PERMISSION_OPTIONS, ScriptError, Step, parse_script, reference
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.acp.vocabulary import STOP_REASONS
+from wire.vocabulary import STOP_REASONS
 
 __all__ = [
     "DIRECTIVES",

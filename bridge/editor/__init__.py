@@ -6,6 +6,6 @@
 - ``history_parse``: parsing re-sent histories without parsing the repeated part again
 - ``client``: the editor side of the protocol (the demo, ``lmbridge chat``, the harness and the tests use it)
 
-May import: ``bridge.core`` (types only), ``session``, ``bridge.rpc``, ``bridge.config``, ``bridge.errors``,
-``bridge.observe``. Only the shells (``bridge.daemon``, ``bridge.cli``) import a front.
+May import: ``bridge.service``, ``bridge.config``, ``session``, ``wire``. Only the shells (``bridge.daemon``,
+``bridge.cli``) and the harness (the client) import a front.
 """

@@ -18,8 +18,8 @@ from typing import Any
 
 import trio
 
-from bridge.errors import RpcError
-from bridge.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
+from wire.errors import RpcError
+from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
 
 __all__ = [
     "ChatResult",
@@ -243,7 +243,7 @@ async def stop_lmbridge(process: trio.Process, timeout: float) -> None:
 @asynccontextmanager
 async def connect_daemon(url: str, token: str) -> AsyncIterator[EditorClient]:
     """A connected (not yet initialized) client of ``lmbridge serve`` at ``url``."""
-    from bridge.rpc.websocket import WebSocketWire, open_websocket
+    from wire.rpc.websocket import WebSocketWire, open_websocket
 
     async with open_websocket(url, token) as ws:
         client = EditorClient()

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from bridge.core.service import BridgeService
-from bridge.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
-from bridge.rpc.cancel import CancelRequest
-from bridge.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
+from bridge.service.composition import BridgeService
+from bridge.service.view import ClientView
 from session.options import read_choices
 from session.tokens import estimate_message_tokens, estimate_tokens
+from wire.cancel import CancelRequest
+from wire.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
+from wire.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
 
 if TYPE_CHECKING:
     from session.actor import TurnOutcome
@@ -59,8 +60,7 @@ class EditorConnection:
         self.initialized = False
         self.client_info: dict[str, Any] = {}
         self.workspace_folders: list[str] = []
-        self.thinking = False
-        self.acp_updates = False
+        self.view = ClientView()  # how the editor shows the agent's activity (its initialize capabilities)
         self.shutdown_requested = trio.Event()
         self._default_cwd = default_cwd or os.getcwd()
         self._log = service.log.bind(conn=name)
@@ -106,8 +106,7 @@ class EditorConnection:
         """Take what the editor said in ``initialize`` (also when ``lmbridge stdio`` answered it early)."""
         self.client_info = hello.client_info
         self.workspace_folders = list(hello.workspace_folders)
-        self.thinking = hello.thinking
-        self.acp_updates = hello.acp_updates
+        self.view = ClientView(thinking=hello.thinking, acp_updates=hello.acp_updates)
         if hello.agents:
             self.service.add_agents(hello.agents)
         self.service.prestart_agents()
@@ -141,7 +140,7 @@ class EditorConnection:
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        self.service.resolve_model(model_id)  # unknown model → -32602
+        entry = self.service.resolve_model(model_id)  # unknown model → -32602
         messages = params.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidParams("messages", "must be a non-empty list of messages")
@@ -156,6 +155,9 @@ class EditorConnection:
         if conversation is not None and (not isinstance(conversation, str) or not 0 < len(conversation) <= 256):
             raise InvalidParams("options.conversationId", "must be a string of 1 to 256 characters")
         scope = self.scope if conversation is None else f"{self.scope}\0{conversation}"
+        request = self.service.turn_request(
+            entry, messages, tools, cwd=self.cwd, view=self.view, scope=scope, choices=settings
+        )
         connection = context.connection
         request_id = context.id
 
@@ -174,19 +176,7 @@ class EditorConnection:
             self._no_turns = trio.Event()
         started = trio.current_time()
         try:
-            outcome = await self.service.chat(
-                model_id,
-                messages,
-                tools,
-                sink,
-                cancel,
-                cwd=self.cwd,
-                thinking=self.thinking,
-                acp_updates=self.acp_updates,
-                scope=scope,
-                settings=settings,
-                on_outcome=answer,
-            )
+            outcome = await self.service.chat(request, sink, cancel, on_outcome=answer)
         finally:
             self._turn_events.discard(cancel)
             if not self._turn_events:

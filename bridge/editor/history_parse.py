@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.rpc.protocol import parse, scan_json, skip_json_space
+from wire.rpc.protocol import parse, scan_json, skip_json_space
 
 __all__ = ["HistoryReusingParser"]
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from bridge import __version__
 from bridge.config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
-from bridge.errors import InvalidParams
+from wire.errors import InvalidParams
 
 __all__ = ["PROTOCOL_VERSION", "EditorHello", "initialize_result", "parse_initialize"]
 

@@ -14,4 +14,7 @@ Owns nothing itself; it names the modules (each imported only when used, so ``lm
 - ``transcript``: ``--record``: merged, normalised, redacted transcripts
 - ``replay``: ``lmbridge replay``: an ACP agent that replays a transcript's agent side
 - ``pytest_plugin``: the ``acp_agent`` fixture (entry point ``pytest11``)
+
+May import: ``bridge.acp``, ``bridge.editor.client``, ``bridge.config``, ``wire``. It drives lmbridge as a user does
+(a process), never the bridge service in-process.
 """

@@ -33,9 +33,9 @@ import trio
 from bridge.acp.handshake import initialize_params
 from bridge.acp.process import stop_process_group
 from bridge.acp.spawn import agent_environment
-from bridge.acp.vocabulary import STOP_REASONS
-from bridge.errors import RpcError
-from bridge.rpc.connection import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, StreamWire
+from wire.errors import RpcError
+from wire.rpc.connection import ACP_CANCEL, ConnectionClosed, JsonRpcConnection, MethodTable, StreamWire
+from wire.vocabulary import STOP_REASONS
 
 from .driver import SHUTDOWN_TURN, AgentUnderTest
 from .expect import Failure

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.acp.vocabulary import TURN_STOP_REASONS
+from wire.vocabulary import TURN_STOP_REASONS
 
 __all__ = [
     "CHECK_NAMES",

@@ -15,41 +15,38 @@ import json
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from session.messages import Message, Part, ToolResultPart
 from session.tokens import estimate_message_tokens, estimate_tokens
 
-from .turns import (
+from .api import (
+    ApiBody,
     ApiError,
+    HttpTurnResult,
     ParsedRequest,
-    TurnResult,
     function_tool,
     model_options,
     reasoning_effort,
     reported_tokens,
+    sse,
     text_part,
 )
 
 __all__ = ["Messages"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class _Tool(_Model):
+class _Tool(ApiBody):
     name: str
     type: str | None = None
     description: str | None = None
     input_schema: dict[str, Any] | None = None
 
 
-class _Message(_Model):
+class _Message(ApiBody):
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
 
 
-class CountTokensRequest(_Model):
+class CountTokensBody(ApiBody):
     model: str
     messages: list[_Message]
     system: str | list[dict[str, Any]] | None = None
@@ -57,7 +54,7 @@ class CountTokensRequest(_Model):
     tool_choice: dict[str, Any] | None = None
 
 
-class MessagesRequest(CountTokensRequest):
+class MessagesBody(CountTokensBody):
     max_tokens: int
     stream: bool = False
     metadata: dict[str, Any] | None = None
@@ -69,10 +66,11 @@ _ERROR_TYPES = {413: "request_too_large", 401: "authentication_error", 403: "per
 
 class Messages:
     name = "messages"
-    model = MessagesRequest
+    body_model = MessagesBody
+    stream_by_accept = False  # its clients always say, with ``stream``
 
     @staticmethod
-    def parse(request: CountTokensRequest) -> ParsedRequest:
+    def parse(request: CountTokensBody) -> ParsedRequest:
         if not request.messages:
             raise ApiError.bad_request("messages must hold at least one message", "messages")
         system = _system(request.system)
@@ -117,7 +115,7 @@ class Messages:
         return MessagesStream(request)
 
     @staticmethod
-    def body(request: ParsedRequest, result: TurnResult) -> dict[str, Any]:
+    def body(request: ParsedRequest, result: HttpTurnResult) -> dict[str, Any]:
         blocks: list[dict[str, Any]] = []
         for part in result.parts:
             block = _block(part)
@@ -140,8 +138,7 @@ class MessagesStream:
 
     @staticmethod
     def _event(kind: str, **fields: Any) -> bytes:
-        data = json.dumps({"type": kind, **fields}, ensure_ascii=False)
-        return f"event: {kind}\ndata: {data}\n\n".encode()
+        return sse({"type": kind, **fields}, kind)
 
     def start(self) -> list[bytes]:
         message = _message_object(self._request, self._id, [], None)
@@ -183,7 +180,7 @@ class MessagesStream:
         self._open = None
         return [*events, self._event("content_block_stop", index=self._index)]
 
-    def finish(self, result: TurnResult) -> list[bytes]:
+    def finish(self, result: HttpTurnResult) -> list[bytes]:
         usage = _usage(result.usage)
         delta = {"stop_reason": _STOP.get(result.stop_reason, "end_turn"), "stop_sequence": None}
         return [
@@ -194,7 +191,7 @@ class MessagesStream:
 
     def error(self, error: ApiError) -> list[bytes]:
         body = Messages.error_body(error)
-        return [*self._close(), f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n".encode()]
+        return [*self._close(), sse(body, "error")]
 
     @classmethod
     def ping(cls) -> bytes:
@@ -202,7 +199,7 @@ class MessagesStream:
 
 
 def _message_object(
-    request: ParsedRequest, message_id: str, content: list[dict[str, Any]], result: TurnResult | None
+    request: ParsedRequest, message_id: str, content: list[dict[str, Any]], result: HttpTurnResult | None
 ) -> dict[str, Any]:
     return {
         "id": message_id,
@@ -240,7 +237,7 @@ def _block(part: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _system(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def _system(system: str | list[dict[str, Any]] | None) -> list[Message]:
     if not system:
         return []
     if isinstance(system, str):
@@ -249,7 +246,7 @@ def _system(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
     return [{"role": "system", "content": [text_part(text)]}] if text else []
 
 
-def _message(message: _Message, where: str) -> dict[str, Any]:
+def _message(message: _Message, where: str) -> Message:
     content = message.content
     if isinstance(content, str):
         return {"role": message.role, "content": [text_part(content)] if content else []}
@@ -259,7 +256,7 @@ def _message(message: _Message, where: str) -> dict[str, Any]:
     return {"role": message.role, "content": parts}
 
 
-def _parts(block: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _parts(block: dict[str, Any], where: str) -> list[Part]:
     kind = block.get("type")
     if kind == "text" and isinstance(block.get("text"), str):
         return [text_part(block["text"])]
@@ -281,17 +278,17 @@ def _parts(block: dict[str, Any], where: str) -> list[dict[str, Any]]:
         if not isinstance(call_id, str) or not call_id:
             raise ApiError.bad_request("a tool_result block needs tool_use_id", f"{where}.tool_use_id")
         raw = block.get("content", "")
+        inner: list[Part] = []
         if isinstance(raw, str):
             inner = [text_part(raw)] if raw else []
         elif isinstance(raw, list):
-            inner = []
             for index, item in enumerate(raw):
                 if not isinstance(item, dict) or item.get("type") not in ("text", "image"):
                     raise ApiError.bad_request("a tool result holds text and image blocks", f"{where}.content[{index}]")
                 inner += _parts(item, f"{where}.content[{index}]")
         else:
             raise ApiError.bad_request("content must be a string or a list of blocks", f"{where}.content")
-        result: dict[str, Any] = {"type": "tool_result", "callId": call_id, "content": inner}
+        result: ToolResultPart = {"type": "tool_result", "callId": call_id, "content": inner}
         if block.get("is_error"):
             result["isError"] = True
         return [result]

@@ -22,14 +22,16 @@ import trio
 from pydantic import ValidationError
 from starlette.types import Message, Receive, Scope, Send
 
-from bridge.core.service import BridgeService
-from bridge.rpc.asgi import read_body
-from bridge.rpc.cancel import CancelRequest
+from bridge.service.composition import BridgeService
+from wire.cancel import CancelRequest
+from wire.http_server import read_body
+from wire.observe.logger import Logger
 
-from .anthropic_messages import CountTokensRequest, Messages
+from .anthropic_messages import CountTokensBody, Messages
+from .api import ApiBody, ApiError, ApiStream, HttpApi, HttpTurnResult, ParsedRequest
 from .openai_chat import ChatCompletions
 from .openai_responses import Responses, ResponseStore
-from .turns import ApiError, ParsedRequest, TurnResult, TurnRunner
+from .turns import TurnRunner
 
 __all__ = ["Authorize", "HttpFront", "HttpSettings"]
 
@@ -71,7 +73,7 @@ class _ClientGone(Exception):
 class HttpFront:
     """``app`` is the ASGI application."""
 
-    def __init__(self, service: BridgeService, settings: HttpSettings, authorize: Authorize, *, log: Any) -> None:
+    def __init__(self, service: BridgeService, settings: HttpSettings, authorize: Authorize, *, log: Logger) -> None:
         from starlette.routing import Route, Router
 
         self.service = service
@@ -80,6 +82,7 @@ class HttpFront:
         self.log = log.bind(front="http")
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
+        chat, messages = ChatCompletions(), Messages()
         self._turns: set[CancelRequest] = set()  # the cancel signals of the turns running now
         self._idle = trio.Event()
         self._idle.set()
@@ -87,10 +90,10 @@ class HttpFront:
             [
                 Route("/v1/models", self._asgi(self._models), methods=["GET"]),
                 Route("/v1/models/{model:path}", self._asgi(self._model), methods=["GET"]),
-                Route("/v1/chat/completions", self._asgi(self._turn, ChatCompletions), methods=["POST"]),
+                Route("/v1/chat/completions", self._asgi(self._turn, chat), methods=["POST"]),
                 Route("/v1/responses", self._asgi(self._turn, self.responses), methods=["POST"]),
                 Route("/v1/responses/{response_id}", self._asgi(self._stored_response), methods=["GET"]),
-                Route("/v1/messages", self._asgi(self._turn, Messages), methods=["POST"]),
+                Route("/v1/messages", self._asgi(self._turn, messages), methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._asgi(self._count_tokens), methods=["POST"]),
             ],
             default=self._not_found,
@@ -149,13 +152,11 @@ class HttpFront:
         await _respond_json(send, 200, {"object": "list", "data": data})
 
     async def _model(self, scope: Scope, receive: Receive, send: Send) -> None:
-        model_id = scope["path_params"]["model"]
         try:
-            self.runner.check_model(model_id)
+            entry = self.runner.resolve(scope["path_params"]["model"])
         except ApiError as error:
             await _respond_json(send, 404, ChatCompletions.error_body(error))
             return
-        entry = self.runner.service.resolve_model(model_id)
         await _respond_json(send, 200, _model_object(entry.id, entry.name))
 
     async def _stored_response(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -169,7 +170,7 @@ class HttpFront:
 
     async def _count_tokens(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            request = await self._parse(scope, receive, Messages, CountTokensRequest)
+            request = await self._parse(scope, receive, _MESSAGES, CountTokensBody)
             body = Messages.count_tokens(request)
         except _ClientGone:
             return
@@ -178,10 +179,10 @@ class HttpFront:
             return
         await _respond_json(send, 200, body)
 
-    async def _turn(self, scope: Scope, receive: Receive, send: Send, api: Any) -> None:
+    async def _turn(self, scope: Scope, receive: Receive, send: Send, api: HttpApi) -> None:
         headers = {name.lower(): value for name, value in scope["headers"]}
         try:
-            request = await self._parse(scope, receive, api, api.model)
+            request = await self._parse(scope, receive, api, api.body_model)
             conversation = headers.get(CONVERSATION_HEADER)
             if conversation:
                 request.conversation = conversation.decode("utf-8", "replace")
@@ -220,7 +221,7 @@ class HttpFront:
             error=str(result.error) if result.error else None,
         )
 
-    async def _parse(self, scope: Scope, receive: Receive, api: Any, model: Any) -> ParsedRequest:
+    async def _parse(self, scope: Scope, receive: Receive, api: HttpApi, model: type[ApiBody]) -> ParsedRequest:
         body = await _read_body(scope, receive, self.settings.max_body_bytes)
         try:
             data = json.loads(body)
@@ -235,9 +236,9 @@ class HttpFront:
             where = ".".join(str(part) for part in first["loc"])
             problem = "is required" if first["type"] == "missing" else first["msg"]
             raise ApiError.bad_request(f"{where}: {problem}", where) from None
-        request: ParsedRequest = api.parse(validated)
-        self.runner.check_model(request.model)
-        if request.stream is False and _accepts_event_stream(scope) and api is not Messages:
+        request = api.parse(validated)
+        request.entry = self.runner.resolve(request.model)
+        if request.stream is False and api.stream_by_accept and _accepts_event_stream(scope):
             request.stream = "stream" not in data  # asked for by Accept, unless the body said otherwise
         return request
 
@@ -245,7 +246,7 @@ class HttpFront:
 class _Exchange:
     """One turn's response: a JSON body, or an event stream that starts at the first output."""
 
-    def __init__(self, front: HttpFront, api: Any, request: ParsedRequest, receive: Receive, send: Send) -> None:
+    def __init__(self, front: HttpFront, api: HttpApi, request: ParsedRequest, receive: Receive, send: Send) -> None:
         self._front = front
         self._api = api
         self._request = request
@@ -253,14 +254,14 @@ class _Exchange:
         self._send = send
         self.cancel = CancelRequest()  # set: the turn ends (the client went away, or the daemon is stopping)
         self._gone = False  # the client went away: nothing more is sent
-        self._stream = api.stream(request) if request.stream else None
+        self._stream: ApiStream | None = api.stream(request) if request.stream else None
         self._started = False
         self._lock = trio.Lock()
         self._last_write = trio.current_time()
 
-    async def run(self, cwd: str | None) -> TurnResult:
+    async def run(self, cwd: str | None) -> HttpTurnResult:
         front = self._front
-        result: TurnResult
+        result: HttpTurnResult
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_disconnect)
             if self._stream is not None:
@@ -268,7 +269,7 @@ class _Exchange:
             try:
                 result = await front.runner.run(self._request, self._on_part, self.cancel, cwd=cwd)
             except Exception as exc:  # a malformed history, an agent that would not start, ...
-                result = TurnResult("end_turn", None, exc)
+                result = HttpTurnResult("end_turn", None, exc)
             nursery.cancel_scope.cancel()
         if self._gone:
             front.log.info("the client went away; its turn was cancelled", api=self._api.name)
@@ -354,9 +355,12 @@ _PREFLIGHT = [
 ]
 
 
-def _error_shape(scope: Scope) -> Any:
+_MESSAGES, _CHAT = Messages(), ChatCompletions()
+
+
+def _error_shape(scope: Scope) -> HttpApi:
     """The API whose error shape a request gets before it reaches its endpoint (Anthropic's under /v1/messages)."""
-    return Messages if scope["path"].startswith("/v1/messages") else ChatCompletions
+    return _MESSAGES if scope["path"].startswith("/v1/messages") else _CHAT
 
 
 def _model_object(model_id: str, name: str) -> dict[str, Any]:
@@ -393,7 +397,7 @@ async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     return body
 
 
-async def _respond_error(send: Send, api: Any, error: ApiError) -> None:
+async def _respond_error(send: Send, api: HttpApi, error: ApiError) -> None:
     extra = []
     if error.retry_after is not None:
         extra.append((b"retry-after", str(max(1, round(error.retry_after))).encode()))

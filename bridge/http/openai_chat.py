@@ -14,13 +14,14 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from session.messages import Message, Part, ToolResultPart
 
-from .turns import (
-    SSE_COMMENT_PING,
+from .api import (
+    SSE_PING,
+    ApiBody,
     ApiError,
+    HttpTurnResult,
     ParsedRequest,
-    TurnResult,
     function_tool,
     image_part,
     model_options,
@@ -28,50 +29,47 @@ from .turns import (
     parsed_arguments,
     reasoning_effort,
     reported_tokens,
+    sse,
     text_part,
 )
 
 __all__ = ["ChatCompletions"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class _Function(_Model):
+class _Function(ApiBody):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class _Tool(_Model):
+class _Tool(ApiBody):
     type: str = "function"
     function: _Function | None = None
 
 
-class _CallFunction(_Model):
+class _CallFunction(ApiBody):
     name: str
     arguments: str = ""
 
 
-class _ToolCall(_Model):
+class _ToolCall(ApiBody):
     id: str
     type: str = "function"
     function: _CallFunction
 
 
-class _Message(_Model):
+class _Message(ApiBody):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[_ToolCall] | None = None
     tool_call_id: str | None = None
 
 
-class _StreamOptions(_Model):
+class _StreamOptions(ApiBody):
     include_usage: bool = False
 
 
-class ChatRequest(_Model):
+class ChatCompletionsBody(ApiBody):
     model: str
     messages: list[_Message]
     tools: list[_Tool] | None = None
@@ -87,10 +85,11 @@ _FINISH_OTHER = {"refusal": "content_filter", "cancelled": "stop"}
 
 class ChatCompletions:
     name = "chat.completions"
-    model = ChatRequest
+    body_model = ChatCompletionsBody
+    stream_by_accept = True
 
     @staticmethod
-    def parse(request: ChatRequest) -> ParsedRequest:
+    def parse(request: ChatCompletionsBody) -> ParsedRequest:
         if not request.messages:
             raise ApiError.bad_request("messages must hold at least one message", "messages")
         messages = [_message(message, f"messages[{index}]") for index, message in enumerate(request.messages)]
@@ -122,7 +121,7 @@ class ChatCompletions:
         return ChatStream(request)
 
     @staticmethod
-    def body(request: ParsedRequest, result: TurnResult) -> dict[str, Any]:
+    def body(request: ParsedRequest, result: HttpTurnResult) -> dict[str, Any]:
         text = "".join(part["value"] for part in result.parts if part["type"] == "text")
         calls = [_call(part) for part in _calls(result.parts)]
         message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
@@ -158,7 +157,7 @@ class ChatStream:
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
             **extra,
         }
-        return b"data: " + json.dumps(chunk, ensure_ascii=False).encode() + b"\n\n"
+        return sse(chunk)
 
     def start(self) -> list[bytes]:
         return [self._chunk({"role": "assistant", "content": ""})]
@@ -172,31 +171,34 @@ class ChatStream:
             return [self._chunk({"tool_calls": [{"index": index, **_call(part)}]})]
         return []
 
-    def finish(self, result: TurnResult) -> list[bytes]:
+    def finish(self, result: HttpTurnResult) -> list[bytes]:
         events = [self._chunk({}, _finish(result.stop_reason))]
         if self._request.include_usage:
             usage = {"id": self._id, "object": "chat.completion.chunk", "created": self._created}
             usage |= {"model": self._request.model, "choices": [], "usage": _usage(result.usage)}
-            events.append(b"data: " + json.dumps(usage).encode() + b"\n\n")
-        return [*events, b"data: [DONE]\n\n"]
+            events.append(sse(usage))
+        return [*events, sse("[DONE]")]
 
     def error(self, error: ApiError) -> list[bytes]:
-        return [b"data: " + json.dumps(ChatCompletions.error_body(error)).encode() + b"\n\n"]
+        return [sse(ChatCompletions.error_body(error))]
 
     @staticmethod
     def ping() -> bytes:
-        return SSE_COMMENT_PING
+        return SSE_PING
 
 
-def _message(message: _Message, where: str) -> dict[str, Any]:
+def _message(message: _Message, where: str) -> Message:
     role = message.role
     if role == "function":
         raise ApiError.bad_request("the legacy 'function' role is not supported; use tools and 'tool'", f"{where}.role")
     if role == "tool":
         if not message.tool_call_id:
             raise ApiError.bad_request("a tool message needs tool_call_id", f"{where}.tool_call_id")
-        content = _content(message.content, where)
-        result = {"type": "tool_result", "callId": message.tool_call_id, "content": content}
+        result: ToolResultPart = {
+            "type": "tool_result",
+            "callId": message.tool_call_id,
+            "content": _content(message.content, where),
+        }
         return {"role": "user", "content": [result]}
     parts = _content(message.content, where)
     if role == "assistant":
@@ -212,12 +214,12 @@ def _message(message: _Message, where: str) -> dict[str, Any]:
     return {"role": "system" if role == "developer" else role, "content": parts}
 
 
-def _content(content: str | list[dict[str, Any]] | None, where: str) -> list[dict[str, Any]]:
+def _content(content: str | list[dict[str, Any]] | None, where: str) -> list[Part]:
     if content is None:
         return []
     if isinstance(content, str):
         return [text_part(content)] if content else []
-    parts = []
+    parts: list[Part] = []
     for index, part in enumerate(content):
         kind = part.get("type")
         if kind == "text" and isinstance(part.get("text"), str):

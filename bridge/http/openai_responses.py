@@ -18,13 +18,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from session.messages import Message, Part, ToolCallPart
 
-from .turns import (
-    SSE_COMMENT_PING,
+from .api import (
+    SSE_PING,
+    ApiBody,
     ApiError,
+    HttpTurnResult,
     ParsedRequest,
-    TurnResult,
     function_tool,
     image_part,
     model_options,
@@ -32,24 +33,21 @@ from .turns import (
     parsed_arguments,
     reasoning_effort,
     reported_tokens,
+    sse,
     text_part,
 )
 
 __all__ = ["ResponseStore", "Responses"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class _Tool(_Model):
+class _Tool(ApiBody):
     type: str
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class ResponsesRequest(_Model):
+class ResponsesBody(ApiBody):
     model: str
     input: str | list[dict[str, Any]]
     instructions: str | None = None
@@ -113,12 +111,13 @@ class ResponseStore:
 
 class Responses:
     name = "responses"
-    model = ResponsesRequest
+    body_model = ResponsesBody
+    stream_by_accept = True
 
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
 
-    def parse(self, request: ResponsesRequest) -> ParsedRequest:
+    def parse(self, request: ResponsesBody) -> ParsedRequest:
         new = _input_messages(request.input)
         if not new:
             raise ApiError.bad_request("input must hold at least one item", "input")
@@ -163,7 +162,7 @@ class Responses:
     def stream(self, request: ParsedRequest) -> ResponsesStream:
         return ResponsesStream(self, request)
 
-    def body(self, request: ParsedRequest, result: TurnResult) -> dict[str, Any]:
+    def body(self, request: ParsedRequest, result: HttpTurnResult) -> dict[str, Any]:
         builder = _Output()
         for part in result.parts:
             builder.add(part)
@@ -171,7 +170,7 @@ class Responses:
         self.remember(request, response, result)
         return response
 
-    def remember(self, request: ParsedRequest, response: dict[str, Any], result: TurnResult) -> None:
+    def remember(self, request: ParsedRequest, response: dict[str, Any], result: HttpTurnResult) -> None:
         if not request.extra["store"]:
             return
         messages = [*request.extra["new"], {"role": "assistant", "content": list(result.parts)}]
@@ -192,7 +191,7 @@ class ResponsesStream:
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
-        return f"event: {kind}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+        return sse(event, kind)
 
     def start(self) -> list[bytes]:
         response = _response(self._request, self._id, self._created, [], None)
@@ -260,7 +259,7 @@ class ResponsesStream:
         events.append(self._event("response.output_item.done", output_index=ids["output_index"], item=item))
         return events
 
-    def finish(self, result: TurnResult) -> list[bytes]:
+    def finish(self, result: HttpTurnResult) -> list[bytes]:
         events = self._done(self._output.close())
         response = _response(self._request, self._id, self._created, self._output.items, result)
         self._api.remember(self._request, response, result)
@@ -275,7 +274,7 @@ class ResponsesStream:
 
     @staticmethod
     def ping() -> bytes:
-        return SSE_COMMENT_PING
+        return SSE_PING
 
 
 _ITEM_KINDS = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}  # part type → item type
@@ -350,7 +349,7 @@ def _in_progress(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _response(
-    request: ParsedRequest, response_id: str, created: int, output: list[dict[str, Any]], result: TurnResult | None
+    request: ParsedRequest, response_id: str, created: int, output: list[dict[str, Any]], result: HttpTurnResult | None
 ) -> dict[str, Any]:
     status, incomplete = "in_progress", None
     if result is not None:
@@ -400,10 +399,10 @@ def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def _input_messages(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _input_messages(raw: str | list[dict[str, Any]]) -> list[Message]:
     if isinstance(raw, str):
         return [{"role": "user", "content": [text_part(raw)]}] if raw else []
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     for index, item in enumerate(raw):
         where = f"input[{index}]"
         kind = item.get("type", "message")
@@ -418,7 +417,7 @@ def _input_messages(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
                 raise ApiError.bad_request("a function_call item needs call_id and name", where)
             arguments = item.get("arguments", "")
-            call = {
+            call: ToolCallPart = {
                 "type": "tool_call",
                 "callId": call_id,
                 "name": name,
@@ -443,14 +442,14 @@ def _input_messages(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return messages
 
 
-def _content(content: Any, where: str) -> list[dict[str, Any]]:
+def _content(content: Any, where: str) -> list[Part]:
     if content is None:
         return []
     if isinstance(content, str):
         return [text_part(content)] if content else []
     if not isinstance(content, list):
         raise ApiError.bad_request("content must be a string or a list of content parts", where)
-    parts = []
+    parts: list[Part] = []
     for index, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):

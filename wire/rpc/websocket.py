@@ -15,7 +15,7 @@ from typing import Any
 import trio
 import trio_websocket
 
-from bridge.errors import INVALID_REQUEST, RpcError
+from wire.errors import INVALID_REQUEST, RpcError
 
 from .protocol import InvalidMessage, JsonRpcProtocol
 

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 import trio
 
-from bridge.errors import (
+from wire.cancel import CancelRequest
+from wire.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -29,10 +30,9 @@ from bridge.errors import (
     RpcError,
     TooManyRequests,
 )
-from bridge.observe.logs import get_logger
+from wire.observe.logs import get_logger
 
 from . import protocol
-from .cancel import CancelRequest
 from .protocol import (
     ErrorResponse,
     InvalidMessage,

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from .logger import Logger
 from .redact import SECRET_NAME
 
 __all__ = ["LEVELS", "configure", "get_logger"]
@@ -101,5 +102,6 @@ def configure(level: str = "info", fmt: str = "console", stream: Any = None) -> 
     )
 
 
-def get_logger(**context: Any) -> Any:
-    return structlog.get_logger("lmbridge", **context)
+def get_logger(**context: Any) -> Logger:
+    logger: Logger = structlog.get_logger("lmbridge", **context)
+    return logger

@@ -16,12 +16,15 @@ import trio
 
 from bridge.acp.pool import AgentPool
 from bridge.config import AgentConfig, Config
-from bridge.core.models import ModelEntry, model_entries, resolve_model
-from bridge.rpc.cancel import CancelRequest
+from bridge.service.models import ModelEntry, model_entries, resolve_model
+from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
+from wire.cancel import CancelRequest
+from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
-    from session.actor import OutcomeHook
+    from session.actor import OutcomeHook, PartSink, TurnOutcome
+    from session.router import TurnRequest
 
 __all__ = ["BridgeService"]
 
@@ -31,7 +34,7 @@ STATE_WRITE_DELAY = 1.0
 
 
 class BridgeService:
-    def __init__(self, config: Config, *, log: Any, tracer: Any = None) -> None:
+    def __init__(self, config: Config, *, log: Logger, tracer: Any = None) -> None:
         from pathlib import Path
 
         from session.permissions import PermissionPolicy, permission_tool_schema
@@ -138,7 +141,7 @@ class BridgeService:
         self._seed_offers(configs.values())
 
     def models(self) -> list[ModelEntry]:
-        """What the fronts list: per agent its default entry, then one per model it offers (``bridge.core.models``)."""
+        """What the fronts list: per agent its default entry, then one per model it offers (``models``)."""
         return model_entries(self.pool.configs, self.catalog)
 
     def resolve_model(self, model_id: str) -> ModelEntry:
@@ -196,46 +199,48 @@ class BridgeService:
             "agents": [{"id": p.id, "pid": p.pid, "sessions": p.session_count} for p in self.pool.processes],
         }
 
-    async def chat(
+    def turn_request(
         self,
-        model_id: str,
+        entry: ModelEntry,
         messages: list[Any],
         tools: list[dict[str, Any]],
-        sink: Any,
-        cancel_requested: CancelRequest,
         *,
         cwd: str,
-        thinking: bool = False,
-        acp_updates: bool = False,
-        activity_as_thinking: bool = False,
+        view: ClientView = ClientView(),
         scope: str = "",
         share_running: bool = True,
-        settings: tuple[tuple[str, Any], ...] = (),
-        on_outcome: OutcomeHook | None = None,
-    ) -> Any:
-        """Run one turn (see ``session.router.SessionRouter.chat``). ``tools`` are the client's, the permission tool
-        among them when the client offers it; the options say how the client shows the agent's activity, and where
-        (``scope``) and how (``share_running``) its history is matched; ``settings`` are the client's choices of
-        the agent's session options (``session.options``); ``on_outcome`` is told the turn's outcome as soon as it is
-        known (see the router)."""
+        choices: tuple[tuple[str, Any], ...] = (),
+    ) -> TurnRequest:
+        """The one request object of a turn, built by the front from what it resolved (``entry``, see
+        ``resolve_model``) and read: the history, the client's tools (the permission tool among them when the client
+        offers it), how it shows the agent's activity (``view``), where (``scope``) and how (``share_running``) its
+        history is matched, and its choices of the agent's session options (``session.options``)."""
         from session.machine import TurnOptions
-        from session.router import ChatRequest
+        from session.router import TurnRequest
 
-        entry = self.resolve_model(model_id)
         # The agent's configured options, then the model the entry chooses, then the client's choices.
-        chosen = {**dict(entry.agent.options), **dict(entry.settings), **dict(settings)}
-        settings = tuple(chosen.items())
+        settings = {**dict(entry.agent.options), **dict(entry.settings), **dict(choices)}
         permission_name = self.permission_tool["name"]
         offered = any(tool["name"] == permission_name for tool in tools)
         bridged = tuple(tool for tool in tools if tool["name"] != permission_name)
         options = TurnOptions(
-            thinking=thinking,
-            acp_updates=acp_updates,
+            thinking=view.thinking,
+            acp_updates=view.acp_updates,
             permission_tool=offered,
-            activity_as_thinking=activity_as_thinking,
-            settings=settings,
+            activity_as_thinking=view.activity_as_thinking,
+            settings=tuple(settings.items()),
         )
-        request = ChatRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running)
+        return TurnRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running)
+
+    async def chat(
+        self,
+        request: TurnRequest,
+        sink: PartSink,
+        cancel_requested: CancelRequest,
+        on_outcome: OutcomeHook | None = None,
+    ) -> TurnOutcome:
+        """Run one turn (see ``session.router.SessionRouter.chat``); ``on_outcome`` is told the turn's outcome as
+        soon as it is known (see the router)."""
         return await self.router.chat(request, sink, cancel_requested, on_outcome)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from bridge.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError
+from wire.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, RpcError
 
 __all__ = [
     "ErrorResponse",

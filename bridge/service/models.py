@@ -14,9 +14,9 @@ from typing import Any
 
 from bridge import __version__
 from bridge.config import AgentConfig
-from bridge.errors import UnknownModel
 from session.catalog import AgentCatalog, AgentOffer, Command
 from session.options import ConfigOption
+from wire.errors import UnknownModel
 
 __all__ = ["ModelEntry", "model_entries", "resolve_model"]
 

@@ -1,1 +1,0 @@
-"""Seeing what lmbridge does: structlog set-up (``logs``) and wire traces (``trace``). Imports nothing of lmbridge."""

@@ -1,0 +1,11 @@
+"""The bridge service every front shares — the composition root: the agent pool, the session router and the
+editor-tools wiring, composed once, and what a front asks of them (models, a turn request and its run, status,
+shutdown).
+
+- ``composition``: ``BridgeService``, built once per process; the order of shutdown
+- ``models``: the model list every front shows (an entry per agent and per model it offers), and resolving a name
+- ``view``: how a client shows the agent's activity (``ClientView``)
+
+May import: ``session``, ``mcp_synthetic``, ``bridge.acp``, ``bridge.config``, ``wire``. Nothing here knows a
+front's wire format; fronts call it, it never calls them.
+"""
