@@ -1,11 +1,11 @@
-# make demo | make test | make lint | make bench | make interop — each creates .venv on first use.
+# make demo | make check | make test | make lint | make bench | make interop — each creates .venv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-plan lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
+.PHONY: demo check test test-plan lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -40,6 +40,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
+
+# The fast inner loop: lint, the in-process tests, and one wire test per front and feature (marked smoke); about a
+# minute on 2 cores. `make test` runs everything.
+check: lint
+	$(BIN)/python -m pytest -q -m "not interop and (not wire or smoke)" $(PYTEST_ARGS)
 
 # The real-agent interop suite (tests/interop) runs too: it installs pinned Claude Code, Codex, Gemini CLI and OpenCode
 # from npm into .interop-cache/ once (about 950 MB) and skips loudly when npm is missing.

@@ -38,10 +38,10 @@ _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 
 # The records below are NamedTuples, not dataclasses: `lmbridge stdio` reads this file before it starts the agent of
-# an editor's first chat, and importing dataclasses (which imports inspect, ast, dis...) and building six of them took
-# ~12 ms of that wait, NamedTuples ~1 ms. They are as immutable; `_replace` and `_fields` stand for dataclasses'.
-# For the same reason the module does without `from __future__ import annotations`: NamedTuple compiles each field's
-# annotation given as a string (~0.1 ms each, 4 ms for these).
+# an editor's first chat, and importing dataclasses (which imports inspect, ast, dis...) and building six of them
+# costs ten times as much. They are as immutable; `_replace` and `_fields` stand for dataclasses'. For the same reason
+# the module does without `from __future__ import annotations`: NamedTuple compiles each field's annotation given as a
+# string.
 
 
 class ConfigError(Exception):
@@ -131,9 +131,6 @@ class Config(NamedTuple):
     serve: ServeSettings = ServeSettings()
     tools: ToolSettings = ToolSettings()
     path: Path | None = None
-
-    def with_agents(self, extra: Mapping[str, AgentConfig]) -> "Config":
-        return self._replace(agents={**self.agents, **extra})
 
 
 def demo_agent() -> AgentConfig:

@@ -125,7 +125,21 @@ class _Waiter(Generic[T]):
 
 
 class SessionActor:
-    def __init__(self, agent: AgentLink, session_id: str, machine: SessionMachine, *, log: Logger) -> None:
+    def __init__(
+        self,
+        agent: AgentLink,
+        session_id: str,
+        machine: SessionMachine,
+        *,
+        log: Logger,
+        options: SessionOptions | None = None,
+        on_offer_update: Callable[[dict[str, Any]], object] | None = None,
+        after_first_actions: Callable[[], object] | None = None,
+    ) -> None:
+        """``options``: what the session can be set to (from the agent's answer that opened it). ``on_offer_update``
+        is told each update that changes what the agent offers (``session.catalog``); ``after_first_actions`` is called
+        once, when the actor has carried out its first actions (the router's "session opened": after the first prompt
+        is out, not on its path)."""
         self.agent = agent
         self.session_id = session_id
         self.machine = machine
@@ -137,12 +151,10 @@ class SessionActor:
         self.closed = False
         self.finished = trio.Event()
         self.last_active = trio.current_time()
-        self.options = SessionOptions()  # what the session can be set to (the router takes it from session/new)
+        self.options = options if options is not None else SessionOptions()
         self._configuring: _Flag | None = None  # options being set before a prompt; True once cancelled meanwhile
-        self.on_offer_update: Callable[[dict[str, Any]], object] = lambda update: None  # the router's catalog
-        # Called once, when the first actions are carried out (the router's "session opened" line: after the first
-        # prompt is out, not on its path).
-        self.after_first_actions: Callable[[], object] | None = None
+        self._on_offer_update = on_offer_update
+        self._after_first_actions = after_first_actions
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -196,11 +208,11 @@ class SessionActor:
                 except trio.WouldBlock:
                     break
             await self._execute(actions)
-            if self.after_first_actions is not None:
+            if self._after_first_actions is not None:
                 self._first_actions_done()
 
     def _first_actions_done(self) -> None:
-        done, self.after_first_actions = self.after_first_actions, None
+        done, self._after_first_actions = self._after_first_actions, None
         if done is not None:
             done()
 
@@ -416,8 +428,8 @@ class SessionActor:
                 kind = update.get("sessionUpdate")
                 if kind in _OPTION_UPDATES:
                     self.options.observe(update)
-                if kind in _OFFER_UPDATES:
-                    self.on_offer_update(update)
+                if kind in _OFFER_UPDATES and self._on_offer_update is not None:
+                    self._on_offer_update(update)
             else:
                 self._log.warning("session/update without an update object; ignored")
         if not updates:

@@ -389,10 +389,6 @@ class SessionMachine:
         return self.state is State.CLOSED
 
     @property
-    def prompt_running(self) -> bool:
-        return self._prompt_running
-
-    @property
     def open_turn(self) -> Hashable | None:
         return self._turn.turn if self._turn is not None else None
 

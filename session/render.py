@@ -12,7 +12,7 @@ Owns how the agent's work looks in an editor that only understands text, thinkin
 
 Updates are read from the dicts as they arrive, each field checked for the type ACP v1 gives it; an update with a
 field of the wrong type renders nothing (as the schema would reject it). The official ``acp.schema`` models are
-not built on this path: building them takes most of a second, which the first turn with a tool call used to wait
+not built on this path: building them takes most of a second, which the first turn with a tool call would wait
 for (``tests/test_render.py`` holds the renderer to the schema's verdicts).
 """
 

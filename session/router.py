@@ -398,88 +398,90 @@ class SessionRouter:
     async def _open(
         self, session: LiveSession, request: TurnRequest, stored: tuple[int, StoredSession] | None = None
     ) -> int | None:
-        """Open the ACP session: resume or load a stored one when the agent can, else ``session/new``. Returns
-        how many messages of the request the agent already knows (None for a new session)."""
+        """Open the ACP session: resume or load a stored one when the agent can, else ``session/new``; then its actor.
+        Returns how many messages of the request the agent already knows (None for a new session)."""
         assert self._nursery is not None
         self._make_room()
-        agent = await self._agents.acquire(request.agent_id)
-        session.agent = agent
+        agent = session.agent = await self._agents.acquire(request.agent_id)
         servers = await self._setup.mcp_servers(session, request)
-        known: int | None = None
-        session_id: Any = None
-        opened: Any = None  # the agent's answer that opened the session (its options are in it)
-        if stored is not None and agent.info is not None and (agent.info.can_resume or agent.info.can_load):
-            length, entry = stored
-            method = "session/resume" if agent.info.can_resume else "session/load"
-            try:
-                params = {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers}
-                opened = await self._ask(agent, request.agent_id, method, params)
-            except AgentTimeoutError:
-                raise
-            except Exception as exc:
-                self._log.info(
-                    "stored session could not be reopened; starting a new one",
-                    method=method,
-                    session=entry.session_id,
-                    error=str(exc),
-                )
-                if self._settings.store is not None:
-                    self._settings.store.forget(entry.session_id)
-            else:
-                session_id, known = entry.session_id, length
-                self._log.info("stored session reopened", method=method, session=session_id, known_messages=length)
-        if session_id is None:
-            opened = result = await self._ask(
-                agent, request.agent_id, "session/new", {"cwd": request.cwd, "mcpServers": servers}
+        opened = await self._reopen(agent, request, stored, servers) if stored is not None else None
+        if opened is None:
+            opened = await self._start_new(agent, request, servers)
+        session.session_id = opened.session_id
+        actor = session.actor = self._new_actor(agent, request, opened)
+        # Not ``start``: the actor's inbox takes the first turn before its task runs, and the prompt goes out in the
+        # task's first step instead of two scheduler passes later.
+        self._nursery.start_soon(self._run_actor, session)
+        early = agent.attach(opened.session_id, actor)
+        if opened.known is None and early:  # (session/load replays the history as updates before answering)
+            await actor.on_agent_updates(early)
+        return opened.known
+
+    async def _reopen(
+        self, agent: AgentHandle, request: TurnRequest, stored: tuple[int, StoredSession], servers: list[dict[str, Any]]
+    ) -> _Opened | None:
+        """``session/resume`` (else ``session/load``) of a stored session, when the agent can; None when it cannot or
+        refuses (the entry is forgotten). An agent that does not answer in time is not retried here: it was stopped."""
+        if agent.info is None or not (agent.info.can_resume or agent.info.can_load):
+            return None
+        length, entry = stored
+        method = "session/resume" if agent.info.can_resume else "session/load"
+        params = {"sessionId": entry.session_id, "cwd": request.cwd, "mcpServers": servers}
+        try:
+            answer = await self._ask(agent, request.agent_id, method, params)
+        except AgentTimeoutError:
+            raise
+        except Exception as exc:
+            self._log.info(
+                "stored session could not be reopened; starting a new one",
+                method=method,
+                session=entry.session_id,
+                error=str(exc),
             )
-            session_id = result.get("sessionId") if isinstance(result, dict) else None
-            if not isinstance(session_id, str) or not session_id:
-                raise AgentReplyError(
-                    f"agent {request.agent_id!r} answered session/new without a sessionId: {result!r}",
-                    agent=request.agent_id,
-                )
-        session.session_id = session_id
-        settings = self._settings
+            if self._settings.store is not None:
+                self._settings.store.forget(entry.session_id)
+            return None
+        self._log.info("stored session reopened", method=method, session=entry.session_id, known_messages=length)
+        return _Opened(answer, entry.session_id, length)
+
+    async def _start_new(self, agent: AgentHandle, request: TurnRequest, servers: list[dict[str, Any]]) -> _Opened:
+        answer = await self._ask(agent, request.agent_id, "session/new", {"cwd": request.cwd, "mcpServers": servers})
+        session_id = answer.get("sessionId") if isinstance(answer, dict) else None
+        if not isinstance(session_id, str) or not session_id:
+            raise AgentReplyError(
+                f"agent {request.agent_id!r} answered session/new without a sessionId: {answer!r}",
+                agent=request.agent_id,
+            )
+        return _Opened(answer, session_id, None)
+
+    def _new_actor(self, agent: AgentHandle, request: TurnRequest, opened: _Opened) -> SessionActor:
+        """The session's state machine and actor, told what the session can be set to and how to report what the
+        agent offers (``_OfferLearner``)."""
+        settings, agent_id = self._settings, request.agent_id
         machine = SessionMachine(
             new_call_id=lambda: f"lmb_{uuid.uuid4().hex}",
-            permission_policy=settings.permission_policy(request.agent_id),
+            permission_policy=settings.permission_policy(agent_id),
             batch_window=settings.tool_batch_window,
             batch_idle=settings.tool_batch_idle,
             drain_timeout=settings.cancel_drain_timeout,
             detached_grace=settings.detached_grace,
         )
-        actor = SessionActor(agent, session_id, machine, log=self._log.bind(agent=request.agent_id))
-        actor.options = SessionOptions.from_session(opened)
-        agent_id, catalog, log, cwd = request.agent_id, self.catalog, self._log, request.cwd
-        # What the session offers (models, options) is learned once the first prompt is out, not on its path: it
-        # changes the editor's model list (a notification, a log line, the state file: ~0.3 ms on an agent's first
-        # session); the session's own options are read above. Offer updates that come before it wait, in order.
-        early_offers: list[dict[str, Any]] | None = []
-
-        def offer_update(update: dict[str, Any]) -> None:
-            if early_offers is None:
-                catalog.learn_update(agent_id, update)
-            else:
-                early_offers.append(update)
-
-        def opened_session() -> None:
-            nonlocal early_offers
-            catalog.learn_session(agent_id, opened)
-            for update in early_offers or ():
-                catalog.learn_update(agent_id, update)
-            early_offers = None
-            log.info("session opened", agent=agent_id, session=session_id, cwd=cwd)
-
-        actor.on_offer_update = offer_update
-        actor.after_first_actions = opened_session
-        session.actor = actor
-        # Not ``start``: the actor's inbox takes the first turn before its task runs, and the prompt goes out in the
-        # task's first step instead of two scheduler passes later.
-        self._nursery.start_soon(self._run_actor, session)
-        early = agent.attach(session_id, actor)
-        if known is None and early:  # (session/load replays the history as updates before answering: not new output)
-            await actor.on_agent_updates(early)
-        return known
+        log = self._log
+        learner = _OfferLearner(
+            self.catalog,
+            agent_id,
+            opened.answer,
+            on_opened=lambda: log.info("session opened", agent=agent_id, session=opened.session_id, cwd=request.cwd),
+        )
+        return SessionActor(
+            agent,
+            opened.session_id,
+            machine,
+            log=log.bind(agent=agent_id),
+            options=SessionOptions.from_session(opened.answer),
+            on_offer_update=learner.update,
+            after_first_actions=learner.opened,
+        )
 
     async def _run_actor(self, session: LiveSession) -> None:
         actor = session.actor
@@ -590,6 +592,41 @@ async def _unless(
         finally:
             unwatch()
     return False, None
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    answer: Any  # the agent's answer that opened the session (what it offers and its options are in it)
+    session_id: str
+    known: int | None  # messages of the request a reopened session already knows; None for a new session
+
+
+class _OfferLearner:
+    """What a session offers (models, options, commands) goes to the catalog once the session's first prompt is out,
+    not on its path: it changes the clients' model list (a notification, a log line, the state file: ~0.3 ms on an
+    agent's first session). Offer updates that come before it wait, in order."""
+
+    __slots__ = ("_agent_id", "_answer", "_catalog", "_early", "_on_opened")
+
+    def __init__(self, catalog: AgentCatalog, agent_id: str, answer: Any, on_opened: Callable[[], object]) -> None:
+        self._catalog = catalog
+        self._agent_id = agent_id
+        self._answer = answer
+        self._on_opened = on_opened
+        self._early: list[dict[str, Any]] | None = []
+
+    def update(self, update: dict[str, Any]) -> None:
+        if self._early is None:
+            self._catalog.learn_update(self._agent_id, update)
+        else:
+            self._early.append(update)
+
+    def opened(self) -> None:
+        self._catalog.learn_session(self._agent_id, self._answer)
+        for update in self._early or ():
+            self._catalog.learn_update(self._agent_id, update)
+        self._early = None
+        self._on_opened()
 
 
 class _Settle:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+from fakes import user
 
 from bridge.editor.client import ChatResult, EditorClient, spawn_stdio
 
@@ -21,10 +22,6 @@ PYTHON = sys.executable
 # Seconds: the bound on a wait that only a hung test reaches. Never a measure of speed — a test must pass on a machine
 # busy with other work (speed goals live in the benchmarks, `make bench`).
 HANG = 60.0
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "value": text}]}
 
 
 async def first_chat_with_initialize(
@@ -196,7 +193,7 @@ async def bridge(tmp_path: Path, agents_toml: Path, marker: str) -> AsyncIterato
 @pytest.fixture(scope="session", autouse=True)
 def _private_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The same for the whole session, first: module-scoped fixtures start their lmbridge before any test's own
-    environment is set (the fuzz suites' bridges used to remember the demo agent in the developer's state file)."""
+    environment is set (else the fuzz suites' bridges would remember the demo agent in the developer's state file)."""
     patch = pytest.MonkeyPatch()
     base = tmp_path_factory.mktemp("session-xdg")
     patch.setenv("XDG_CONFIG_HOME", str(base / "config"))

@@ -9,46 +9,12 @@ import trio
 import trio.lowlevel
 import trio.testing
 from conftest import HANG
+from fakes import FakeAgentLink
 
 from session.actor import SessionActor
 from session.machine import EditorTurn, SessionMachine
 from wire.cancel import CancelRequest
-
-
-class _Log:
-    def bind(self, **_: Any) -> _Log:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
-class _Reply:
-    def on_answer(self, callback: Any, on_lost: Any = None) -> None:
-        pass  # the prompt runs until the test ends
-
-    async def result(self) -> Any:
-        await trio.sleep_forever()
-
-
-class _Agent:
-    id = "fake"
-
-    def __init__(self) -> None:
-        self.prompted = trio.Event()
-
-    def send_request(self, method: str, params: dict[str, Any]) -> _Reply:
-        self.prompted.set()
-        return _Reply()
-
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        pass
-
-    async def request(self, method: str, params: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def detach(self, session_id: str) -> None:
-        pass
+from wire.observe.logs import get_logger
 
 
 class _ActorSteps(trio.abc.Instrument):
@@ -65,10 +31,10 @@ class _ActorSteps(trio.abc.Instrument):
 async def _tool_call_ends_the_turn(batch_window: float) -> tuple[int, int, Any]:
     """Open a turn, make one tool call with the given batch window; the actor steps at which the call's part was
     sunk and at which the turn ended, and the turn's outcome."""
-    agent = _Agent()
+    agent = FakeAgentLink()  # the prompt runs until the test ends
     calls = iter(f"lmb_{n}" for n in range(1, 100))
     actor = SessionActor(
-        agent, "s1", SessionMachine(new_call_id=lambda: next(calls), batch_window=batch_window), log=_Log()
+        agent, "s1", SessionMachine(new_call_id=lambda: next(calls), batch_window=batch_window), log=get_logger()
     )
     steps = _ActorSteps()
     trio.lowlevel.add_instrument(steps)
@@ -91,7 +57,7 @@ async def _tool_call_ends_the_turn(batch_window: float) -> tuple[int, int, Any]:
         async with trio.open_nursery() as nursery:
             await nursery.start(actor.run)
             nursery.start_soon(turn)
-            await agent.prompted.wait()
+            await agent.request_came.wait()
             nursery.start_soon(actor.invoke_tool, "read_file", {"path": "a.py"})
             with trio.fail_after(HANG):
                 await done.wait()

@@ -8,11 +8,13 @@ import trio
 import trio.lowlevel
 import trio.testing
 from conftest import HANG
+from fakes import FakeAgentLink
 
 from session.actor import SessionActor
 from session.machine import EditorTurn, SessionMachine, TurnOptions
 from session.options import SessionOptions
 from wire.cancel import CancelRequest
+from wire.observe.logs import get_logger
 
 OPENED = {
     "sessionId": "s1",
@@ -27,64 +29,13 @@ OPENED = {
 }
 
 
-class _Log:
-    def bind(self, **_: Any) -> _Log:
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
-class _Reply:
-    def __init__(self) -> None:
-        self.answer = trio.Event()
-        self.value: Any = {}
-
-    async def result(self) -> Any:
-        await self.answer.wait()
-        if isinstance(self.value, Exception):
-            raise self.value
-        return self.value
-
-    def on_answer(self, callback: Any, on_lost: Any = None) -> None:
-        pass  # prompts are never answered in these tests
-
-
-class FakeAgent:
-    """Records what the actor sends; each request is answered when the test says so."""
-
-    id = "fake"
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-        self.replies: list[_Reply] = []
-        self.request_came = trio.Event()
-
-    def send_request(self, method: str, params: dict[str, Any]) -> _Reply:
-        self.sent.append((method, params))
-        self.replies.append(_Reply())
-        self.request_came.set()
-        return self.replies[-1]
-
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        self.sent.append((method, params))
-
-    async def request(self, method: str, params: dict[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def detach(self, session_id: str) -> None:
-        pass
-
-
-def _actor(agent: FakeAgent) -> SessionActor:
+def _actor(agent: FakeAgentLink) -> SessionActor:
     machine = SessionMachine(new_call_id=lambda: "lmb_1")
-    actor = SessionActor(agent, "s1", machine, log=_Log())
-    actor.options = SessionOptions.from_session(OPENED)
-    return actor
+    return SessionActor(agent, "s1", machine, log=get_logger(), options=SessionOptions.from_session(OPENED))
 
 
 async def test_the_prompt_waits_for_the_option_to_be_answered() -> None:
-    agent = FakeAgent()
+    agent = FakeAgentLink()
     actor = _actor(agent)
     turn = EditorTurn(1, [{"type": "text", "text": "hi"}], options=TurnOptions(settings=(("mode", "plan"),)))
     async with trio.open_nursery() as nursery:
@@ -93,7 +44,7 @@ async def test_the_prompt_waits_for_the_option_to_be_answered() -> None:
         await agent.request_came.wait()
         assert [method for method, _ in agent.sent] == ["session/set_config_option"]  # no prompt yet
         agent.request_came = trio.Event()
-        agent.replies[0].answer.set()
+        agent.replies[0].answer()
         await agent.request_came.wait()
         assert [method for method, _ in agent.sent] == ["session/set_config_option", "session/prompt"]
         assert actor.options.current() == {"mode": "plan"}
@@ -101,7 +52,7 @@ async def test_the_prompt_waits_for_the_option_to_be_answered() -> None:
 
 
 async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -> None:
-    agent = FakeAgent()
+    agent = FakeAgentLink()
     actor = _actor(agent)
     turn = EditorTurn(1, [{"type": "text", "text": "hi"}], options=TurnOptions(settings=(("mode", "plan"),)))
     cancel = CancelRequest()
@@ -118,7 +69,7 @@ async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -
         await agent.request_came.wait()
         cancel.set()
         await trio.testing.wait_all_tasks_blocked()
-        agent.replies[0].answer.set()
+        agent.replies[0].answer()
         with trio.fail_after(HANG):
             while not outcomes:
                 await trio.testing.wait_all_tasks_blocked()
@@ -131,7 +82,7 @@ async def test_a_cancel_while_the_option_is_being_set_means_no_prompt_at_all() -
 async def test_the_agents_refusal_fails_the_turn_quoting_it_and_no_prompt_goes_out() -> None:
     from wire.errors import AgentReplyError, RpcError
 
-    agent = FakeAgent()
+    agent = FakeAgentLink()
     actor = _actor(agent)
     turn = EditorTurn(1, [{"type": "text", "text": "hi"}], options=TurnOptions(settings=(("mode", "plan"),)))
     outcomes: list[Any] = []
@@ -145,8 +96,7 @@ async def test_the_agents_refusal_fails_the_turn_quoting_it_and_no_prompt_goes_o
         await nursery.start(actor.run)
         nursery.start_soon(run)
         await agent.request_came.wait()
-        agent.replies[0].value = RpcError(-32602, "plan mode is not available")
-        agent.replies[0].answer.set()
+        agent.replies[0].answer(RpcError(-32602, "plan mode is not available"))
         with trio.fail_after(HANG):
             await ended.wait()
         nursery.cancel_scope.cancel()

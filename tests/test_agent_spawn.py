@@ -14,6 +14,8 @@ from bridge.acp.spawn import EarlyAgent, first_chat_agent, spawn_agent, start_ea
 from bridge.config import AgentConfig
 from wire.observe.logs import get_logger
 
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
+
 SHARED = AgentConfig(id="claude", name="Claude", command=sys.executable)
 OWN = AgentConfig(id="own", name="Own", command=sys.executable, isolation="session")
 AGENTS = {"claude": SHARED, "own": OWN}

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

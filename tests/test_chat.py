@@ -5,9 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from bridge.cli.chat import Completions, run_example_tool, status_line
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 async def chat(tmp_path: Path, config: Path, typed: str, *args: str) -> str:

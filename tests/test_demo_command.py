@@ -6,7 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import trio
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 async def test_the_demo_runs_its_four_turns_and_shows_what_the_agent_offers(tmp_path: Path) -> None:

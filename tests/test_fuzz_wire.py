@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from bench.daemon import Daemon, WsEditor
 
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
+
 INPUTS_PER_WIRE = 5000
 _ids = itertools.count(1)
 

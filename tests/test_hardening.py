@@ -1,4 +1,4 @@
-"""Smaller defects of issue 22, each on the real wire: a trace directory open to others, secrets in agent stderr,
+"""Hardening, each on the real wire: a trace directory open to others, secrets in agent stderr,
 a repeated Origin header, socket directories of killed daemons, and agent processes that outlived a SIGKILLed
 lmbridge."""
 
@@ -20,6 +20,8 @@ from test_serve import serving
 from test_stdio import _gone_soon
 
 from mcp_synthetic.wiring import _remove_stale_runtime_dirs
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 async def test_a_trace_directory_open_to_others_is_made_private(tmp_path: Path, agents_toml: Path) -> None:
@@ -58,7 +60,7 @@ async def test_more_than_one_origin_header_is_refused(tmp_path: Path, agents_tom
         headers = [
             (b"authorization", f"Bearer {live.token}".encode()),
             (b"origin", b"https://evil.example"),
-            (b"origin", b"https://good.example"),  # the last one used to win
+            (b"origin", b"https://good.example"),  # the last one must not win
         ]
         with pytest.raises(trio_websocket.HandshakeError) as refused:
             async with trio_websocket.open_websocket_url(live.url, extra_headers=headers):

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import trio
 
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples" / "scenarios").glob("*.toml"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes import assistant, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,14 +23,6 @@ def chat(messages: list, request_id: int = 1, **params) -> bytes:
             "params": {"modelId": "demo", "messages": messages, **params},
         }
     ).encode()
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "value": text}]}
-
-
-def assistant(text: str) -> dict:
-    return {"role": "assistant", "content": [{"type": "text", "value": text}]}
 
 
 def test_a_continued_history_reuses_the_parsed_messages() -> None:

@@ -1,4 +1,4 @@
-"""Inputs that used to end ``lmbridge stdio`` (issue 22, "inputs that kill the process"): each is valid JSON, so
+"""Inputs that could end ``lmbridge stdio`` if they were not checked: each is valid JSON, so
 each gets an answer — an error naming what cannot be accepted — and the process serves on and exits 0 at EOF."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 INITIALIZE = '{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":1}}'
 MODELS = '{"jsonrpc":"2.0","id":"after","method":"lm/models","params":{}}'

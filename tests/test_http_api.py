@@ -21,6 +21,8 @@ import pytest
 from conftest import processes_with_marker
 from http_daemon import HttpDaemon, http_daemon, write_config
 
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
+
 NESTED_SCHEMA = {
     "type": "object",
     "properties": {
@@ -218,6 +220,7 @@ def test_chat_completion_and_its_stream(oai: openai.OpenAI) -> None:
     assert chunks[-1].choices == [] and chunks[-1].usage is None
 
 
+@pytest.mark.smoke
 def test_chat_tool_round_trip_with_a_nested_schema(oai: openai.OpenAI) -> None:
     messages: list[Any] = [
         {"role": "system", "content": "You are terse."},
@@ -621,7 +624,7 @@ def test_an_agent_that_fails_before_output_is_a_502(oai: openai.OpenAI, claude: 
 
 
 def test_the_same_opening_twice_is_two_conversations(oai: openai.OpenAI) -> None:
-    # Issue 22 #4 on the HTTP front: the second request used to continue the first one's session and see its prompt.
+    # On the HTTP front the second request must not continue the first one's session nor see its prompt.
     messages = [{"role": "user", "content": "/say same opening\n/recall"}]
     for _ in range(2):
         reply = oai.chat.completions.create(model="demo", messages=messages)  # type: ignore[arg-type]
@@ -629,7 +632,7 @@ def test_the_same_opening_twice_is_two_conversations(oai: openai.OpenAI) -> None
 
 
 def test_an_agent_that_exits_before_output_is_a_503_to_retry(daemon: HttpDaemon, oai: openai.OpenAI) -> None:
-    # Issue 22 #10: the agent is started again at once (the official SDKs retry a 503 after its retry-after).
+    # The agent is started again at once (the official SDKs retry a 503 after its retry-after).
     body = {"model": "demo", "messages": [{"role": "user", "content": "/crash"}]}
     status, headers, reply = raw(daemon, "POST", "/v1/chat/completions", body, bearer(daemon))
     assert status == 503 and headers["retry-after"] == "1", (status, reply)

@@ -623,8 +623,8 @@ def test_a_new_message_after_the_editor_went_away_is_moved_on() -> None:
 
 
 def test_a_continuation_after_the_editor_went_away_cancels_the_old_turn_and_drops_its_output() -> None:
-    # Issue 22 #6: a follow-up message (not a retry, not "moved on" by the history) used to get the abandoned
-    # turn's output in front of its own answer, and the abandoned prompt ran on.
+    # A follow-up message (not a retry, not "moved on" by the history) must not get the abandoned turn's output in
+    # front of its own answer, and the abandoned prompt must not run on.
     machine = new_machine()
     machine.handle(EditorTurn(1, PROMPT), 0)
     machine.handle(text("old words "), 0)

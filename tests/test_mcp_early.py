@@ -26,6 +26,7 @@ from mcp_synthetic.early import (
     EarlyStream,
     answer_early,
 )
+from wire.observe.logs import get_logger
 
 TOKEN = "secret-token"
 PNG = base64.b64encode(b"\x89PNG....").decode()
@@ -40,11 +41,6 @@ TOOLS = [
 ]
 
 
-class _Log:
-    def __getattr__(self, name: str) -> Any:
-        return lambda *args, **kwargs: self if name == "bind" else None
-
-
 async def _answer(name: str, arguments: Any) -> Any:
     content = [{"type": "text", "value": f"{name}: {json.dumps(arguments)}"}]
     return {"content": [*content, {"type": "data", "mimeType": "image/png", "data": PNG}]}, ""
@@ -55,17 +51,17 @@ async def _listener(
     sdk: trio.Event | Callable[[], Awaitable[Any]] | None, invoke: Callable[..., Any] = _answer
 ) -> AsyncIterator[tuple[str, Any]]:
     """An MCP endpoint on 127.0.0.1 whose HTTP server runs at once; its SDK, when a request needs it, is "imported"
-    once ``sdk`` is set or returns (``None``: the SDK serves every request, as before lmbridge answered any itself)."""
+    once ``sdk`` is set or returns (``None``: the SDK serves every request)."""
     from mcp_synthetic.http import HttpEndpoints
     from mcp_synthetic.server import SessionTools
 
     async def nothing() -> None:
         pass
 
-    tools = SessionTools(invoke, log=_Log())
+    tools = SessionTools(invoke, log=get_logger())
     tools.update(TOOLS)
     ready = nothing if sdk is None else sdk.wait if isinstance(sdk, trio.Event) else sdk
-    endpoints = HttpEndpoints(_Log(), ready, nothing, own_answers=sdk is not None)
+    endpoints = HttpEndpoints(get_logger(), ready, nothing, own_answers=sdk is not None)
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoints.run)
         url, _stop = endpoints.add(tools, TOKEN)
@@ -265,9 +261,9 @@ async def test_when_the_sdk_cannot_be_imported_only_what_needs_it_fails() -> Non
     async def nothing() -> None:
         pass
 
-    tools = SessionTools(_answer, log=_Log())
+    tools = SessionTools(_answer, log=get_logger())
     tools.update(TOOLS)
-    endpoints = HttpEndpoints(_Log(), broken, nothing)
+    endpoints = HttpEndpoints(get_logger(), broken, nothing)
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoints.run)
         url, _stop = endpoints.add(tools, TOKEN)
@@ -443,7 +439,7 @@ async def test_where_the_sdk_serves_discovery_is_refused_alike_and_initialize_fo
     from mcp_synthetic.server import DISCOVERY_REFUSAL, SessionTools, load_sdk
 
     await trio.to_thread.run_sync(load_sdk)
-    tools = SessionTools(_answer, log=_Log())
+    tools = SessionTools(_answer, log=get_logger())
     tools.update(TOOLS)
     agent, server = trio.testing.memory_stream_pair()
     meta = {

@@ -199,13 +199,6 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
     assert results == [{"content": [{"type": "text", "text": "done"}], "isError": False}]
 
 
-@pytest.fixture
-def autojump_clock():
-    import trio.testing
-
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 @pytest.mark.parametrize(
     ("client", "parallel", "seen"),
     [

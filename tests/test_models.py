@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
-from conftest import HANG, Bridge, open_bridge, user
+from conftest import HANG, Bridge, open_bridge
+from fakes import user
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 async def test_an_agents_models_options_and_commands_become_entries(bridge: Bridge) -> None:

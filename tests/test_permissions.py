@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import HANG, PYTHON, Bridge, open_bridge, processes_with_marker, user
+from conftest import HANG, PYTHON, Bridge, open_bridge, processes_with_marker
+from fakes import user
 
 from session.permissions import PermissionQuestions, reply_option
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 PERMISSION_TOOL = {
     "name": "acp_agent_action",
@@ -120,6 +123,7 @@ async def test_an_error_result_rejects(live: Bridge) -> None:
     assert final.text == "permission outcome: reject-once\n"
 
 
+@pytest.mark.smoke
 async def test_moving_on_cancels_the_request_and_the_prompt(live: Bridge) -> None:
     history, _reply = await ask(live, "/permission deploy\n/say deployed")
     history.append(user("/say never mind that"))

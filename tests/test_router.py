@@ -3,180 +3,24 @@ concurrent first requests, drain timeouts and agent exits — without a single r
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
+from fakes import (
+    FakeAgent,
+    FakeAgentProvider,
+    RouterEditor,
+    answer_next_prompt,
+    assistant,
+    start_router,
+    user,
+)
 
 from session.catalog import AgentCatalog
 from session.router import RouterSettings, SessionRouter, TurnRequest
 from wire.cancel import CancelRequest
 from wire.observe.logs import get_logger
-
-
-@dataclass
-class FakeInfo:
-    can_close: bool = True
-    can_resume: bool = False
-    can_load: bool = False
-
-    def prompt(self, kind: str) -> bool:
-        return False
-
-
-class _Answered:
-    """A fake prompt's answer came: ``set`` by the test; ``on_set`` tells the actor at once."""
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-        self.on_set: Callable[[], object] = lambda: None
-
-    def set(self) -> None:
-        self._event.set()
-        self.on_set()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-
-
-class FakeAgent:
-    """An in-memory agent: prompts wait until the test finishes them (or cancel does, if ``honours_cancel``)."""
-
-    def __init__(self, *, honours_cancel: bool = True) -> None:
-        self.id = "fake"
-        self.alive = True
-        self.info = FakeInfo()
-        self.honours_cancel = honours_cancel
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.notifications: list[tuple[str, dict[str, Any]]] = []
-        self.endpoints: dict[str, Any] = {}
-        self.running: dict[str, tuple[_Answered, dict[str, Any]]] = {}
-        self.prompt_started = trio.Event()
-        self.session_new_gate: trio.Event | None = None
-        self._ids = itertools.count(1)
-
-    async def request(self, method: str, params: dict[str, Any]) -> Any:
-        return await self.send_request(method, params).result()
-
-    def send_request(self, method: str, params: dict[str, Any]) -> Any:
-        self.calls.append((method, params))
-        agent = self
-
-        class Reply:
-            def on_answer(self, callback: Any, on_lost: Any = None) -> None:
-                if method == "session/prompt":  # told at once when the test answers it, as from the wire
-                    done.on_set = lambda: (
-                        callback(None, result["error"])
-                        if "error" in result
-                        else callback({"stopReason": result["stopReason"]}, None)
-                    )
-
-            async def result(self) -> Any:
-                return await self._result()
-
-            async def _result(self) -> Any:
-                if method == "session/new":
-                    if agent.session_new_gate is not None:
-                        await agent.session_new_gate.wait()
-                    return {"sessionId": f"s{next(agent._ids)}"}
-                if method == "session/prompt":
-                    await done.wait()
-                    if "error" in result:
-                        raise result["error"]
-                    return {"stopReason": result["stopReason"]}
-                return {}
-
-        if method == "session/prompt":  # running from the moment it is sent, like on the wire
-            done, result = _Answered(), {}
-            self.running[params["sessionId"]] = (done, result)
-            self.prompt_started.set()
-        return Reply()
-
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        self.notifications.append((method, params))
-        if method == "session/cancel" and self.honours_cancel and params["sessionId"] in self.running:
-            self.finish(params["sessionId"], "cancelled")
-
-    def attach(self, session_id: str, endpoint: Any) -> list[dict[str, Any]]:
-        self.endpoints[session_id] = endpoint
-        return []
-
-    def detach(self, session_id: str) -> None:
-        self.endpoints.pop(session_id, None)
-
-    def finish(self, session_id: str, stop_reason: str) -> None:
-        done, result = self.running.pop(session_id)
-        result["stopReason"] = stop_reason
-        done.set()
-
-    def method_count(self, method: str) -> int:
-        return sum(1 for m, _ in self.calls if m == method)
-
-
-class Provider:
-    def __init__(self, agent: FakeAgent) -> None:
-        self.agent = agent
-
-    async def acquire(self, agent_id: str) -> FakeAgent:
-        return self.agent
-
-    def release(self, agent: FakeAgent) -> None:
-        pass
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "value": text}]}
-
-
-def reply(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "value": text}]}
-
-
-class Editor:
-    """Runs turns against the router and records their parts."""
-
-    def __init__(self, router: SessionRouter) -> None:
-        self.router = router
-
-    async def chat(self, messages: list[dict[str, Any]], cancel: CancelRequest | None = None) -> Any:
-        parts: list[dict[str, Any]] = []
-
-        async def sink(part: dict[str, Any]) -> None:
-            parts.append(part)
-
-        outcome = await self.router.chat(
-            TurnRequest("fake", messages, "/tmp"), sink, cancel if cancel is not None else CancelRequest()
-        )
-        return outcome, parts
-
-
-async def start_router(nursery: trio.Nursery, agent: FakeAgent, **settings: Any) -> tuple[SessionRouter, Editor]:
-    router = SessionRouter(Provider(agent), RouterSettings(**settings), log=get_logger())
-    await nursery.start(router.run)
-    return router, Editor(router)
-
-
-async def answer_next_prompt(agent: FakeAgent, stop_reason: str = "end_turn", text: str | None = None) -> str:
-    while not agent.running:
-        agent.prompt_started = trio.Event()
-        await agent.prompt_started.wait()
-    (session_id,) = list(agent.running)
-    if text is not None:
-        await agent.endpoints[session_id].on_agent_update(
-            {
-                "sessionId": session_id,
-                "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}},
-            }
-        )
-    agent.finish(session_id, stop_reason)
-    return session_id
 
 
 async def test_idle_sessions_are_closed_after_the_ttl(
@@ -197,7 +41,7 @@ async def test_idle_sessions_are_closed_after_the_ttl(
     # The conversation comes back: a new session, told the conversation so far.
     async with trio.open_nursery() as turn:
         turn.start_soon(answer_next_prompt, agent)
-        await editor.chat([user("hello"), reply("hi"), user("again")])
+        await editor.chat([user("hello"), assistant("hi"), user("again")])
     prompt = [p for m, p in agent.calls if m == "session/prompt"][-1]["prompt"]
     assert prompt[0]["text"].startswith("[lmbridge] The conversation so far") and prompt[1]["text"] == "again"
 
@@ -264,7 +108,7 @@ async def test_an_agent_that_ignores_cancel_loses_its_session_and_the_turn_moves
     async with trio.open_nursery() as turn:
         # The next turn waits for the drain, which never comes; after 10 s it gets a new session.
         turn.start_soon(answer_next_prompt, agent)
-        outcome, _ = await editor.chat([user("long job"), reply(""), user("next")])
+        outcome, _ = await editor.chat([user("long job"), assistant(""), user("next")])
     assert outcome.stop_reason == "end_turn"
     assert agent.method_count("session/new") == 2
     assert trio.current_time() >= 10
@@ -316,11 +160,6 @@ async def test_an_agent_exit_fails_the_turn_and_the_next_request_starts_afresh(
     assert outcome.stop_reason == "end_turn" and agent.method_count("session/new") == 2
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 class _Recorded:
     """A logger that notes, with each line, how many prompts the agent had been sent by then."""
 
@@ -343,11 +182,11 @@ async def test_a_new_sessions_first_prompt_goes_out_before_its_session_opened_li
     # The line (a log write, ~0.1 ms) is off the path of the first chat: it follows the actor's first actions.
     agent = FakeAgent()
     log = _Recorded(agent)
-    router = SessionRouter(Provider(agent), RouterSettings(), log=log)
+    router = SessionRouter(FakeAgentProvider(agent), RouterSettings(), log=log)
     await nursery.start(router.run)
     async with trio.open_nursery() as turn:
         turn.start_soon(answer_next_prompt, agent)
-        outcome, _ = await Editor(router).chat([user("hello")])
+        outcome, _ = await RouterEditor(router).chat([user("hello")])
     assert outcome.stop_reason == "end_turn"
     assert ("session opened", 1) in log.lines and ("session opened", 0) not in log.lines
 
@@ -382,11 +221,11 @@ async def test_a_sessions_offer_is_learned_after_its_first_prompt_and_early_upda
     agent = OfferingAgent()
     prompts_when_changed: list[int] = []
     catalog = AgentCatalog(on_change=lambda _agent: prompts_when_changed.append(agent.method_count("session/prompt")))
-    router = SessionRouter(Provider(agent), RouterSettings(), log=get_logger(), catalog=catalog)
+    router = SessionRouter(FakeAgentProvider(agent), RouterSettings(), log=get_logger(), catalog=catalog)
     await nursery.start(router.run)
     async with trio.open_nursery() as turn:
         turn.start_soon(answer_next_prompt, agent)
-        outcome, _ = await Editor(router).chat([user("hello")])
+        outcome, _ = await RouterEditor(router).chat([user("hello")])
     assert outcome.stop_reason == "end_turn"
     assert prompts_when_changed == [1, 1]  # the session's offer, then the update: both after the prompt went out
     assert [option.id for option in catalog.offer("fake").options] == ["effort", "mode"]
@@ -410,7 +249,7 @@ async def test_the_outcome_hook_hears_a_turn_end_before_it_returns_with_its_hist
         parts.append(part)
 
     def on_outcome(outcome: Any) -> None:
-        follow_up = [*history, reply("hi there"), user("and then?")]
+        follow_up = [*history, assistant("hi there"), user("and then?")]
         matched = router._indexes[("fake", "")].match(follow_up)  # what a request arriving now would meet
         heard.append((outcome.stop_reason, list(parts), returned, matched.kind))
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import trio
 import trio.testing
+from fakes import FakeAgent, FakeAgentProvider, assistant, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_router import FakeAgent, Provider, reply, user
 
 from session.capacity import CAP_REASON, CapacityMeter, choose_evictions
 from session.router import RouterSettings, SessionRouter, TurnRequest
@@ -52,7 +52,7 @@ async def answer(agent: FakeAgent, session_id: str) -> None:
 
 async def run_schedule(schedule: list[tuple[str, int]]) -> tuple[list[Conversation], int]:
     agent = FakeAgent()
-    router = SessionRouter(Provider(agent), RouterSettings(max_sessions=CAP), log=get_logger())
+    router = SessionRouter(FakeAgentProvider(agent), RouterSettings(max_sessions=CAP), log=get_logger())
     conversations = [Conversation(n) for n in range(CONVERSATIONS)]
     overshoot = 0
 
@@ -68,7 +68,7 @@ async def run_schedule(schedule: list[tuple[str, int]]) -> tuple[list[Conversati
         outcome = await router.chat(request, sink, CancelRequest())
         said = "".join(p["value"] for p in parts if p["type"] == "text")
         conversation.outcomes.append((outcome.stop_reason, said))
-        conversation.history.append(reply(said))
+        conversation.history.append(assistant(said))
         conversation.in_flight = False
 
     def note_sessions() -> None:
@@ -170,13 +170,13 @@ async def _one_turn(router: SessionRouter, agent: FakeAgent, history: list[dict[
 
 async def test_a_request_takes_back_a_session_whose_close_has_not_begun(nursery: trio.Nursery) -> None:
     agent = FakeAgent()
-    router = SessionRouter(Provider(agent), RouterSettings(max_sessions=1), log=get_logger())
+    router = SessionRouter(FakeAgentProvider(agent), RouterSettings(max_sessions=1), log=get_logger())
     await nursery.start(router.run)
     history = [user("hello")]
     outcome, _ = await _one_turn(router, agent, history)
     (session,) = router.sessions
     router._close(session, CAP_REASON)  # the cap chose it; its actor has not run since
-    history += [reply("re: hello"), user("again")]
+    history += [assistant("re: hello"), user("again")]
     outcome, parts = await _one_turn(router, agent, history)
     assert outcome.stop_reason == "end_turn" and parts == [{"type": "text", "value": "re: again"}]
     assert router.sessions == [session] and agent.method_count("session/new") == 1
@@ -190,7 +190,7 @@ async def test_a_request_for_a_session_being_closed_waits_for_the_close_then_res
     agent = FakeAgent()
     agent.info.can_resume = True
     store = SessionStore(tmp_path / "sessions.json", log=get_logger())
-    router = SessionRouter(Provider(agent), RouterSettings(max_sessions=1, store=store), log=get_logger())
+    router = SessionRouter(FakeAgentProvider(agent), RouterSettings(max_sessions=1, store=store), log=get_logger())
     await nursery.start(router.run)
     history = [user("hello")]
     await _one_turn(router, agent, history)
@@ -208,7 +208,7 @@ async def test_a_request_for_a_session_being_closed_waits_for_the_close_then_res
     agent.request = slow_close  # type: ignore[method-assign]
     router._close(session, CAP_REASON)
     await closing.wait()  # the actor is done; the agent is being told
-    history += [reply("re: hello"), user("again")]
+    history += [assistant("re: hello"), user("again")]
     results: list[Any] = []
 
     async def next_turn() -> None:

@@ -17,9 +17,12 @@ from typing import Any
 import pytest
 import trio
 import trio_websocket
-from conftest import HANG, processes_with_marker, user
+from conftest import HANG, processes_with_marker
+from fakes import user
 
 from bridge.editor.client import EditorClient, connect_daemon
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 class Daemon:
@@ -95,6 +98,7 @@ async def daemon(tmp_path: Path, agents_toml: Path, marker: str) -> AsyncIterato
     assert processes_with_marker(marker) == []
 
 
+@pytest.mark.smoke
 async def test_ready_line_and_a_private_token_file(daemon: Daemon) -> None:
     assert daemon.url.startswith("ws://127.0.0.1:")
     assert stat.S_IMODE(daemon.token_file.stat().st_mode) == 0o600 and len(daemon.token) >= 32
@@ -348,7 +352,7 @@ async def test_fifty_concurrent_conversations_lose_nothing(daemon: Daemon) -> No
 
 
 async def test_a_new_message_after_a_drop_cancels_the_old_turn_and_never_gets_its_output(daemon: Daemon) -> None:
-    # Issue 22 #6: the new message's answer used to begin with the abandoned turn's output, which ran to its end.
+    # The new message's answer must not begin with the abandoned turn's output, nor that turn run to its end.
     first = user("/say before\n/sleep 600000\n/say after the pause")
     async with daemon.client() as client:
         turn = await client.start_chat("scripted", [first])
@@ -364,7 +368,7 @@ async def test_a_new_message_after_a_drop_cancels_the_old_turn_and_never_gets_it
 async def test_same_opening_conversations_of_two_workspaces_never_share_a_session(
     daemon: Daemon, tmp_path: Path
 ) -> None:
-    # Issue 22 #4: keyed by who asks (client and workspace), not by the connection.
+    # Conversations are keyed by who asks (client and workspace), not by the connection.
     opening = [user("/say hello")]
     answers: dict[str, str] = {}
     histories: dict[str, list[dict[str, Any]]] = {}
@@ -393,7 +397,7 @@ async def test_same_opening_conversations_of_two_workspaces_never_share_a_sessio
 
 
 async def test_consecutive_user_messages_keep_their_boundary(daemon: Daemon) -> None:
-    # Issue 22 #5: "alpha line" + "beta line" reached the agent as "alpha linebeta line".
+    # "alpha line" + "beta line" must reach the agent as two lines, not "alpha linebeta line".
     async with daemon.client() as client:
         history = [user("/say first")]
         first = await client.chat("scripted", history)
@@ -403,7 +407,7 @@ async def test_consecutive_user_messages_keep_their_boundary(daemon: Daemon) -> 
 
 
 async def test_the_connection_limit_holds_when_handshakes_arrive_together(tmp_path: Path, agents_toml: Path) -> None:
-    # Issue 22 #7: the check counted only accepted connections, so handshakes in flight together all passed it.
+    # Handshakes in flight together count too: counting only accepted connections would let them all pass.
     accepted: list[int] = []
     refused: list[int] = []
     release = trio.Event()

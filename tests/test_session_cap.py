@@ -19,11 +19,14 @@ from typing import Any
 import openai
 import pytest
 import trio
-from conftest import processes_with_marker, user
+from conftest import processes_with_marker
+from fakes import user
 from http_daemon import http_daemon, write_config
 from test_serve import serving
 
 from bridge.editor.client import EditorClient
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 ECHO = {
     "name": "echo",

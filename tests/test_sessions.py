@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import trio
-from conftest import HANG, PYTHON, Bridge, open_bridge, processes_with_marker, user
+from conftest import HANG, PYTHON, Bridge, open_bridge, processes_with_marker
+from fakes import user
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 def rerender(message: dict) -> dict:

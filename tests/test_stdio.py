@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import HANG, PYTHON, Bridge, first_chat_with_initialize, open_bridge, processes_with_marker, user
+from conftest import HANG, PYTHON, Bridge, first_chat_with_initialize, open_bridge, processes_with_marker
+from fakes import user
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 
 async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Path, agents_toml: Path) -> None:
@@ -31,6 +34,7 @@ async def test_initialize_returns_versions_and_the_permission_tool(tmp_path: Pat
     assert by_id["demo"]["capabilities"] == {"toolCalling": True, "imageInput": True}
 
 
+@pytest.mark.smoke
 async def test_a_text_turn_streams_parts_before_its_stop_reason(bridge: Bridge) -> None:
     result = await bridge.chat("/say the quick brown fox")
     assert result.error is None and result.stop_reason == "end_turn"
@@ -523,7 +527,7 @@ for line in sys.stdin:
 async def test_an_agent_that_never_answers_session_new_is_given_up_on_and_restarted(
     tmp_path: Path, marker: str
 ) -> None:
-    # Issue 22 #8: lm/chat used to wait forever.
+    # lm/chat must not wait forever for an agent that never answers session/new.
     config = tmp_path / "mute.toml"
     config.write_text(
         f"[agents.mute]\ncommand = {json.dumps(sys.executable)}\nargs = ['-c', {json.dumps(MUTE_AFTER_INITIALIZE)}]\n"
@@ -543,8 +547,8 @@ async def test_an_agent_that_never_answers_session_new_is_given_up_on_and_restar
 
 
 async def test_sessions_over_the_cap_are_closed_once_their_turns_end(tmp_path: Path, agents_toml: Path) -> None:
-    # Issue 22 #9: the cap was checked only when a session opened, so sessions opened while all others were busy
-    # (and their MCP servers) stayed until the idle TTL.
+    # The cap is checked when turns end too: sessions opened while all others were busy (and their MCP servers)
+    # must not stay until the idle TTL.
     config = tmp_path / "capped.toml"
     config.write_text(agents_toml.read_text().replace("[sessions]", "[sessions]\nmax_sessions = 2"))
     async with open_bridge(tmp_path, config) as live:
@@ -558,7 +562,7 @@ async def test_sessions_over_the_cap_are_closed_once_their_turns_end(tmp_path: P
 
 
 async def test_a_crash_fails_the_running_turns_retryably_and_the_agent_is_restarted_once(bridge: Bridge) -> None:
-    # Issue 22 #10: one agent process serves every session of the agent.
+    # One agent process serves every session of the agent: its crash touches all their running turns.
     histories = [[user(f"/say conversation {n} started\n/sleep 5000")] for n in range(4)]
     results: dict[int, Any] = {}
 

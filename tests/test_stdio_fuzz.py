@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
+
 
 class LineReader:
     def __init__(self, process: subprocess.Popen[bytes]) -> None:

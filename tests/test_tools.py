@@ -19,7 +19,10 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import Bridge, open_bridge, processes_with_marker, user
+from conftest import Bridge, open_bridge, processes_with_marker
+from fakes import user
+
+pytestmark = pytest.mark.wire  # lmbridge and its agents as processes: make test, not make check
 
 WEATHER = {
     "name": "get_weather",
@@ -67,6 +70,7 @@ async def turn(bridge: Bridge, history: list[dict[str, Any]], *, tools: list[dic
     return reply
 
 
+@pytest.mark.smoke
 async def test_a_tool_call_goes_to_the_editor_and_its_result_back_to_the_agent(bridge: Bridge) -> None:
     history = [user('/tool get_weather {"city": "Paris"}')]
     first = await turn(bridge, history)

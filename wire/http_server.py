@@ -100,7 +100,7 @@ def _close_idle_connections_on_client_eof() -> None:
     CLOSE-WAIT, the connection's tasks and buffers — until the keep-alive timer runs out (``keep_alive``: 75 s, so
     that clients, whose idle timeouts are shorter, close first and never send on a connection being closed). Every
     MCP session of an agent leaves two or three such connections when it ends: a daemon serving conversations with
-    tools one after another held thousands (100 MiB, turns 10 % slower). Its connection class, with the timer stopped
+    tools one after another would hold thousands. Its connection class, with the timer stopped
     once the client's end of stream has been read: the connection then closes as soon as nothing is in flight.
     Idempotent."""
     import hypercorn.trio.run

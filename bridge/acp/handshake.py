@@ -21,7 +21,7 @@ from wire.observe.logger import Logger
 from wire.rpc.connection import ConnectionClosed
 from wire.vocabulary import PROTOCOL_VERSION
 
-__all__ = ["CLIENT_CAPABILITIES", "AgentInfo", "HandshakeError", "handshake", "initialize_params", "read_initialize"]
+__all__ = ["CLIENT_CAPABILITIES", "AgentInfo", "HandshakeError", "handshake", "initialize_params", "read_agent_info"]
 
 Request = Callable[[str, Any], Awaitable[Any]]
 
@@ -82,7 +82,7 @@ def initialize_params(*, protocol_version: int = PROTOCOL_VERSION, client_name: 
     }
 
 
-def read_initialize(result: Any) -> AgentInfo:
+def read_agent_info(result: Any) -> AgentInfo:
     """The answer to ``initialize``; ``HandshakeError`` unless it is one lmbridge can work with."""
     if not isinstance(result, dict):
         raise HandshakeError(f"initialize returned {type(result).__name__}, expected an object")
@@ -105,7 +105,7 @@ async def handshake(
 ) -> AgentInfo:
     """``initialize``, then ``authenticate`` when a method is configured; each step within ``timeout`` seconds."""
     result = await _step(request, "initialize", initialize_params(), timeout, "before answering initialize")
-    info = read_initialize(result)
+    info = read_agent_info(result)
     if authenticate:
         offered = [m.get("id") for m in info.auth_methods if isinstance(m, dict)]
         if offered and authenticate not in offered and log is not None:

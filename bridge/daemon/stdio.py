@@ -196,8 +196,7 @@ async def _stop_on_signals(stop: Any, log: Logger) -> None:
 
 # An editor re-sends the whole history with every request (megabytes in a long conversation): through the
 # default 64 KiB pipe that is dozens of wake-ups of both processes per request. A 1 MiB pipe (Linux's default
-# limit for unprivileged processes), and reads to match while a message is coming in, cut them by 16 (3 MB: 10.9
-# → 6.5 ms from the write of the request to the first part).
+# limit for unprivileged processes), and reads to match while a message is coming in, make 16 times fewer.
 _LONG_INPUT = 1024 * 1024
 
 

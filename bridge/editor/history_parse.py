@@ -74,9 +74,8 @@ class HistoryReusingParser:
 
     Histories shorter than ``min_chars`` are not remembered (parsing them is cheaper than keeping them); at most
     ``max_entries`` histories (about one per concurrent conversation) and ``max_chars`` bytes are kept.
-    The default, 4 KiB, is about where reusing starts to pay (measured: the reused path costs ~20 µs whatever the
-    length, for the walk of the request's own keys; a plain parse of tool calls and results ~7 µs per KB — 18 µs
-    at 2.9 KB, 35 µs at 5 KB, 124 µs at 19 KB; a tool conversation grows by ~0.3 KB a call).
+    The default, 4 KiB, is about where reusing starts to pay: the reused path costs the same whatever the length
+    (the walk of the request's own keys), a plain parse grows with it (docs/performance-log.md has the figures).
     """
 
     def __init__(self, *, min_chars: int = 4 * 1024, max_entries: int = 16, max_chars: int = 64 * 1024 * 1024):

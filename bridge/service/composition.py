@@ -19,11 +19,9 @@ from bridge.config import AgentConfig, Config
 from bridge.service.models import ModelEntry, model_entries, resolve_model
 from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
-from wire.cancel import CancelRequest
 from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
-    from session.actor import OutcomeHook, PartSink, TurnOutcome
     from session.router import TurnRequest
 
 __all__ = ["BridgeService"]
@@ -82,6 +80,8 @@ class BridgeService:
             catalog=self.catalog,
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
+        # Run one turn: ``chat(request, sink, cancel_requested, on_outcome=None)`` (``SessionRouter.chat``).
+        self.chat = self.router.chat
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
         self.stopped = trio.Event()
         self.started_at = 0.0
@@ -231,17 +231,6 @@ class BridgeService:
             settings=tuple(settings.items()),
         )
         return TurnRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running)
-
-    async def chat(
-        self,
-        request: TurnRequest,
-        sink: PartSink,
-        cancel_requested: CancelRequest,
-        on_outcome: OutcomeHook | None = None,
-    ) -> TurnOutcome:
-        """Run one turn (see ``session.router.SessionRouter.chat``); ``on_outcome`` is told the turn's outcome as
-        soon as it is known (see the router)."""
-        return await self.router.chat(request, sink, cancel_requested, on_outcome)
 
 
 def _command_line(config: AgentConfig) -> list[str]:

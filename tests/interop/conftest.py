@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import processes_with_marker, user
+from conftest import processes_with_marker
+from fakes import user
 
 from bridge.editor.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import first_chat_with_initialize, processes_with_marker, user
+from conftest import first_chat_with_initialize, processes_with_marker
+from fakes import user
 
 from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT, LiveBridge
 from .fake_models import FakeModel, call, parallel, say, stall

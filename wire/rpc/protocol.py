@@ -149,9 +149,8 @@ class LineFramer:
     Input comes either as bytes someone has read (``feed``) or straight into the framer's own buffer
     (``receive_into``, for a reader that can fill memory, such as ``os.readv``). An editor re-sends the whole
     history with every request, megabytes read 1 MiB at a time: reading into one kept buffer, and copying each
-    line out of it once, spares a fresh allocation per read (measured, a 3 MB request alternating with small ones:
-    3.6 ms from the write to the line with a new 1 MiB ``bytes`` per read, 1.5 ms into a kept buffer — fresh
-    megabytes cost a page fault per 4 KiB).
+    line out of it once, spares a fresh allocation per read (fresh megabytes cost a page fault per 4 KiB: for a
+    large request, more than the reading itself).
     """
 
     class LineTooLong:
