@@ -466,12 +466,12 @@ class SessionRouter:
             drain_timeout=settings.cancel_drain_timeout,
             detached_grace=settings.detached_grace,
         )
-        log = self._log
+        log, session_id, cwd = self._log, opened.session_id, request.cwd
         learner = _OfferLearner(
             self.catalog,
             agent_id,
             opened.answer,
-            on_opened=lambda: log.info("session opened", agent=agent_id, session=opened.session_id, cwd=request.cwd),
+            on_opened=lambda: log.info("session opened", agent=agent_id, session=session_id, cwd=cwd),
         )
         return SessionActor(
             agent,
@@ -612,7 +612,7 @@ class _OfferLearner:
         self._catalog = catalog
         self._agent_id = agent_id
         self._answer = answer
-        self._on_opened = on_opened
+        self._on_opened: Callable[[], object] | None = on_opened
         self._early: list[dict[str, Any]] | None = []
 
     def update(self, update: dict[str, Any]) -> None:
@@ -622,11 +622,13 @@ class _OfferLearner:
             self._early.append(update)
 
     def opened(self) -> None:
+        """Once. Afterwards the session keeps the learner for its offer updates, and nothing else of its opening."""
         self._catalog.learn_session(self._agent_id, self._answer)
         for update in self._early or ():
             self._catalog.learn_update(self._agent_id, update)
-        self._early = None
-        self._on_opened()
+        on_opened, self._on_opened, self._answer, self._early = self._on_opened, None, None, None
+        if on_opened is not None:
+            on_opened()
 
 
 class _Settle:
