@@ -17,10 +17,12 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "DEMO_AGENT_ID",
+    "EDITOR_MODELS_PREFIX",
     "PERMISSION_POLICIES",
     "AgentConfig",
     "Config",
     "ConfigError",
+    "EditorModelSettings",
     "PermissionSettings",
     "ServeSettings",
     "SessionSettings",
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 DEMO_AGENT_ID = "demo"
+EDITOR_MODELS_PREFIX = "editor"  # ``editor/<id>`` names a model an editor shares: no agent may be called that
 PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
 MCP_TRANSPORTS = ("auto", "http", "stdio")  # auto: HTTP when the agent advertises mcpCapabilities.http
 ISOLATIONS = ("agent", "session")  # one process per agent, shared by its sessions; or one per session
@@ -109,6 +112,17 @@ class ToolSettings(NamedTuple):
     # Mark the client's tools readOnlyHint (unless the client says a tool is destructive), so that agents run calls
     # the model made together concurrently and the client gets them in one response (mcp_synthetic.server).
     parallel: bool = True
+    # Offer the agent a tool that asks one of the models the conversation's editor shares (docs/editor-models.md).
+    editor_models: bool = True
+    editor_model_tool: str = "editor_model"  # that tool's name
+    editor_model_default: str = ""  # the model the tool asks when the agent names none ("": the first shared)
+
+
+class EditorModelSettings(NamedTuple):
+    """``[editor_models]``: limits on calls to the models editors share (the tool, and ``editor/<id>`` over HTTP)."""
+
+    max_concurrent: int = 4  # calls at once per editor; over HTTP, more get 429 with retry-after
+    timeout: float = 300.0  # seconds an editor model may take for one answer; then the call fails saying so
 
 
 class ServeSettings(NamedTuple):
@@ -130,6 +144,7 @@ class Config(NamedTuple):
     permissions: PermissionSettings = PermissionSettings()
     serve: ServeSettings = ServeSettings()
     tools: ToolSettings = ToolSettings()
+    editor_models: EditorModelSettings = EditorModelSettings()
     path: Path | None = None
 
 
@@ -179,7 +194,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         line = _line_from_toml_error(str(exc)) or (len(text.splitlines()) if "end of document" in str(exc) else None)
         raise ConfigError(f"invalid TOML: {exc}", path=path, line=line) from exc
     locate = _Locator(text, path)
-    _check_keys(data, {"agents", "sessions", "permissions", "serve", "tools"}, locate, table="")
+    _check_keys(data, {"agents", "sessions", "permissions", "serve", "tools", "editor_models"}, locate, table="")
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT_ID: demo_agent()}
     raw_agents = data.get("agents", {})
@@ -188,6 +203,10 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     for agent_id, raw in raw_agents.items():
         if agent_id == DEMO_AGENT_ID:
             raise locate.error("'demo' is the built-in demo agent; choose another id", f"agents.{agent_id}")
+        if agent_id == EDITOR_MODELS_PREFIX:
+            raise locate.error(
+                "'editor' names the models editors share (editor/<id>); choose another id", "agents.editor"
+            )
         agents[agent_id] = _agent(agent_id, raw, locate)
 
     sessions = _settings(SessionSettings, data.get("sessions", {}), locate, "sessions")
@@ -198,7 +217,16 @@ def parse_config(text: str, path: Path | None = None) -> Config:
     if serve.activity not in HTTP_ACTIVITY:
         raise locate.error(f"must be one of {', '.join(HTTP_ACTIVITY)}", "serve.activity")
     tools = _settings(ToolSettings, data.get("tools", {}), locate, "tools")
-    return Config(agents=agents, sessions=sessions, permissions=permissions, serve=serve, tools=tools, path=path)
+    editor_models = _settings(EditorModelSettings, data.get("editor_models", {}), locate, "editor_models")
+    return Config(
+        agents=agents,
+        sessions=sessions,
+        permissions=permissions,
+        serve=serve,
+        tools=tools,
+        editor_models=editor_models,
+        path=path,
+    )
 
 
 def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> AgentConfig:

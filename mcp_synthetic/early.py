@@ -237,9 +237,9 @@ def list_changed_event() -> bytes:
     return _event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
 
-def progress_event(token: str | int, beat: int) -> bytes:
-    """A tool call's heartbeat (``notifications/progress``), on that call's event stream."""
-    params = {"progressToken": token, "progress": beat, "message": HEARTBEAT_MESSAGE}
+def progress_event(token: str | int, progress: float, message: str = HEARTBEAT_MESSAGE) -> bytes:
+    """A tool call's progress (``notifications/progress``: a heartbeat, or what it has so far), on its event stream."""
+    params = {"progressToken": token, "progress": progress, "message": message}
     return _event({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
 

@@ -284,8 +284,9 @@ class HttpEndpoints:
         if call.progress_token is not None:
             token = call.progress_token
 
-            async def progress(beat: int) -> None:
-                await send({"type": "http.response.body", "body": progress_event(token, beat), "more_body": True})
+            async def progress(value: float, message: str) -> None:
+                body = progress_event(token, value, message)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
 
         result: dict[str, Any] | None = None
         with trio.CancelScope() as withdrawn:

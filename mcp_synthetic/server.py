@@ -1,11 +1,13 @@
 """The synthetic MCP server: the editor's tools, offered to one ACP session's agent, on the official ``mcp`` SDK's
 low-level ``Server`` running under Trio.
 
-Owns the tool list of a session (updated when the editor's tools change, with ``notifications/tools/list_changed``
-to connected clients), checking each call (unknown or withdrawn tool, invalid arguments, a tool whose schema is
-invalid: all answered with ``isError`` and a clear text, so the model can retry — the editor never sees an invalid
-call), handing valid calls to the session actor and blocking until the editor's result comes back (with progress
-heartbeats where the client gave a progress token), and mapping that result to MCP content.
+Owns the tool list of a session — the client's tools, and the tools lmbridge answers itself for that client
+(``LocalTool``: the models an editor shares, ``bridge.service.editor_models``), updated when they change, with
+``notifications/tools/list_changed`` to connected clients —, checking each call (unknown or withdrawn tool, invalid
+arguments, a tool whose schema is invalid: all answered with ``isError`` and a clear text, so the model can retry —
+the editor never sees an invalid call), handing valid calls to the session actor and blocking until the editor's
+result comes back (with progress heartbeats where the client gave a progress token), and mapping that result to MCP
+content.
 
 Every handler catches everything and answers ``isError``: the SDK would otherwise turn an exception into a
 JSON-RPC error the model never sees. The ``mcp`` package takes about a second to import, so nothing here imports it
@@ -38,8 +40,9 @@ __all__ = [
     "SERVER_NAME",
     "SERVER_VERSION",
     "EditorTool",
-    "Progress",
+    "LocalTool",
     "SessionTools",
+    "ToolProgress",
     "agent_annotations",
     "load_sdk",
     "receive_some",
@@ -55,7 +58,8 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 
 # (editor tool name, arguments) → (the editor's tool_result part, "") or (None, why not); withdrawn by cancelling it
 Invoke = Callable[[str, Any], Awaitable[tuple[dict[str, Any] | None, str]]]
-Progress = Callable[[int], Awaitable[None]]  # a heartbeat's number (1, 2, …) → told to the agent
+# (progress so far, a rising number; what to say) → an MCP notifications/progress to the agent
+ToolProgress = Callable[[float, str], Awaitable[None]]
 
 
 def load_sdk() -> None:
@@ -92,6 +96,18 @@ def _editor_server_class() -> type:
             return super().create_initialization_options(options, *args, **kwargs)
 
     return EditorServer
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTool:
+    """A tool lmbridge answers itself, not the client: ``run(arguments, progress)`` gives MCP's ``CallToolResult`` as
+    JSON (and is cancelled when the agent withdraws the call); ``progress`` is None when the agent asked for none."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+    run: Callable[[dict[str, Any], ToolProgress | None], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +161,7 @@ class SessionTools:
         self._name = name
         self._names = ToolNames()
         self._tools: dict[str, EditorTool] = {}  # by agent-facing name
+        self._local: dict[str, tuple[LocalTool, ToolSchema]] = {}  # lmbridge's own, by name
         self._signature: tuple[Any, ...] = ()
         self._taken: list[dict[str, Any]] = []  # the tool objects ``update`` took last
         self._connections: list[Any] = []  # the SDK's per-connection sessions, for list_changed
@@ -179,6 +196,20 @@ class SessionTools:
         self._tools = current
         return True
 
+    def set_local(self, tools: list[LocalTool]) -> bool:
+        """Take the tools lmbridge answers itself for this session's client now; True when the set changed (connected
+        clients are then told, as for ``update``). A client tool of the same name wins (the client named it)."""
+        signature = tuple((t.name, t.description, repr(t.input_schema)) for t in tools)
+        current = tuple((t.name, t.description, repr(s.schema)) for t, s in self._local.values())
+        self._local = {t.name: (t, self._local_schema(t)) for t in tools}
+        return signature != current
+
+    def _local_schema(self, tool: LocalTool) -> ToolSchema:
+        known = self._local.get(tool.name)
+        if known is not None and known[1].schema == tool.input_schema:
+            return known[1]
+        return ToolSchema(tool.name, tool.input_schema)
+
     async def compile_schemas(self) -> None:
         """Compile the schemas of the current tools that are not yet, one at a time (each a fraction of a
         millisecond to a few: other work runs in between): run off the turn's path when the tools arrive, so that
@@ -212,7 +243,7 @@ class SessionTools:
 
     @property
     def agent_names(self) -> set[str]:
-        return set(self._tools)
+        return set(self._tools) | set(self._local)
 
     @property
     def editor_names(self) -> set[str]:
@@ -336,6 +367,10 @@ class SessionTools:
             if tool.annotations:
                 listed["annotations"] = tool.annotations
             tools.append(listed)
+        for name, (local, _schema) in self._local.items():
+            if name not in self._tools:
+                entry = {"name": name, "description": local.description, "inputSchema": local.input_schema}
+                tools.append({**entry, "annotations": local.annotations} if local.annotations else entry)
         return tools
 
     async def _list_tools(self, ctx: Any, params: Any) -> Any:
@@ -348,31 +383,33 @@ class SessionTools:
         import mcp_types as types
 
         token = (getattr(ctx, "meta", None) or {}).get("progress_token")
-        progress: Progress | None = None
+        progress: ToolProgress | None = None
         if token is not None:
 
-            async def progress(beat: int) -> None:
+            async def progress(value: float, message: str) -> None:
                 await ctx.session.send_progress_notification(
-                    token, beat, None, HEARTBEAT_MESSAGE, related_request_id=ctx.request_id
+                    token, value, None, message, related_request_id=ctx.request_id
                 )
 
         return types.CallToolResult.model_validate(await self.call(params.name, params.arguments, progress))
 
-    async def call(self, name: str, arguments: Any, progress: Progress | None = None) -> dict[str, Any]:
+    async def call(self, name: str, arguments: Any, progress: ToolProgress | None = None) -> dict[str, Any]:
         """Run one of the agent's ``tools/call``: MCP's ``CallToolResult`` as JSON. Never raises (but
         ``trio.Cancelled``, when the agent withdraws the call): the model must see what happened, as an ``isError``
-        result. ``progress(beat)``, if given, is awaited every ``PROGRESS_INTERVAL`` seconds while the editor runs
-        the tool (agents time tools out)."""
+        result. ``progress(value, message)``, if given, is awaited every ``PROGRESS_INTERVAL`` seconds while the
+        editor runs the tool (agents time tools out), and as a tool of lmbridge's own makes progress."""
         try:
             return await self._call(name, arguments, progress)
         except Exception as exc:
             self._log.exception("tool call failed inside lmbridge", tool=name)
             return _error_result(f"lmbridge could not run this tool call: {type(exc).__name__}: {exc}")
 
-    async def _call(self, name: str, arguments: Any, progress: Progress | None) -> dict[str, Any]:
+    async def _call(self, name: str, arguments: Any, progress: ToolProgress | None) -> dict[str, Any]:
         tool = self._tools.get(name)
+        if tool is None and name in self._local:
+            return await self._call_local(*self._local[name], arguments, progress)
         if tool is None:
-            available = ", ".join(sorted(self._tools)) or "none"
+            available = ", ".join(sorted(self.agent_names)) or "none"
             return _error_result(
                 f"Unknown tool {name!r}: the editor does not offer it (any more). Available tools: {available}."
             )
@@ -406,6 +443,23 @@ class SessionTools:
             return _error_result(reason or "The tool call was withdrawn.")
         return {"content": to_mcp_content(result.get("content", [])), "isError": bool(result.get("isError"))}
 
+    async def _call_local(
+        self, tool: LocalTool, schema: ToolSchema, arguments: Any, progress: ToolProgress | None
+    ) -> dict[str, Any]:
+        check = schema.check(arguments)
+        if not check.ok:
+            return _error_result(
+                f"Invalid arguments for {tool.name}:\n- " + "\n- ".join(check.problems) + "\nFix them and call again."
+            )
+        answered = False
+        try:
+            result = await tool.run(check.arguments, progress)
+            answered = True
+        finally:
+            if not answered:
+                self._log.info("the agent withdrew a tool call", tool=tool.name)
+        return result
+
 
 def _is_json(line: bytes) -> bool:
     import json
@@ -425,13 +479,13 @@ async def receive_some(stream: trio.abc.Stream, max_bytes: int = 65536) -> bytes
         return b""
 
 
-async def _heartbeat(progress: Progress) -> None:
+async def _heartbeat(progress: ToolProgress) -> None:
     beats = 0
     while True:
         await trio.sleep(PROGRESS_INTERVAL)
         beats += 1
         try:
-            await progress(beats)
+            await progress(beats, HEARTBEAT_MESSAGE)
         except Exception:
             return
 

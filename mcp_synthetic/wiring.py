@@ -28,7 +28,7 @@ import trio
 from wire.http_server import load_server
 from wire.observe.logger import Logger
 
-from .server import SERVER_NAME, SessionTools, load_sdk, receive_some
+from .server import SERVER_NAME, LocalTool, SessionTools, load_sdk, receive_some
 from .validation import warm_up_schemas
 
 if TYPE_CHECKING:
@@ -107,8 +107,17 @@ class EditorToolsSetup:
     """The router's ``SessionSetup``: gives each session that has editor tools its MCP server."""
 
     def __init__(
-        self, *, log: Logger, tracer: Any = None, runtime_dir: str | None = None, parallel_tools: bool = True
+        self,
+        *,
+        log: Logger,
+        tracer: Any = None,
+        runtime_dir: str | None = None,
+        parallel_tools: bool = True,
+        local_tools: Callable[[Any], list[LocalTool]] | None = None,
     ) -> None:
+        """``local_tools(client)``: the tools lmbridge answers itself for a conversation of that client (the
+        request's ``client``: the editor whose models the agent may ask)."""
+        self._local_tools = local_tools or (lambda client: [])
         self._log = log
         self._parallel_tools = parallel_tools
         self._tracer = tracer
@@ -178,7 +187,8 @@ class EditorToolsSetup:
         """The session's server entry, at once: the imports run on while the agent starts its session; the MCP
         connections wait for them (the HTTP server's; the SDK's for the stdio relay, and over HTTP for what
         ``mcp_synthetic.early`` leaves to it), not ``session/new``."""
-        if not request.tools:
+        local = self._local_tools(getattr(request, "client", None))
+        if not request.tools and not local:
             return []
         self.preload()
 
@@ -196,6 +206,7 @@ class EditorToolsSetup:
             parallel=self._parallel_tools,
         )
         tools.update(list(request.tools))
+        tools.set_local(local)
         self._compile_later(tools)
         token = secrets.token_urlsafe(32)
         if self._tracer is not None:
@@ -273,7 +284,12 @@ class EditorToolsSetup:
     def turn_started(self, session: Any, request: Any) -> None:
         served = self._served.get(session.key)
         tools = served.tools if served is not None else None
-        if tools is not None and tools.update(list(request.tools)) and self._nursery is not None:
+        if tools is None:
+            return
+        # The tools of this request's client: a conversation follows its editor (and the models it shares now).
+        changed = tools.update(list(request.tools))
+        changed = tools.set_local(self._local_tools(getattr(request, "client", None))) or changed
+        if changed and self._nursery is not None:
             self._log.info(
                 "the editor's tools changed; telling the agent",
                 session=session.session_id,

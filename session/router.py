@@ -93,6 +93,9 @@ class TurnRequest:
     # over? Yes for the editor front: the same history again is the editor retrying. No for HTTP clients: there
     # it is another conversation that happens to start alike, and it gets a session of its own.
     share_running: bool = True
+    # The client that sent the request, as its front knows it (an editor connection): opaque here; the session's
+    # setup asks it for what the client offers besides its tools (the models an editor shares).
+    client: object = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,13 +170,18 @@ async def open_bridge(
     *extra: str,
     initialize: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
+    serve: Any = None,
 ) -> AsyncIterator[Bridge]:
+    """``serve``: how the editor answers ``editor/chat`` (``EditorClient.serve_models``), for an editor that shares
+    models (``initialize={"editorModels": [...]}``)."""
     stderr_path = tmp_path / f"bridge-{uuid.uuid4().hex[:6]}.stderr"
     args = ["--log-level", "debug", *extra]
     if config is not None:
         args += ["--config", str(config)]
     with open(stderr_path, "wb") as stderr:
         async with spawn_stdio(args, stderr=stderr, env=env) as (client, process):
+            if serve is not None:
+                client.serve_models(serve)
             with trio.fail_after(30):
                 await client.initialize(**(initialize or {}))
             yield Bridge(client, process, stderr_path)

@@ -5,6 +5,7 @@
   answers (``FakeReply``)
 - the agent as the router sees it (``session.router.AgentHandle``): ``FakeAgent`` with ``FakeInfo`` behind a
   ``FakeAgentProvider``; ``answer_next_prompt``; ``RouterEditor`` runs turns against a router and keeps their parts
+- an editor's own model (``ScriptedEditorModel``): what a test editor shares and answers ``editor/chat`` with
 
 Everything here is in-process: no subprocess, no socket (those are ``conftest``'s fixtures: a live ``lmbridge stdio``,
 a test agents file). Time: pytest-trio's ``autojump_clock`` fixture. Logs: the project's own logger
@@ -14,6 +15,7 @@ a test agents file). Time: pytest-trio's ``autojump_clock`` fixture. Logs: the p
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ import trio
 
 from session.router import RouterSettings, SessionRouter, TurnRequest
 from wire.cancel import CancelRequest
+from wire.errors import RpcError
 from wire.observe.logs import get_logger
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "FakeInfo",
     "FakeReply",
     "RouterEditor",
+    "ScriptedEditorModel",
     "answer_next_prompt",
     "assistant",
     "start_router",
@@ -286,3 +290,71 @@ async def start_router(nursery: trio.Nursery, agent: FakeAgent, **settings: Any)
     router = SessionRouter(FakeAgentProvider(agent), RouterSettings(**settings), log=get_logger())
     await nursery.start(router.run)
     return router, RouterEditor(router)
+
+
+# -- an editor's own model ------------------------------------------------------------------------------------------
+
+
+class ScriptedEditorModel:
+    """A model a test editor shares (``EditorClient.serve_models(model.answer)``), scripted by the last user text of
+    each ``editor/chat``:
+
+    - ``/fail TEXT``: the editor answers with a JSON-RPC error (-32000, TEXT), as for a refused consent or a quota;
+    - ``/wait``: says "waiting", then nothing until the call is cancelled (``cancelled`` counts it);
+    - ``/call NAME {json}``: a call of the client's tool NAME (stop reason ``tool_calls``);
+    - anything else: ``<model id> heard: <text>``, streamed word by word, with usage.
+
+    ``calls`` keeps every ``editor/chat``'s params; ``models`` is what the editor shares (``initialize.editorModels``).
+    """
+
+    def __init__(self, *ids: str, tool_calling: bool = True) -> None:
+        self.models = [
+            {
+                "id": model_id,
+                "name": f"Scripted {model_id}",
+                "vendor": "test-vendor",
+                "family": "scripted",
+                "maxInputTokens": 8192,
+                "maxOutputTokens": 1024,
+                "capabilities": {"toolCalling": tool_calling, "imageInput": False},
+            }
+            for model_id in ids or ("scripted-1",)
+        ]
+        self.calls: list[dict[str, Any]] = []
+        self.cancelled = 0
+        self.waiting = trio.Event()  # set when a /wait call is waiting
+
+    async def answer(self, params: dict[str, Any], send_part: Any, cancel: Any) -> dict[str, Any]:
+        self.calls.append(params)
+        text = _last_user_text(params.get("messages") or [])
+        if text.startswith("/fail"):
+            raise RpcError(-32000, text.removeprefix("/fail").strip() or "the model failed")
+        if text.startswith("/wait"):
+            await send_part({"type": "text", "value": "waiting"})
+            self.waiting.set()
+            await cancel.wait()
+            self.cancelled += 1
+            return {"stopReason": "cancelled"}
+        if text.startswith("/call "):
+            name, _, arguments = text.removeprefix("/call ").partition(" ")
+            call = {
+                "type": "tool_call",
+                "callId": f"call_{len(self.calls)}",
+                "name": name,
+                "input": json.loads(arguments),
+            }
+            await send_part(call)
+            return {"stopReason": "tool_calls"}
+        words = f"{params['modelId']} heard: {text}".split(" ")
+        for index, word in enumerate(words):
+            await send_part({"type": "text", "value": word if index == 0 else " " + word})
+        return {"stopReason": "end_turn", "usage": {"inputTokens": 11, "outputTokens": len(words)}}
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            texts = [p.get("value", "") for p in message.get("content") or () if p.get("type") == "text"]
+            if texts:
+                return "".join(texts)
+    return ""

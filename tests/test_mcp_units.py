@@ -181,7 +181,7 @@ async def test_a_waiting_call_sends_progress_heartbeats(autojump_clock) -> None:
 
     beats: list[tuple[int, float]] = []
 
-    async def progress(beat: int) -> None:
+    async def progress(beat: float, message: str) -> None:
         beats.append((beat, trio.current_time()))
 
     tools = SessionTools(invoke, log=get_logger())

@@ -18,6 +18,7 @@ __all__ = [
     "AGENT_ERROR",
     "AGENT_EXITED",
     "AGENT_START_FAILED",
+    "EDITOR_MODEL_FAILED",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
@@ -29,6 +30,7 @@ __all__ = [
     "AgentExitedError",
     "AgentReplyError",
     "AgentStartError",
+    "EditorModelError",
     "InternalError",
     "InvalidParams",
     "MessageError",
@@ -52,6 +54,7 @@ AGENT_START_FAILED = -32001  # the agent could not be started or did not complet
 AGENT_EXITED = -32002  # the agent process exited during the turn
 AGENT_ERROR = -32003  # the agent answered with an error, or with something that is not an answer
 TOO_MANY_REQUESTS = -32004  # a limit on requests in flight was reached; retry after an answer came
+EDITOR_MODEL_FAILED = -32005  # a model an editor shares failed, refused, timed out, or its editor went away
 
 
 class RpcError(Exception):
@@ -186,6 +189,30 @@ class AgentTimeoutError(AgentError):
             agent=agent_id,
         )
         self.step = step
+
+
+# -- the editor's fault (a model it shares) -------------------------------------------------------------------------
+
+
+class EditorModelError(RpcError):
+    """-32005: a call to a model an editor shares failed — the editor answered with an error (no such model, the
+    user's consent refused, a quota, the model's own error), took longer than the limit, or went away."""
+
+    def __init__(self, message: str, *, model: str, editor_error: dict[str, Any] | None = None) -> None:
+        data: dict[str, Any] = {"model": model}
+        if editor_error is not None:
+            data["editorError"] = editor_error
+        super().__init__(EDITOR_MODEL_FAILED, message, data)
+        self.model = model
+
+    @classmethod
+    def from_editor(cls, error: RpcError, model: str) -> EditorModelError:
+        """The editor's own error answer, quoted."""
+        return cls(
+            f"the editor's model {model!r} failed: {error.message}",
+            model=model,
+            editor_error={"code": error.code, "message": error.message},
+        )
 
 
 # -- lmbridge's own fault -----------------------------------------------------------------------------------------

@@ -70,6 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="largest message accepted (default 64 MiB)",
     )
+    stdio.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="also serve the OpenAI/Anthropic-compatible HTTP API there, on loopback (the agents, and the models "
+        "this editor shares: docs/editor-models.md)",
+    )
+    stdio.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --http: the token clients present (default $XDG_STATE_HOME/lmbridge/token)",
+    )
 
     serve = commands.add_parser(
         "serve",
@@ -207,6 +218,11 @@ def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
 
     # The editor waits for the answer to initialize while it starts up: give it before importing the rest. A first
     # chat sent along with it has its agent started first: that start is the longest wait of the chat.
+    try:
+        http = _host_port(args.http, "--http") if args.http else None
+    except ValueError as exc:
+        print(f"lmbridge: {exc}", file=sys.stderr)
+        return 2
     protocol_fd = reserve_stdout()
     first, pending = read_initialize(0, max_message_bytes=args.max_message_bytes)
     early_agent = start_first_chat_agent(config, first, pending)
@@ -216,23 +232,31 @@ def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         _pause_collector_while_starting()
         import trio
 
+        from bridge.daemon.security import ServeError
         from bridge.daemon.stdio import serve_stdio
         from wire.observe.logs import configure, get_logger
 
         configure(args.log_level, args.log_format)
         log = get_logger()
-        return trio.run(
-            lambda: serve_stdio(
-                config,
-                log=log,
-                tracer=tracer,
-                stdout_fd=protocol_fd,
-                max_message_bytes=args.max_message_bytes,
-                hello=first.hello if first is not None else None,
-                pending_input=pending,
-                early_agent=early_agent,
+        try:
+            code: int = trio.run(
+                lambda: serve_stdio(
+                    config,
+                    log=log,
+                    tracer=tracer,
+                    stdout_fd=protocol_fd,
+                    max_message_bytes=args.max_message_bytes,
+                    hello=first.hello if first is not None else None,
+                    pending_input=pending,
+                    early_agent=early_agent,
+                    http=http,
+                    token_file=args.token_file,
+                )
             )
-        )
+        except ServeError as exc:
+            print(f"lmbridge stdio: {exc}", file=sys.stderr)
+            return 2
+        return code
     finally:
         if early_agent is not None:
             early_agent.abandon()  # nothing when the pool adopted it

@@ -27,6 +27,7 @@ class HttpListener:
     def __init__(self, front: HttpFront, sock: socket.socket, url: str, tls: ssl.SSLContext | None) -> None:
         self.front = front
         self.url = url
+        self.token_file = ""  # where its clients find the token (set by whoever loaded it)
         self._socket = sock
         self._tls = tls
 

@@ -126,11 +126,14 @@ async def serve_stdio(
     hello: Any = None,
     pending_input: bytes = b"",
     early_agent: Any = None,
+    http: tuple[str, int] | None = None,
+    token_file: str | None = None,
 ) -> int:
     """Serve the editor on ``stdin_fd``/``stdout_fd``. ``hello`` and ``pending_input`` come from
     ``read_initialize`` when ``initialize`` was answered already; ``early_agent`` (``bridge.acp.spawn``)
     is the agent of the first chat, started meanwhile: the pool adopts it (the caller stops it if this fails
-    before)."""
+    before). ``http``: also serve the HTTP API there (loopback only, the token of ``token_file`` or the default
+    one), so that other clients on this machine can use the agents and the models this editor shares."""
     import trio
 
     from bridge.editor.connection import EditorConnection
@@ -139,8 +142,12 @@ async def serve_stdio(
 
     protocol_fd = reserve_stdout() if stdout_fd is None else stdout_fd
     service = BridgeService(config, log=log, tracer=tracer)
+    listener = _http_listener(service, config, http, token_file, log) if http is not None else None
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)
+        if listener is not None:
+            await nursery.start(listener.run)
+            log.info("HTTP API listening", url=listener.url, token_file=listener.token_file)
         if early_agent is not None:
             service.pool.adopt(early_agent)
         editor = EditorConnection(service)
@@ -171,10 +178,33 @@ async def serve_stdio(
         log.info("lmbridge stdio ready", pid=os.getpid(), agents=sorted(config.agents))
         await stop.wait()
         editor.cancel_turns()
+        if listener is not None:
+            await listener.finish_turns(config.sessions.cancel_drain_timeout + 1)
+        editor.close()
         await service.shutdown()
         await connection.aclose()
         nursery.cancel_scope.cancel()
     return 0
+
+
+def _http_listener(service: Any, config: Config, address: tuple[str, int], token_file: str | None, log: Logger) -> Any:
+    """The HTTP API beside the editor's connection: the rules of ``lmbridge serve --http`` (its token, its limits),
+    on loopback only (an editor's lmbridge is one person's)."""
+    from pathlib import Path
+
+    from bridge.http.app import HttpSettings
+    from wire.observe.redact import add_secret
+
+    from .http_listener import HttpListener
+    from .security import default_token_path, load_token
+
+    path = Path(token_file).expanduser() if token_file else default_token_path()
+    token = load_token(path)
+    add_secret(token)
+    settings = HttpSettings(max_turns=config.serve.max_turns, activity=config.serve.activity)
+    listener = HttpListener.open(service, address, settings, token, tls=None, allow_remote=False, log=log)
+    listener.token_file = str(path.resolve())
+    return listener
 
 
 async def _set_when(event: Any, stop: Any, why: str) -> None:

@@ -364,6 +364,20 @@ class DemoAgent:
         for (name, _args), (ok, text) in zip(step.calls, results, strict=True):
             await self._say(session, f"tool {name} {'returned' if ok else 'failed'}: {text}")
 
+    async def _do_ask(self, session: _Session, step: Step, _: Any) -> None:
+        from .tools import connections
+
+        ((name, arguments),) = step.calls
+        notes: list[str] = []
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            notes.append(message or "")
+
+        ok, text = await self._cancellable(session, connections(session).call(name, arguments, progress=progress))
+        await self._say(
+            session, f"{'editor model' if ok else 'editor model failed'} ({len(notes)} progress notes): {text}"
+        )
+
     async def _do_permission(self, session: _Session, step: Step, _: Any) -> None:
         await self._do_permissions(session, step, _)
 

@@ -137,6 +137,17 @@ def _toolwait(name: str, arg: str) -> Step:
     return Step(name, calls=(_tool_call(rest.strip()),), number=int(ms))
 
 
+def _ask(name: str, arg: str) -> Step:
+    model = ""
+    if arg.startswith("model="):
+        first, _, arg = arg.partition(" ")
+        model = first.removeprefix("model=")
+    if not arg.strip():
+        raise ScriptError("/ask needs a question, e.g. /ask model=gpt-4o What is 6 times 7?")
+    arguments: dict[str, Any] = {"prompt": arg.strip(), **({"model": model} if model else {})}
+    return Step(name, calls=(("editor_model", arguments),))
+
+
 def _permission_request(text: str) -> tuple[str, str]:
     kind = "execute"
     if text.startswith("kind="):
@@ -229,6 +240,13 @@ DIRECTIVES: dict[str, Directive] = {
             "MS NAME {j}",
             "call NAME but give up after MS (the MCP client sends notifications/cancelled)",
             _toolwait,
+        ),
+        Directive(
+            "ask",
+            "[model=ID] QUESTION",
+            "ask a model of the editor (lmbridge's editor_model tool, with progress), then say the answer and how many "
+            "progress notes came",
+            _ask,
         ),
         Directive(
             "permission",

@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Any
 
-__all__ = ["McpConnections", "call_tools"]
+__all__ = ["McpConnections", "call_tools", "connections"]
 
 
 class McpConnections:
@@ -56,7 +56,10 @@ class McpConnections:
             self._error = exc
             self._ready.set()
 
-    async def call(self, name: str, arguments: Any, timeout: float | None = None) -> tuple[bool, str]:
+    async def call(
+        self, name: str, arguments: Any, timeout: float | None = None, *, progress: Any = None
+    ) -> tuple[bool, str]:
+        """``progress``: the MCP client's progress callback (the call then carries a progress token)."""
         await self._ready.wait()
         if self._error is not None:
             return False, f"cannot reach the MCP server: {type(self._error).__name__}: {self._error}"
@@ -67,7 +70,10 @@ class McpConnections:
 
         try:
             result = await client.call_tool(
-                name, arguments if isinstance(arguments, dict) else {"value": arguments}, read_timeout_seconds=timeout
+                name,
+                arguments if isinstance(arguments, dict) else {"value": arguments},
+                read_timeout_seconds=timeout,
+                progress_callback=progress,
             )
         except MCPError as exc:
             return False, f"MCP error {exc.error.code}: {exc.error.message}"
@@ -87,10 +93,16 @@ class McpConnections:
             await self._task
 
 
-async def call_tools(
-    session: Any, calls: tuple[tuple[str, Any], ...], timeout: float | None = None
-) -> list[tuple[bool, str]]:
+def connections(session: Any) -> McpConnections:
+    """The session's MCP connections, opened on first use."""
     if session.tools is None:
         session.tools = McpConnections(session.mcp_servers)
     tools: McpConnections = session.tools
+    return tools
+
+
+async def call_tools(
+    session: Any, calls: tuple[tuple[str, Any], ...], timeout: float | None = None
+) -> list[tuple[bool, str]]:
+    tools = connections(session)
     return list(await asyncio.gather(*(tools.call(name, arguments, timeout) for name, arguments in calls)))

@@ -3,7 +3,8 @@ the tests use to talk to a bridge the way an editor extension does.
 
 Owns spawning ``lmbridge stdio`` as a subprocess (and stopping it), and the client half of the protocol: requests,
 ``lm/part`` notifications routed to the turn they belong to, ``lm/modelsChanged`` counted, and cancelling a turn
-while still receiving its answer.
+while still receiving its answer. And the editor's own models, as an editor shares them: ``serve_models`` answers
+``editor/chat`` with a function of the caller's (its parts sent as ``editor/part``), ``share_models`` says which.
 """
 
 from __future__ import annotations
@@ -11,15 +12,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
+from wire.cancel import CancelRequest
 from wire.errors import RpcError
-from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, MethodTable, OutgoingRequest, StreamWire
+from wire.rpc.connection import (
+    EDITOR_CANCEL,
+    JsonRpcConnection,
+    MethodTable,
+    OutgoingRequest,
+    RequestContext,
+    StreamWire,
+)
 
 __all__ = [
     "ChatResult",
@@ -33,6 +42,11 @@ __all__ = [
 ]
 
 PartCallback = Callable[[dict[str, Any]], None]
+# How a test editor answers ``editor/chat``: (its params, a function sending one part, the call's cancel) → the answer
+# ({stopReason, usage?}); an ``RpcError`` raised is the editor's error answer.
+ModelAnswer = Callable[
+    [dict[str, Any], Callable[[dict[str, Any]], Awaitable[None]], CancelRequest], Awaitable[dict[str, Any]]
+]
 
 
 @dataclass
@@ -168,6 +182,22 @@ class EditorClient:
 
     async def shutdown(self) -> None:
         await self.request("shutdown", None)
+
+    def serve_models(self, answer: ModelAnswer) -> None:
+        """Answer ``editor/chat`` with ``answer`` (before ``initialize``: the models are shared from then on)."""
+
+        async def editor_chat(params: Any, context: RequestContext) -> Any:
+            async def send_part(part: dict[str, Any]) -> None:
+                await context.connection.notify("editor/part", {"requestId": context.id, "part": part})
+
+            return await answer(params, send_part, context.cancel_requested)
+
+        self.methods.request("editor/chat", editor_chat, handles_cancel=True)
+
+    async def share_models(self, models: list[dict[str, Any]]) -> None:
+        """``editor/modelsChanged``: the models this editor shares from now on (``[]``: none)."""
+        assert self.connection is not None
+        await self.connection.notify("editor/modelsChanged", {"models": models})
 
     async def _on_part(self, params: Any) -> None:
         if not isinstance(params, dict) or not isinstance(params.get("part"), dict):

@@ -2,12 +2,16 @@
 
 Owns checking every editor request (a bad field gets -32602 naming it), the per-connection state (initialized,
 workspace folders, capabilities), turning ``lm/chat`` into a routed turn whose parts stream back as ``lm/part``
-notifications, and mapping outcomes to results and errors. The contract itself is documented in
-docs/protocol.md; keep the two in step.
+notifications, and mapping outcomes to results and errors. The other direction too: the models the editor shares
+(``initialize.editorModels``, ``editor/modelsChanged``) go to ``bridge.service.editor_models``, and a call to one of
+them is an ``editor/chat`` request to the editor whose ``editor/part`` notifications stream its answer back
+(``editor_chat``: this connection is the ``EditorLink``). The contract itself is documented in docs/protocol.md;
+keep the two in step.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -15,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bridge.service.composition import BridgeService
+from bridge.service.shared_models import parse_shared_models
 from bridge.service.view import ClientView
 from session.options import read_choices
 from session.tokens import estimate_message_tokens, estimate_tokens
 from wire.cancel import CancelRequest
 from wire.errors import INVALID_REQUEST, InternalError, InvalidParams, RpcError
-from wire.rpc.connection import JsonRpcConnection, MethodTable, RequestContext
+from wire.rpc.connection import ConnectionClosed, JsonRpcConnection, MethodTable, RequestContext
 
 if TYPE_CHECKING:
     from session.actor import TurnOutcome
@@ -54,6 +59,8 @@ class EditorConnection:
         self.methods.request("lm/countTokens", self._count_tokens, precondition=initialized)
         self.methods.request("shutdown", self._shutdown)
         self.methods.request("daemon/status", self._status, precondition=initialized)
+        self.methods.notification("editor/modelsChanged", self._editor_models_changed)
+        self.methods.notification("editor/part", self._editor_part)
         self.connection: JsonRpcConnection | None = None
         # The editor re-sends every history in full: its connection parses with this (see bridge.history_parse).
         self.parse = HistoryReusingParser()
@@ -72,6 +79,8 @@ class EditorConnection:
         # The last tool list checked, and what it was checked from: the parser hands back the very list object when
         # the editor repeats its tools, which it does with every request (~0.2 ms to check 80 tools again).
         self._checked_tools: tuple[Any, list[dict[str, Any]]] = (None, [])
+        # The editor/chat calls lmbridge made to this editor and that are running: their parts, by request id.
+        self._model_calls: dict[Any, trio.MemorySendChannel[Any]] = {}
 
     @property
     def cwd(self) -> str:
@@ -85,11 +94,18 @@ class EditorConnection:
         folders = "\0".join(sorted(self.workspace_folders)) or self._default_cwd
         return f"editor\0{self.client_info.get('name') or ''}\0{folders}"
 
+    @property
+    def label(self) -> str:
+        """Which editor, for logs and model lists: its name and first workspace folder."""
+        name = self.client_info.get("name") or self.name
+        return f"{name} ({self.workspace_folders[0]})" if self.workspace_folders else str(name)
+
     def close(self) -> None:
-        """The connection ended: no more notifications for it."""
+        """The connection ended: no more notifications for it, and the models it shared are gone."""
         if self._unwatch_models is not None:
             self._unwatch_models()
             self._unwatch_models = None
+        self.service.editor_models.withdraw(self)
 
     def cancel_turns(self) -> None:
         """Ask every running turn of this connection to end (they answer ``cancelled``)."""
@@ -113,6 +129,8 @@ class EditorConnection:
         if self._unwatch_models is None:
             self._unwatch_models = self.service.watch_models(self._models_changed)
         self.initialized = True
+        if hello.editor_models:
+            self.service.editor_models.share(self, hello.editor_models)
         self._log.info("editor initialized", client=self.client_info.get("name"), folders=len(self.workspace_folders))
 
     def _require_initialized(self) -> None:
@@ -156,7 +174,7 @@ class EditorConnection:
             raise InvalidParams("options.conversationId", "must be a string of 1 to 256 characters")
         scope = self.scope if conversation is None else f"{self.scope}\0{conversation}"
         request = self.service.turn_request(
-            entry, messages, tools, cwd=self.cwd, view=self.view, scope=scope, choices=settings
+            entry, messages, tools, cwd=self.cwd, view=self.view, scope=scope, choices=settings, client=self
         )
         connection = context.connection
         request_id = context.id
@@ -208,6 +226,67 @@ class EditorConnection:
 
     async def _status(self, params: Any, context: RequestContext) -> dict[str, Any]:
         return self.service.status()
+
+    # -- the editor's own models ------------------------------------------------------------------------------
+
+    async def _editor_models_changed(self, params: Any) -> None:
+        if not self.initialized:
+            raise InvalidParams("editor/modelsChanged", "call initialize first")
+        models = parse_shared_models(_object(params, "params").get("models"), "models")
+        self.service.editor_models.share(self, models)
+
+    async def _editor_part(self, params: Any) -> None:
+        params = _object(params, "params")
+        channel = self._model_calls.get(params.get("requestId"))
+        if channel is not None:
+            channel.send_nowait(params.get("part"))  # unbounded: the parts of one answer, forwarded by its call
+
+    async def editor_chat(self, params: dict[str, Any], on_part: Callable[[Any], Any], cancel: CancelRequest) -> Any:
+        """``EditorLink.editor_chat``: one ``editor/chat`` to this editor; its parts to ``on_part``, in order, all of
+        them before this returns. A cancel (``cancel``, or the caller's) sends ``$/cancelRequest`` at once and stops
+        waiting: the answer is then ``{"stopReason": "cancelled"}``."""
+        from bridge.service.editor_models import EditorGone
+
+        connection = self.connection
+        if connection is None or connection.closed:
+            raise EditorGone
+        send, receive = trio.open_memory_channel[Any](math.inf)
+        try:
+            call = connection.start_request_nowait("editor/chat", params)
+        except ConnectionClosed:
+            raise EditorGone from None
+        self._model_calls[call.id] = send
+        answer: Any = {"stopReason": "cancelled"}
+        failure: Exception | None = None
+
+        async def wait_for_answer() -> None:
+            nonlocal answer, failure
+            try:
+                answer = await call.result()
+            except Exception as exc:  # the editor's error, or the connection gone: raised below, as it is
+                failure = exc
+            finally:
+                send.close()  # the answer follows the last part on the wire: nothing more comes
+
+        try:
+            with trio.CancelScope() as cancelled:
+                unwatch = cancel.on_set(cancelled.cancel)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(wait_for_answer)
+                        async for part in receive:
+                            await on_part(part)
+                finally:
+                    unwatch()
+        finally:
+            self._model_calls.pop(call.id, None)
+            if not call.answered:
+                call.abandon()  # $/cancelRequest; a late answer is ignored
+        if isinstance(failure, ConnectionClosed):
+            raise EditorGone
+        if failure is not None:
+            raise failure
+        return answer
 
     async def _shutdown(self, params: Any, context: RequestContext) -> None:
         self.shutdown_requested.set()

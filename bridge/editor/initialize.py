@@ -8,7 +8,8 @@ import os
 from typing import Any, NamedTuple
 
 from bridge import __version__
-from bridge.config import DEMO_AGENT_ID, AgentConfig, ConfigError, agent_from_mapping
+from bridge.config import DEMO_AGENT_ID, EDITOR_MODELS_PREFIX, AgentConfig, ConfigError, agent_from_mapping
+from bridge.service.shared_models import SharedModel, parse_shared_models
 from wire.errors import InvalidParams
 
 __all__ = ["PROTOCOL_VERSION", "EditorHello", "initialize_result", "parse_initialize"]
@@ -25,6 +26,7 @@ class EditorHello(NamedTuple):
     thinking: bool
     acp_updates: bool
     agents: dict[str, AgentConfig]
+    editor_models: tuple[SharedModel, ...] = ()  # the models the editor shares (docs/editor-models.md)
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
@@ -65,16 +67,20 @@ def parse_initialize(params: Any) -> EditorHello:
         for agent_id, raw in _object(params["agents"], "agents").items():
             if agent_id == DEMO_AGENT_ID:
                 raise InvalidParams("agents.demo", "'demo' is the built-in demo agent; choose another id")
+            if agent_id == EDITOR_MODELS_PREFIX:
+                raise InvalidParams("agents.editor", "'editor' names the models editors share; choose another id")
             try:
                 agents[agent_id] = agent_from_mapping(agent_id, raw)
             except ConfigError as exc:
                 raise InvalidParams(exc.key or f"agents.{agent_id}", str(exc).split(": ", 1)[-1]) from None
+    shared = params.get("editorModels")
     return EditorHello(
         client_info,
         tuple(folders or ()),
         capabilities.get("thinking", False),
         capabilities.get("acpUpdates", False),
         agents,
+        parse_shared_models(shared, "editorModels") if shared is not None else (),
     )
 
 

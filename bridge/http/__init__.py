@@ -10,6 +10,7 @@ can use any ACP agent as a model.
   400s), its translation to and from editor-protocol messages, and its response and event shapes
 - ``app``: the ASGI application — routes, the token, body limits, turn limits, streaming with disconnect watching
 
-May import: ``bridge.service``, ``session``, ``wire``. Knows no socket: ``bridge.daemon`` serves the application
-(with ``wire.http_server``) and decides who may connect. The contract is docs/http.md; keep the two in step.
+May import: ``bridge.service``, ``bridge.config``, ``session``, ``wire``. Knows no socket: ``bridge.daemon`` serves
+the application (with ``wire.http_server``) and decides who may connect. The contract is docs/http.md; keep the two
+in step.
 """

@@ -94,6 +94,7 @@ class Messages:
             native_reasoning=True,
             settings=model_options(request.model_extra),
             effort=reasoning_effort(request.model_extra, "output_config", "effort"),
+            max_tokens=getattr(request, "max_tokens", None),
         )
 
     @staticmethod
@@ -220,6 +221,8 @@ def _usage(usage: dict[str, Any] | None) -> dict[str, Any]:
         out["cache_read_input_tokens"] = usage["cachedReadTokens"]
     if usage and "cachedWriteTokens" in usage:
         out["cache_creation_input_tokens"] = usage["cachedWriteTokens"]
+    if usage and usage.get("estimated"):
+        out["estimated"] = True  # lmbridge's estimate: the editor's model reported no counts
     return out
 
 

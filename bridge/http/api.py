@@ -15,16 +15,27 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from bridge.service.editor_models import EditorLink
 from bridge.service.models import ModelEntry
+from bridge.service.shared_models import SharedModel
 from session.messages import DataPart, Message, TextPart, check_image_size
 from session.options import read_choices
-from wire.errors import AgentError, InvalidParams, MessageError, RpcError, TooManyRequests, UnknownModel
+from wire.errors import (
+    AgentError,
+    EditorModelError,
+    InvalidParams,
+    MessageError,
+    RpcError,
+    TooManyRequests,
+    UnknownModel,
+)
 
 __all__ = [
     "SSE_PING",
     "ApiBody",
     "ApiError",
     "ApiStream",
+    "EditorTarget",
     "HttpApi",
     "HttpTurnResult",
     "ParsedRequest",
@@ -66,6 +77,8 @@ class ApiError(Exception):
             return cls(400, "invalid_request_error", str(error), param=field_name)
         if isinstance(error, TooManyRequests):
             return cls(429, "rate_limit_error", str(error), retry_after=error.retry_after or 1.0)
+        if isinstance(error, EditorModelError):
+            return cls(502, "api_error", str(error))
         if isinstance(error, AgentError) and error.retryable:
             # The agent was restarted (or was only slow): the same request is expected to work, soon.
             return cls(503, "overloaded_error", f"the agent failed, retry: {error}", retry_after=1.0)
@@ -90,7 +103,9 @@ class ParsedRequest:
     extra: dict[str, Any] = field(default_factory=dict)  # what only one API uses
     settings: tuple[tuple[str, Any], ...] = ()  # the agent's session options the client chose (``model_options``)
     effort: str | None = None  # the API's own reasoning effort, for the agent's thought-level option
-    entry: ModelEntry | None = None  # ``model`` resolved (``TurnRunner.resolve``), once, when the request is read
+    entry: ModelEntry | None = None  # ``model`` resolved (``TurnRunner.resolve``), once, when the request is read...
+    editor_model: EditorTarget | None = None  # ...or, for ``editor/<id>``, the editor's model it names
+    max_tokens: int | None = None  # the client's limit on the answer's length (an editor's model takes it)
 
 
 @dataclass
@@ -99,6 +114,15 @@ class HttpTurnResult:
     usage: dict[str, Any] | None
     error: Exception | None = None
     parts: list[dict[str, Any]] = field(default_factory=list)  # what the client was sent, in order
+
+
+@dataclass(frozen=True, slots=True)
+class EditorTarget:
+    """A model an editor shares, as a request named it: the model and the editor that answers for it."""
+
+    name: str  # ``editor/<id>``, as the client wrote it
+    model: SharedModel
+    link: EditorLink
 
 
 class ApiBody(BaseModel):
@@ -175,6 +199,15 @@ def model_options(extra: dict[str, Any] | None) -> tuple[tuple[str, Any], ...]:
         return read_choices((extra or {}).get("model_options"), "model_options")
     except InvalidParams as error:
         raise ApiError.from_error(error) from None
+
+
+def max_tokens(extra: dict[str, Any] | None, *names: str) -> int | None:
+    """The first of the body's ``names`` that holds a positive integer: the client's limit on the answer's length."""
+    for name in names:
+        value = (extra or {}).get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def reasoning_effort(extra: dict[str, Any] | None, *path: str) -> str | None:

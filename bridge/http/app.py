@@ -22,7 +22,10 @@ import trio
 from pydantic import ValidationError
 from starlette.types import Message, Receive, Scope, Send
 
+from bridge.config import EDITOR_MODELS_PREFIX
 from bridge.service.composition import BridgeService
+from bridge.service.editor_models import EditorLink
+from bridge.service.shared_models import SharedModel
 from wire.cancel import CancelRequest
 from wire.http_server import read_body
 from wire.observe.logger import Logger
@@ -149,15 +152,25 @@ class HttpFront:
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
         data = [_model_object(entry.id, entry.name) for entry in self.runner.service.models()]
+        data += [_shared_object(name, model, link) for name, model, link in self.runner.service.editor_models.listed()]
         await _respond_json(send, 200, {"object": "list", "data": data})
 
     async def _model(self, scope: Scope, receive: Receive, send: Send) -> None:
+        name = scope["path_params"]["model"]
         try:
-            entry = self.runner.resolve(scope["path_params"]["model"])
+            if name.startswith(EDITOR_MODELS_PREFIX + "/"):
+                probe = ParsedRequest(name, [], [])
+                self.runner.resolve_into(probe)
+                assert probe.editor_model is not None
+                target = probe.editor_model
+                body = _shared_object(target.name, target.model, target.link)
+            else:
+                entry = self.runner.resolve(name)
+                body = _model_object(entry.id, entry.name)
         except ApiError as error:
             await _respond_json(send, 404, ChatCompletions.error_body(error))
             return
-        await _respond_json(send, 200, _model_object(entry.id, entry.name))
+        await _respond_json(send, 200, body)
 
     async def _stored_response(self, scope: Scope, receive: Receive, send: Send) -> None:
         response_id = scope["path_params"]["response_id"]
@@ -237,7 +250,7 @@ class HttpFront:
             problem = "is required" if first["type"] == "missing" else first["msg"]
             raise ApiError.bad_request(f"{where}: {problem}", where) from None
         request = api.parse(validated)
-        request.entry = self.runner.resolve(request.model)
+        self.runner.resolve_into(request)
         if request.stream is False and api.stream_by_accept and _accepts_event_stream(scope):
             request.stream = "stream" not in data  # asked for by Accept, unless the body said otherwise
         return request
@@ -366,6 +379,16 @@ def _error_shape(scope: Scope) -> HttpApi:
 def _model_object(model_id: str, name: str) -> dict[str, Any]:
     """An OpenAI model object, with Anthropic's ``display_name`` (both SDKs ignore the other's fields)."""
     return {"id": model_id, "object": "model", "created": 0, "owned_by": "lmbridge", "display_name": name}
+
+
+def _shared_object(name: str, model: SharedModel, link: EditorLink) -> dict[str, Any]:
+    """A model an editor shares, as a model object: owned by the editor, saying which one and what it is."""
+    return {
+        **_model_object(name, model.name),
+        "owned_by": "editor",
+        "editor": link.label,
+        "editor_model": model.describe(),
+    }
 
 
 def _cwd(raw: bytes | None) -> str | None:

@@ -24,6 +24,7 @@ from .api import (
     ParsedRequest,
     function_tool,
     image_part,
+    max_tokens,
     model_options,
     openai_error_body,
     parsed_arguments,
@@ -110,6 +111,7 @@ class ChatCompletions:
             conversation=str(metadata.get("lmbridge_conversation") or ""),
             settings=model_options(request.model_extra),
             effort=reasoning_effort(request.model_extra, "reasoning_effort"),
+            max_tokens=max_tokens(request.model_extra, "max_completion_tokens", "max_tokens"),
         )
 
     @staticmethod
@@ -264,4 +266,6 @@ def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
         out["prompt_tokens_details"] = {"cached_tokens": usage["cachedReadTokens"]}
     if "thoughtTokens" in usage:
         out["completion_tokens_details"] = {"reasoning_tokens": usage["thoughtTokens"]}
+    if usage.get("estimated"):
+        out["estimated"] = True  # lmbridge's estimate: the editor's model reported no counts
     return out

@@ -28,6 +28,7 @@ from .api import (
     ParsedRequest,
     function_tool,
     image_part,
+    max_tokens,
     model_options,
     openai_error_body,
     parsed_arguments,
@@ -144,6 +145,7 @@ class Responses:
             native_reasoning=True,
             settings=model_options(request.model_extra),
             effort=reasoning_effort(request.model_extra, "reasoning", "effort"),
+            max_tokens=max_tokens(request.model_extra, "max_output_tokens"),
             extra={
                 "new": new,
                 "previous_response_id": request.previous_response_id,
@@ -390,13 +392,16 @@ def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     tokens = reported_tokens(usage)
     if tokens is None or usage is None:
         return None
-    return {
+    out = {
         "input_tokens": tokens[0],
         "input_tokens_details": {"cached_tokens": usage.get("cachedReadTokens", 0)},
         "output_tokens": tokens[1],
         "output_tokens_details": {"reasoning_tokens": usage.get("thoughtTokens", 0)},
         "total_tokens": tokens[2],
     }
+    if usage.get("estimated"):
+        out["estimated"] = True  # lmbridge's estimate: the editor's model reported no counts
+    return out
 
 
 def _input_messages(raw: str | list[dict[str, Any]]) -> list[Message]:

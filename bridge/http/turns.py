@@ -14,6 +14,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from bridge.config import EDITOR_MODELS_PREFIX
 from bridge.service.composition import BridgeService
 from bridge.service.models import ModelEntry
 from bridge.service.view import ClientView
@@ -22,7 +23,7 @@ from wire.cancel import CancelRequest
 from wire.errors import UnknownModel
 from wire.vocabulary import TOOL_CALLS
 
-from .api import ApiError, HttpTurnResult, ParsedRequest
+from .api import ApiError, EditorTarget, HttpTurnResult, ParsedRequest
 
 __all__ = ["TurnRunner"]
 
@@ -43,13 +44,33 @@ class TurnRunner:
         try:
             return self.service.resolve_model(model)
         except UnknownModel as error:
-            raise ApiError.from_error(error) from None
+            raise ApiError.from_error(self._unknown(model, error)) from None
+
+    def resolve_into(self, request: ParsedRequest) -> None:
+        """Resolve the request's model, once: an agent's entry, or a model an editor shares (``editor/<id>``)."""
+        if request.model.startswith(EDITOR_MODELS_PREFIX + "/"):
+            try:
+                model, link = self.service.editor_models.resolve(request.model)
+            except UnknownModel as error:
+                raise ApiError.from_error(self._unknown(request.model, error)) from None
+            request.editor_model = EditorTarget(request.model, model, link)
+        else:
+            request.entry = self.resolve(request.model)
+
+    def _unknown(self, model: str, error: UnknownModel) -> UnknownModel:
+        """Unknown wherever it was looked for: the error lists the agents' models and the editors' alike."""
+        shared = [name for name, _model, _link in self.service.editor_models.listed()]
+        agents = [entry.id for entry in self.service.models()]
+        return UnknownModel(model, agents + shared, field=error.data.get("field", "model"))
 
     async def run(
         self, request: ParsedRequest, on_part: PartCallback, cancel: CancelRequest, *, cwd: str | None = None
     ) -> HttpTurnResult:
         """Run the turn; ``on_part`` gets each part meant for the client (text, thinking, tool calls of its tools).
-        A permission request becomes a question in words when the client did not offer the permission tool."""
+        A permission request becomes a question in words when the client did not offer the permission tool. A model
+        an editor shares answers with one ``editor/chat`` instead (no session, no permission tool)."""
+        if request.editor_model is not None:
+            return await self._ask_editor(request, request.editor_model, on_part, cancel)
         permission = self.service.permission_tool
         offered = any(tool["name"] == permission["name"] for tool in request.tools)
         tools = request.tools if offered else [*request.tools, permission]
@@ -85,6 +106,26 @@ class TurnRunner:
         if stop_reason == TOOL_CALLS and not calls:
             stop_reason = "end_turn"  # only a question was asked: the client's turn to speak
         return HttpTurnResult(stop_reason, outcome.usage, outcome.error, sent)
+
+    async def _ask_editor(
+        self, request: ParsedRequest, target: EditorTarget, on_part: PartCallback, cancel: CancelRequest
+    ) -> HttpTurnResult:
+        sent: list[dict[str, Any]] = []
+
+        async def sink(part: dict[str, Any]) -> None:
+            sent.append(part)
+            await on_part(part)
+
+        answer = await self.service.editor_models.call(
+            target.link,
+            target.model,
+            list(request.messages),  # type: ignore[arg-type]  # TypedDict messages: the call takes plain dicts
+            sink,
+            cancel,
+            tools=request.tools or None,
+            max_tokens=request.max_tokens,
+        )
+        return HttpTurnResult(answer.stop_reason, answer.usage, None, sent)
 
     def _settings(self, request: ParsedRequest, entry: ModelEntry) -> tuple[tuple[str, Any], ...]:
         """The client's ``model_options``, and its reasoning effort as the agent's thought-level option when the

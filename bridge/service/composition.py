@@ -54,9 +54,21 @@ class BridgeService:
             return PermissionPolicy(policy=policy, tool_name=permissions.tool_name)
 
         state_path = Path(sessions.state_file).expanduser() if sessions.state_file else default_state_path()
+        from bridge.service.editor_models import EditorModels
         from mcp_synthetic.wiring import EditorToolsSetup
 
-        self.tools = EditorToolsSetup(log=log, tracer=tracer, parallel_tools=config.tools.parallel)
+        self.editor_models = EditorModels(
+            config.editor_models,
+            config.tools,
+            own_models=lambda: [entry.id for entry in self.models()],
+            log=log,
+        )
+        self.tools = EditorToolsSetup(
+            log=log,
+            tracer=tracer,
+            parallel_tools=config.tools.parallel,
+            local_tools=self.editor_models.tools_for,
+        )
         self._state_changed = trio.Event()
         self.store = SessionStore(state_path, log=log, on_change=self._note_state_change)
         self.catalog = AgentCatalog(on_change=self._offer_changed)
@@ -210,11 +222,13 @@ class BridgeService:
         scope: str = "",
         share_running: bool = True,
         choices: tuple[tuple[str, Any], ...] = (),
+        client: object = None,
     ) -> TurnRequest:
         """The one request object of a turn, built by the front from what it resolved (``entry``, see
         ``resolve_model``) and read: the history, the client's tools (the permission tool among them when the client
         offers it), how it shows the agent's activity (``view``), where (``scope``) and how (``share_running``) its
-        history is matched, and its choices of the agent's session options (``session.options``)."""
+        history is matched, its choices of the agent's session options (``session.options``), and who the client is
+        (an editor connection, whose shared models the agent may ask: ``editor_models``)."""
         from session.machine import TurnOptions
         from session.router import TurnRequest
 
@@ -230,7 +244,7 @@ class BridgeService:
             activity_as_thinking=view.activity_as_thinking,
             settings=tuple(settings.items()),
         )
-        return TurnRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running)
+        return TurnRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running, client)
 
 
 def _command_line(config: AgentConfig) -> list[str]:
