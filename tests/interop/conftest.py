@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import trio
 from conftest import processes_with_marker
-from fakes import user
+from fakes import ScriptedEditorModel, user
 
 from bridge.editor.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
 
@@ -170,6 +170,14 @@ def sessions() -> dict[str, Any]:
 
 
 @pytest.fixture
+def editor_model(request: pytest.FixtureRequest) -> ScriptedEditorModel | None:
+    """A model the test editor shares (``initialize.editorModels``) and answers for: none unless a test parametrizes
+    it (indirectly) with the model's id."""
+    model_id = getattr(request, "param", None)
+    return ScriptedEditorModel(model_id) if model_id else None
+
+
+@pytest.fixture
 async def live(
     installed: dict[str, Installed],
     kit: AgentKit,
@@ -179,6 +187,7 @@ async def live(
     mcp_transport: str,
     prestart: bool,
     sessions: dict[str, Any],
+    editor_model: ScriptedEditorModel | None,
 ) -> AsyncIterator[LiveBridge]:
     home, project, traces = tmp_path / "home", tmp_path / "project", tmp_path / "traces"
     home.mkdir()
@@ -194,8 +203,12 @@ async def live(
         async with spawn_stdio(
             ["--config", str(config), "--log-level", "debug", "--trace-dir", str(traces)], stderr=stderr
         ) as (client, process):
+            shared: dict[str, Any] = {}
+            if editor_model is not None:
+                client.serve_models(editor_model.answer)
+                shared["editorModels"] = editor_model.models
             with trio.fail_after(30):
-                info = await client.initialize(workspaceFolders=[str(project)])
+                info = await client.initialize(workspaceFolders=[str(project)], **shared)
             bridge = LiveBridge(kit, model, client, process, project, stderr_path, traces, info["permissionTool"])
             yield bridge
     assert process.returncode == 0, f"lmbridge exited {process.returncode}" + bridge.evidence()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 from conftest import first_chat_with_initialize, processes_with_marker
-from fakes import user
+from fakes import ScriptedEditorModel, user
 
 from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT, LiveBridge
 from .fake_models import FakeModel, call, parallel, say, stall
@@ -123,6 +123,34 @@ async def test_editor_tool_round_trip(live: LiveBridge) -> None:
     assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results), model.turns[1].text
     # lmbridge's default for an agent that advertises mcpCapabilities.http: its shared HTTP listener, no relay
     assert '"type":"http"' in "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
+
+
+@pytest.mark.parametrize("editor_model", ["editor-gpt"], indirect=True)
+async def test_the_agent_asks_the_editors_own_model(live: LiveBridge, editor_model: ScriptedEditorModel) -> None:
+    """The editor shares a model; the agent's model calls lmbridge's ``editor_model`` tool (no editor tool offered in
+    the request: the tool is there for the editor's models alone), the editor answers it, and the answer reaches the
+    agent's model. Whether the agent asked for progress is recorded (docs/agents.md, "editor model tool")."""
+    kit, model = live.kit, live.model
+    model.add(
+        call(kit.editor_tool("editor_model", {"prompt": "Say hello from the editor"})), say("The editor said it.")
+    )
+
+    result = await live.chat("Ask the editor's model to say hello.", tools=[live.permission_tool])
+    assert result.error is None, f"{result.error!r}" + live.evidence()
+    assert result.stop_reason == "end_turn", live.evidence()
+    assert result.text.endswith("The editor said it."), live.evidence()
+    assert kit.offered_name("editor_model") in model.turns[0].tool_names
+    assert [call["modelId"] for call in editor_model.calls] == ["editor-gpt"]
+    seen = " ".join(r.text for r in model.turns[1].tool_results)
+    assert "editor-gpt heard: Say hello from the editor" in seen, seen
+    calls = [
+        json.loads(line)["msg"]
+        for path in live.trace_dir.glob("*mcp*.ndjson")
+        for line in path.read_text().splitlines()
+        if '"tools/call"' in line
+    ]
+    asked_progress = any((c.get("params") or {}).get("_meta", {}).get("progressToken") is not None for c in calls)
+    print(f"interop  {kit.id:<7} editor_model tool call: progressToken {'sent' if asked_progress else 'not sent'}")
 
 
 @pytest.mark.parametrize("mcp_transport", ["stdio"])

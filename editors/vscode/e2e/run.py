@@ -35,6 +35,8 @@ E2E_DIR = Path(__file__).resolve().parent
 EXTENSION_DIR = E2E_DIR.parent
 REPO_ROOT = EXTENSION_DIR.parent.parent
 CONSUMER_DIR = E2E_DIR / "consumer"
+# Another vendor's language model for lmbridge to share: an extension of its own, installed beside lmbridge's.
+FAKE_MODELS_VSIX = E2E_DIR / "fake-models" / "lmbridge-e2e-fake-models.vsix"
 TESTS_MODULE = CONSUMER_DIR / "out" / "index.js"
 EXIT_BINDING = "lmbridgeE2eExit"
 TEST_PREFIX = "[e2e]"  # the tests' own lines (consumer/src/harness.ts); the rest goes to console.log in the run folder
@@ -119,18 +121,19 @@ class Run:
         (user / "settings.json").write_text(
             json.dumps({"workbench.startupEditor": "none", "telemetry.telemetryLevel": "off"})
         )
-        started = time.monotonic()
-        result = subprocess.run(
-            self._server_argv("--install-extension", str(self.vsix), "--force"),
-            check=False,
-            env=self._server_env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if result.returncode != 0:
-            raise RunError(f"installing {self.vsix} failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
-        say(f"installed {self.vsix.name} in {time.monotonic() - started:.1f} s")
+        for vsix in (self.vsix, FAKE_MODELS_VSIX):
+            started = time.monotonic()
+            result = subprocess.run(
+                self._server_argv("--install-extension", str(vsix), "--force"),
+                check=False,
+                env=self._server_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if result.returncode != 0:
+                raise RunError(f"installing {vsix} failed (exit {result.returncode}):\n{result.stdout}{result.stderr}")
+            say(f"installed {vsix.name} in {time.monotonic() - started:.1f} s")
 
     def _server_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("LMBRIDGE_", "VSCODE_", "npm_"))}
@@ -280,7 +283,20 @@ class Run:
             stop_process_group(self.server)
             self.server = None
         for socket_path in set(Path("/tmp").glob("vscode-ipc-*.sock")) - self.sockets_before:
-            socket_path.unlink(missing_ok=True)
+            if not _listened_on(socket_path):  # another run's live server, started meanwhile, keeps its own
+                socket_path.unlink(missing_ok=True)
+
+
+def _listened_on(path: Path) -> bool:
+    """Whether a process accepts connections on the unix socket at ``path``."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.lmbridge, "run `make demo` first"),
         (args.vsix, "run `npm run package` in editors/vscode"),
         (TESTS_MODULE, "run `npm run compile:e2e` in editors/vscode"),
+        (FAKE_MODELS_VSIX, "run `npm run compile:e2e` in editors/vscode"),
     ):
         if not needed.exists():
             say(f"{needed} not found: {hint}")

@@ -27,6 +27,8 @@ export interface BridgeSettings {
     logLevel: string;
     /** `lmbridge.traceDir` → `--trace-dir`. */
     traceDir: string;
+    /** `lmbridge.http` → `--http` (HOST:PORT: the HTTP API beside this window's connection; empty: none). */
+    http?: string;
 }
 
 export interface Logger {
@@ -50,6 +52,12 @@ export interface BridgeOptions {
     onInitialized?: (result: InitializeResult) => void;
     /** Called when lmbridge says its models changed (`lm/modelsChanged`: an agent showed its models or commands). */
     onModelsChanged?: () => void;
+    /** The editor's own models to share with lmbridge, asked once each daemon is initialized and sent as
+     * `editor/modelsChanged`: listing VS Code's models waits for every provider, this extension's own among them,
+     * so it must never hold up the start (that would wait for itself). */
+    editorModels?: () => Promise<object[]>;
+    /** Answers lmbridge's `editor/chat`: `sendPart` streams each part (`editor/part`); `signal` aborts on its cancel. */
+    answerEditorChat?: (params: any, sendPart: (part: object) => void, signal: AbortSignal) => Promise<object>;
 }
 
 export interface PermissionToolInfo {
@@ -102,6 +110,9 @@ export function commandLine(settings: BridgeSettings): { command: string; args: 
     if (settings.traceDir.trim()) {
         args.push('--trace-dir', expandHome(settings.traceDir.trim()));
     }
+    if (settings.http?.trim()) {
+        args.push('--http', settings.http.trim());
+    }
     return { command, args };
 }
 
@@ -122,6 +133,11 @@ class Daemon {
         this.rpc = new JsonRpcClient(child.stdout, child.stdin, { trace: m => log.trace(m), warn: m => log.warn(m) },
             { closeOnEnd: false });
         this.rpc.onNotification('lm/modelsChanged', () => options.onModelsChanged?.());
+        const answer = options.answerEditorChat;
+        if (answer) {
+            this.rpc.onRequest('editor/chat', (params, signal, id) =>
+                answer(params, part => this.rpc.notify('editor/part', { requestId: id, part }), signal));
+        }
         child.stderr.setEncoding('utf8');
         child.stderr.on('data', (chunk: string) => this.stderr(chunk));
         let closeResolve!: () => void;
@@ -298,6 +314,26 @@ export class LmBridge {
         return this.daemon?.pid;
     }
 
+    /** Tell the running lmbridge (if any) which models this editor shares now (`editor/modelsChanged`); a daemon
+     * started later asks `editorModels` itself. */
+    shareModels(models: object[]): void {
+        const daemon = this.daemon;
+        if (daemon?.usable) {
+            daemon.rpc.notify('editor/modelsChanged', { models });
+        }
+    }
+
+    private async shareModelsWith(daemon: Daemon): Promise<void> {
+        try {
+            const models = await this.options.editorModels?.();
+            if (models?.length && daemon.usable) {
+                daemon.rpc.notify('editor/modelsChanged', { models });
+            }
+        } catch (error) {
+            this.options.log.warn(`could not list the editor's models to share: ${(error as Error)?.message ?? error}`);
+        }
+    }
+
     /** Resolves when the current daemon's process has closed (undefined if none is running). */
     get currentClosed(): Promise<void> | undefined {
         return this.daemon?.closed;
@@ -447,6 +483,7 @@ export class LmBridge {
             this.permissionToolInfo = result.permissionTool;
             this.options.log.info(`lmbridge ${result.serverInfo?.version ?? '?'} ready (pid ${daemon.pid})`);
             this.options.onInitialized?.(result);
+            void this.shareModelsWith(daemon);
         } catch (error) {
             const exited = daemon.exitError;
             if (exited) {

@@ -7,6 +7,7 @@
 import * as vscode from 'vscode';
 import { type BridgeSettings, type InitializeResult, LmBridge, type Logger } from './bridge';
 import type { ThinkingPartConstructor } from './convert';
+import { readSharingSettings, SharedModels } from './editorModels';
 import { LmBridgeChatProvider, type ProviderOptions } from './provider';
 import { PERMISSION_TOOL_NAME, PermissionTool } from './permissionTool';
 
@@ -27,6 +28,7 @@ export function readSettings(): BridgeSettings {
         configFile: config.get<string>('configFile', '') ?? '',
         logLevel: config.get<string>('logLevel', 'info') ?? 'info',
         traceDir: config.get<string>('traceDir', '') ?? '',
+        http: config.get<string>('http', '') ?? '',
     };
 }
 
@@ -91,6 +93,7 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
                 `provides '${PERMISSION_TOOL_NAME}': agents' permission requests will not reach you. Remove tool_name from the config.`);
         }
     };
+    const shared = new SharedModels(VENDOR, readSharingSettings, log);
     const bridge = new LmBridge({
         settings: readSettings,
         workspaceFolders: workspaceFolderPaths,
@@ -99,6 +102,8 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
         thinking: thinkingPart !== undefined,
         onInitialized: checkPermissionTool,
         onModelsChanged: () => provider.refresh(),
+        editorModels: () => shared.list(),
+        answerEditorChat: (params, sendPart, signal) => shared.answer(params, sendPart, signal),
     });
 
     const shown = new Set<string>();
@@ -134,6 +139,13 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
         }),
         vscode.workspace.onDidChangeWorkspaceFolders(() => {
             bridge.invalidate();
+        }),
+        vscode.lm.onDidChangeChatModels(async () => {
+            try {
+                bridge.shareModels(await shared.list());
+            } catch (error) {
+                log.warn(`could not list the editor's models to share: ${(error as Error)?.message ?? error}`);
+            }
         }),
         vscode.commands.registerCommand('lmbridge.restart', async () => {
             shown.clear();

@@ -3,8 +3,9 @@
  *
  * Owns: framing (one JSON object per line, UTF-8, split on bytes so multi-byte characters cut by a chunk
  * boundary survive), request ids, matching responses to requests, error objects, and routing notifications that
- * carry `params.requestId` (such as `lm/part`) to the request they belong to. It knows nothing about lmbridge's
- * methods; see bridge.ts for those. No dependencies beyond Node.
+ * carry `params.requestId` (such as `lm/part`) to the request they belong to; and the server's own requests (such as
+ * `editor/chat`), answered by handlers and cancelled by the server's `$/cancelRequest`. It knows nothing about
+ * lmbridge's methods; see bridge.ts for those. No dependencies beyond Node.
  */
 
 import type { Readable, Writable } from 'node:stream';
@@ -40,6 +41,9 @@ export class ConnectionClosedError extends Error {
 
 export type RequestId = number;
 export type NotificationHandler = (method: string, params: any) => void;
+/** Answers a request of the server: its result, or an `RpcError` thrown for an error answer. `signal` aborts when the
+ * server cancels the request (`$/cancelRequest`). */
+export type RequestHandler = (params: any, signal: AbortSignal, id: number | string) => Promise<unknown>;
 
 export interface RpcLogger {
     trace(message: string): void;
@@ -66,6 +70,9 @@ export class JsonRpcClient {
     private nextId = 1;
     private readonly pending = new Map<RequestId, Pending>();
     private readonly handlers = new Map<string, NotificationHandler>();
+    private readonly requestHandlers = new Map<string, RequestHandler>();
+    /** The server's requests being answered now, by id: aborted by its `$/cancelRequest`. */
+    private readonly incoming = new Map<number | string, AbortController>();
     private buffer: Buffer = Buffer.alloc(0);
     private closedWith: Error | undefined;
 
@@ -96,6 +103,11 @@ export class JsonRpcClient {
     /** Handle notifications of `method` that no pending request claims (see `request`'s `onNotification`). */
     onNotification(method: string, handler: NotificationHandler): void {
         this.handlers.set(method, handler);
+    }
+
+    /** Answer the server's requests of `method` with `handler` (others get "method not found"). */
+    onRequest(method: string, handler: RequestHandler): void {
+        this.requestHandlers.set(method, handler);
     }
 
     /**
@@ -129,6 +141,10 @@ export class JsonRpcClient {
             return;
         }
         this.closedWith = error;
+        for (const controller of this.incoming.values()) {
+            controller.abort();
+        }
+        this.incoming.clear();
         const pending = [...this.pending.values()];
         this.pending.clear();
         for (const request of pending) {
@@ -179,8 +195,11 @@ export class JsonRpcClient {
         }
         if (typeof message.method === 'string') {
             if (message.id !== undefined && message.id !== null) {
-                // Protocol v1 has no server-to-client requests; answer so that a newer server is not left waiting.
-                this.send({ jsonrpc: '2.0', id: message.id, error: { code: ErrorCodes.MethodNotFound, message: `Method not found: ${message.method}` } });
+                this.answerRequest(message.id, message.method, message.params);
+                return;
+            }
+            if (message.method === '$/cancelRequest') {
+                this.incoming.get(message.params?.id)?.abort();
                 return;
             }
             this.dispatchNotification(message.method, message.params);
@@ -205,6 +224,35 @@ export class JsonRpcClient {
         } else {
             request.resolve(message.result);
         }
+    }
+
+    private answerRequest(id: number | string, method: string, params: any): void {
+        const handler = this.requestHandlers.get(method);
+        if (!handler) {
+            // Answered, so that a newer server is not left waiting.
+            this.send({ jsonrpc: '2.0', id, error: { code: ErrorCodes.MethodNotFound, message: `Method not found: ${method}` } });
+            return;
+        }
+        const controller = new AbortController();
+        this.incoming.set(id, controller);
+        handler(params, controller.signal, id).then(
+            result => {
+                if (!this.closedWith) {
+                    this.send({ jsonrpc: '2.0', id, result: result ?? null });
+                }
+            },
+            (error: unknown) => {
+                if (this.closedWith) {
+                    return;
+                }
+                const rpc = error instanceof RpcError ? error : new RpcError(ErrorCodes.InternalError, String((error as Error)?.message ?? error));
+                const body: Record<string, unknown> = { code: rpc.code, message: rpc.message };
+                if (rpc.data !== undefined) {
+                    body.data = rpc.data;
+                }
+                this.send({ jsonrpc: '2.0', id, error: body });
+            },
+        ).finally(() => this.incoming.delete(id));
     }
 
     private dispatchNotification(method: string, params: any): void {

@@ -163,7 +163,10 @@ test('the manifest contributes the provider, the permission tool and the setting
         assert.ok(key in tool.inputSchema.properties, `inputSchema has ${key}`);
     }
     const settings = Object.keys(manifest.contributes.configuration.properties).sort();
-    assert.deepEqual(settings, ['lmbridge.configFile', 'lmbridge.logLevel', 'lmbridge.path', 'lmbridge.traceDir']);
+    assert.deepEqual(settings, [
+        'lmbridge.configFile', 'lmbridge.http', 'lmbridge.logLevel', 'lmbridge.path', 'lmbridge.shareEditorModels',
+        'lmbridge.sharedModelFilter', 'lmbridge.traceDir',
+    ]);
     for (const [name, version] of Object.entries({ ...manifest.dependencies, ...manifest.devDependencies })) {
         assert.match(String(version), /^\d+\.\d+\.\d+$/, `${name} is pinned to an exact version`);
     }

@@ -174,6 +174,11 @@ const workspaceFoldersChanged = new EventEmitter<unknown>();
 
 export const fake = {
     settings: new Map<string, unknown>(),
+    /** What `vscode.lm.selectChatModels` lists (other vendors' models); `fireModelsChanged` announces a change. */
+    chatModels: [] as FakeChatModel[],
+    fireModelsChanged(): void {
+        modelsChanged.fire();
+    },
     workspaceFolders: [] as string[],
     providers: new Map<string, any>(),
     tools: new Map<string, any>(),
@@ -196,6 +201,7 @@ export const fake = {
 
     reset(): void {
         fake.settings.clear();
+        fake.chatModels = [];
         fake.workspaceFolders = [];
         fake.providers.clear();
         fake.tools.clear();
@@ -289,7 +295,44 @@ export const commands = {
     },
 };
 
+/** As VS Code's: errors of a language model request, each kind with its `code`. */
+export class LanguageModelError extends Error {
+    static NoPermissions(message?: string): LanguageModelError {
+        return new LanguageModelError(message ?? 'no permissions', 'NoPermissions');
+    }
+
+    static Blocked(message?: string): LanguageModelError {
+        return new LanguageModelError(message ?? 'blocked', 'Blocked');
+    }
+
+    static NotFound(message?: string): LanguageModelError {
+        return new LanguageModelError(message ?? 'not found', 'NotFound');
+    }
+
+    constructor(message: string, readonly code: string) {
+        super(message);
+    }
+}
+
+/** A chat model of another vendor, as `vscode.lm.selectChatModels` hands it out: `respond` scripts its answer. */
+export interface FakeChatModel {
+    id: string;
+    name: string;
+    vendor: string;
+    family: string;
+    version: string;
+    maxInputTokens: number;
+    sendRequest(messages: LanguageModelChatMessage[], options: any, token: CancellationToken): Promise<{ stream: AsyncIterable<unknown> }>;
+}
+
+const modelsChanged = new EventEmitter<void>();
+
 export const lm = {
+    selectChatModels(selector?: { vendor?: string; id?: string }): Promise<FakeChatModel[]> {
+        return Promise.resolve(fake.chatModels.filter(m =>
+            (!selector?.vendor || m.vendor === selector.vendor) && (!selector?.id || m.id === selector.id)));
+    },
+    onDidChangeChatModels: modelsChanged.event,
     registerLanguageModelChatProvider(vendor: string, provider: unknown): Disposable {
         if (fake.providers.has(vendor)) {
             throw new Error(`vendor ${vendor} registered twice`);

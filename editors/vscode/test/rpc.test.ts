@@ -117,6 +117,35 @@ test('a request from the server is answered with method not found', async () => 
     assert.equal(answer.error.code, -32601);
 });
 
+test('a request from the server is answered by its handler: the result, an error, or aborted by its cancel', async () => {
+    const { client, reply, sent } = pair();
+    const answer = async (n: number) => {
+        while (sent.length < n) {
+            await new Promise(resolve => setImmediate(resolve));
+        }
+        return sent[n - 1];
+    };
+    let aborted = false;
+    client.onRequest('editor/chat', async (params, signal) => {
+        if (params.fail) {
+            throw new RpcError(-32000, 'the model failed', { model: 'm' });
+        }
+        if (params.wait) {
+            await new Promise<void>(resolve => signal.addEventListener('abort', () => { aborted = true; resolve(); }));
+            return { stopReason: 'cancelled' };
+        }
+        return { stopReason: 'end_turn' };
+    });
+    reply({ jsonrpc: '2.0', id: 1, method: 'editor/chat', params: {} });
+    assert.deepEqual(await answer(1), { jsonrpc: '2.0', id: 1, result: { stopReason: 'end_turn' } });
+    reply({ jsonrpc: '2.0', id: 2, method: 'editor/chat', params: { fail: true } });
+    assert.deepEqual((await answer(2)).error, { code: -32000, message: 'the model failed', data: { model: 'm' } });
+    reply({ jsonrpc: '2.0', id: 'x', method: 'editor/chat', params: { wait: true } });
+    reply({ jsonrpc: '2.0', method: '$/cancelRequest', params: { id: 'x' } });
+    assert.deepEqual(await answer(3), { jsonrpc: '2.0', id: 'x', result: { stopReason: 'cancelled' } });
+    assert.equal(aborted, true);
+});
+
 test('closing rejects pending requests and refuses new ones', async () => {
     const { client, fromServer } = pair();
     const request = client.request('lm/chat', {});

@@ -5,10 +5,13 @@
  */
 
 import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import {
-    alive, assert, assertIncludes, collect, demoModel, lmbridgeApi, log, runAll, runState, saveRunState, test, until,
+    alive, assert, assertIncludes, collect, type Collected, demoModel, lmbridgeApi, log, runAll, runState, saveRunState, test,
+    until,
 } from './harness';
 
 const User = vscode.LanguageModelChatMessage.User;
@@ -275,6 +278,91 @@ test('a broken configuration: the models stay, requests and a notification give 
     const turn = await collect(await demoModel(), [User('/say config fixed')]);
     assertIncludes(turn.text, 'config fixed', 'the answer once the setting is back');
 }, 60_000);
+
+// -- the editor's own models, shared with lmbridge (docs/editor-models.md) -----------------------------------------
+
+/** The fake vendor's extension (../fake-models), installed beside lmbridge's: its model and what reached it. */
+interface FakeModelsApi {
+    model: string;
+    requests: string[];
+    cancelled(): number;
+}
+
+async function fakeModels(): Promise<FakeModelsApi> {
+    const extension = vscode.extensions.getExtension<FakeModelsApi>('lmbridge.lmbridge-e2e-fake-models');
+    assert(extension, 'the fake model vendor\'s extension is installed');
+    return extension.activate();
+}
+
+test('an agent asks a model of the editor (another extension\'s) and gets its answer, streamed', async () => {
+    const fake = await fakeModels();
+    // Shared once VS Code lists the vendor's model (its extension activates on the first listing): until then, the
+    // agent's tool does not name it.
+    let turn: Collected | undefined;
+    await until(async () => {
+        turn = await collect(await demoModel(), [User(`/ask model=${fake.model} what is shared?`)]);
+        return !turn.text.includes('failed');
+    }, 'the model to be shared', 30_000);
+    assertIncludes(turn!.text, `editor model (5 progress notes): ${fake.model} heard: what is shared?`, 'the agent\'s answer');
+    assert(fake.requests.includes('what is shared?'), `the provider was asked: ${JSON.stringify(fake.requests)}`);
+});
+
+test('lmbridge\'s own models are not shared back', async () => {
+    const turn = await collect(await demoModel(), [User('/ask model=demo hello')]);
+    assertIncludes(turn.text, 'editor model failed', 'the agent\'s answer');
+    assertIncludes(turn.text, `'demo' is not one of`, 'the agent\'s answer');
+});
+
+test('cancelling the chat cancels the editor model\'s request, down to its provider\'s token', async () => {
+    const fake = await fakeModels();
+    const source = new vscode.CancellationTokenSource();
+    const asked = fake.requests.length;
+    const pending = collect(await demoModel(), [User(`/ask model=${fake.model} /wait`)], {}, source.token);
+    await until(() => fake.requests.length > asked, 'the provider to be asked', 30_000);
+    source.cancel();
+    await pending.catch(() => undefined);
+    await until(() => fake.cancelled() > 0, 'the provider\'s token to be cancelled', 30_000);
+});
+
+test('an HTTP client of the same lmbridge uses the shared model as editor/<id>', async () => {
+    const fake = await fakeModels();
+    const port = await freePort();
+    const config = vscode.workspace.getConfiguration('lmbridge');
+    await lmbridgeSettingsChanged(() => config.update('http', `127.0.0.1:${port}`, vscode.ConfigurationTarget.Global));
+    try {
+        await collect(await demoModel(), [User('/say started with --http')]); // the next request starts lmbridge with it
+        const state = process.env.XDG_STATE_HOME || path.join(os.homedir(), '.local', 'state');
+        const token = fs.readFileSync(path.join(state, 'lmbridge', 'token'), 'utf8').trim();
+        let answer: any;
+        await until(async () => {
+            try {
+                const response = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+                    method: 'POST',
+                    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+                    body: JSON.stringify({ model: `editor/${fake.model}`, messages: [{ role: 'user', content: 'over http' }] }),
+                });
+                answer = await response.json();
+                return response.status === 200;
+            } catch {
+                return false; // not listening yet
+            }
+        }, 'the HTTP API to answer', 30_000);
+        assert(answer.choices[0].message.content === `${fake.model} heard: over http `, `the answer: ${JSON.stringify(answer)}`);
+    } finally {
+        await lmbridgeSettingsChanged(() => config.update('http', undefined, vscode.ConfigurationTarget.Global));
+    }
+}, 60_000);
+
+function freePort(): Promise<number> {
+    return new Promise((resolve, reject) => {
+        const server = net.createServer();
+        server.once('error', reject);
+        server.listen(0, '127.0.0.1', () => {
+            const { port } = server.address() as net.AddressInfo;
+            server.close(() => resolve(port));
+        });
+    });
+}
 
 export async function run(): Promise<void> {
     try {
