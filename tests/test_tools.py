@@ -189,9 +189,11 @@ async def test_moving_on_without_a_result_cancels_the_waiting_prompt(bridge: Bri
 
 
 async def test_an_agent_that_gives_up_on_a_call_withdraws_it(bridge: Bridge) -> None:
-    # The agent's MCP client times out at once and sends notifications/cancelled: the bridge withdraws the call.
-    # If the withdrawal came before the turn ended, the turn streams on to the agent's own end; if the turn ended
-    # first (tool_calls), the rest comes with the next request, and the editor's late result is ignored.
+    # The agent's MCP client times out at once and sends notifications/cancelled: the bridge withdraws the call (or
+    # never sees it, when the client gave up before its request was out). If that came before the turn ended, the
+    # turn streams on to the agent's own end; if the turn ended first (tool_calls), the rest comes with the next
+    # request, and the editor's late result is ignored. Which of these happens depends on the machine's speed: what
+    # the user sees must not.
     history = [user('/toolwait 1 get_weather {"city": "Paris"}\n/say moved on')]
     reply = await turn(bridge, history)
     text = reply.text
@@ -200,8 +202,6 @@ async def test_an_agent_that_gives_up_on_a_call_withdraws_it(bridge: Bridge) -> 
         text += (await turn(bridge, history)).text
     assert text.startswith("tool get_weather failed: MCP error") and text.endswith("moved on\n")
     assert "too late" not in text
-    if reply.stop_reason != "tool_calls":  # (else the editor's result may reach the call before the withdrawal)
-        assert "the agent withdrew a tool call" in bridge.stderr
 
 
 async def test_a_changed_tool_set_is_announced_and_removed_tools_are_refused(bridge: Bridge) -> None:
