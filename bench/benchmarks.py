@@ -1,4 +1,4 @@
-"""The nine benchmarks. Each runs the bridge path and its baseline in the same run, alternating repetitions (this
+"""The ten benchmarks. Each runs the bridge path and its baseline in the same run, alternating repetitions (this
 machine may be busy with other work: interleaving spreads that noise over both sides), and returns table rows.
 
 Every bridge path goes through ``lmbridge stdio`` as a subprocess, the way an editor runs it; the far end is the raw
@@ -45,6 +45,10 @@ class Plan:
     conversations: int = 200  # at once through one daemon (8. concurrency)
     concurrency_cap: int = 64  # [sessions] max_sessions there: lmbridge's default, below the conversations
     cancel_reps: int = 20  # cancels of a running turn, each way (2. latency)
+    editor_first_reps: int = 30  # 10. editor models: first part, each way
+    editor_flood: int = 20_000  # ... parts per throughput run
+    editor_flood_reps: int = 5
+    editor_streams: int = 100  # ... streams at once
     tool_memory_counts: tuple[int, int] = (10, 100)  # open conversations with editor tools (5. memory)
     long_run: int = 400  # conversations an aged daemon has served before it is timed (9. long run)
     long_run_window: int = 30  # conversations timed per window, alternating aged and fresh daemons
@@ -86,6 +90,10 @@ QUICK = Plan(
     conversations=20,
     concurrency_cap=8,
     cancel_reps=5,
+    editor_first_reps=5,
+    editor_flood=2000,
+    editor_flood_reps=2,
+    editor_streams=20,
     tool_memory_counts=(2, 12),
     long_run=30,
     long_run_window=10,
@@ -1361,6 +1369,141 @@ def _daemon_status(daemon: Any) -> dict[str, Any]:
     return trio.run(ask)
 
 
+# -- 10. the editor's own models, served back ---------------------------------------------------------------------
+
+
+def editor_models(ws: Workspace, plan: Plan) -> list[Row]:
+    """A model an editor shares (``bench/editor.py``, which runs ``lmbridge stdio --http`` as an editor extension
+    does), asked as ``editor/bench-model`` on that lmbridge's HTTP API (a streamed chat completion), beside the same
+    editor program asked ``editor/chat`` directly on its stdin (no lmbridge): time to the first part, chunks per
+    second, and many streams at once."""
+    import threading
+
+    from .daemon import HttpStreamer
+    from .editor import MODEL
+    from .wire import Peer
+
+    script = Path(sys.executable).with_name("lmbridge")
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "bridge"]
+    config = ws.config(max_sessions=5000)
+    config.write_text(config.read_text() + f"\n[editor_models]\nmax_concurrent = {plan.editor_streams}\n")
+    token_file = ws.path / "editor-token"
+    root = str(Path(__file__).resolve().parent.parent)
+    editor_argv = [sys.executable, "-m", "bench.editor"]
+    lmbridge = [*argv, "stdio", "--config", str(config), "--http", "127.0.0.1:0", "--token-file", str(token_file)]
+    sharing = subprocess.Popen(
+        [*editor_argv, "--", *lmbridge], stdout=subprocess.PIPE, stderr=ws.log("editor-sharing"), env=ws.env, cwd=root
+    )
+    direct = Peer([*editor_argv, "--stdio"], env=ws.env, stderr=ws.log("editor-direct"), cwd=root)
+    first: dict[str, list[float]] = {"lmbridge": [], "direct": []}
+    rates: dict[str, list[float]] = {"lmbridge": [], "direct": []}
+    completed: list[int] = []
+    try:
+        assert sharing.stdout is not None
+        http_url = sharing.stdout.readline().decode().strip()
+        token = token_file.read_text().strip()
+        client = HttpStreamer(http_url, token)
+        model = f"editor/{MODEL}"
+
+        def ask(text: str) -> list[dict[str, Any]]:
+            return [{"role": "user", "content": text}]
+
+        def through_lmbridge(text: str) -> tuple[float, int]:
+            started = clock()
+            deltas = client.chat_deltas(model, ask(text))
+            count = next(deltas).count(" ")
+            at = client.read_at
+            count += sum(delta.count(" ") for delta in deltas)
+            return (at - started) * 1000, count
+
+        def directly(text: str) -> tuple[float, int]:
+            request_id = direct.next_id()
+            params = {"modelId": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "value": text}]}]}
+            started = clock()
+            direct.send({"jsonrpc": "2.0", "id": request_id, "method": "editor/chat", "params": params})
+            at, count = 0.0, 0
+            while True:
+                message = direct.message()
+                if message.get("method") == "editor/part":
+                    at = at or direct.read_at
+                    count += message["params"]["part"]["value"].count(" ")
+                elif message.get("id") == request_id:
+                    return (at - started) * 1000, count
+
+        for warm in (through_lmbridge, directly):
+            warm("say warm")
+        for rep in range(plan.editor_first_reps):
+            for name, run in (("lmbridge", through_lmbridge), ("direct", directly))[:: 1 if rep % 2 == 0 else -1]:
+                first[name].append(run("say first")[0])
+        n = plan.editor_flood
+        for rep in range(plan.editor_flood_reps):
+            for name, run in (("lmbridge", through_lmbridge), ("direct", directly))[:: 1 if rep % 2 == 0 else -1]:
+                started = clock()
+                count = run(f"flood {n}")[1]
+                assert count == n, (name, count)
+                rates[name].append(n / (clock() - started))
+        client.close()
+
+        def one_stream() -> None:
+            streamer = HttpStreamer(http_url, token)
+            try:
+                if sum(d.count(" ") for d in streamer.chat_deltas(model, ask("flood 50"))) == 50:
+                    completed.append(1)
+            finally:
+                streamer.close()
+
+        threads = [threading.Thread(target=one_stream) for _ in range(plan.editor_streams)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(600)
+    finally:
+        direct.close()
+        sharing.terminate()  # its lmbridge sees its stdin end: the orderly stop
+        sharing.wait(20)
+    b, d = summarize(first["lmbridge"]), summarize(first["direct"])
+    added = {"median": b.median - d.median, "p99": b.p99 - d.p99}  # type: ignore[operator]
+    rb, rd = summarize(rates["lmbridge"], p99=False), summarize(rates["direct"], p99=False)
+    streams = plan.editor_streams
+    return [
+        Row(
+            "10 editor models",
+            "request → first part of an editor's model: editor/bench-model, /v1/chat/completions stream",
+            "ms",
+            b,
+            d,
+            "the same editor process asked editor/chat on its stdin, no lmbridge",
+            goal="added median ≤ 2 ms",
+            passed=added["median"] <= 2.0,
+            added=added,
+            notes=f"{plan.editor_first_reps} each, alternating",
+        ),
+        Row(
+            "10 editor models",
+            f"chunks/s, {n:,} parts of an editor's model, /v1/chat/completions stream",
+            "chunks/s",
+            rb,
+            rd,
+            "the same editor process asked editor/chat on its stdin, no lmbridge",
+            goal="≥ 0.9 × direct",
+            passed=rb.median >= 0.9 * rd.median,
+            notes=f"{plan.editor_flood_reps} runs each, alternating",
+            extra={"runs": rates},
+        ),
+        Row(
+            "10 editor models",
+            f"{streams} streams at once through one daemon, 50 parts each",
+            "streams",
+            summarize([float(len(completed))], p99=False),
+            summarize([float(streams)], p99=False),
+            "the streams asked",
+            goal="all complete",
+            passed=len(completed) == streams,
+            notes=f"{len(completed)} of {streams} complete; [editor_models] max_concurrent = {streams}",
+        ),
+    ]
+
+
 # -- 9. a long run ---------------------------------------------------------------------------------------------------
 
 
@@ -1497,4 +1640,5 @@ BENCHMARKS = {
     "http": http_front,
     "concurrency": concurrency,
     "long-run": long_run,
+    "editor-models": editor_models,
 }

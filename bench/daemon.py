@@ -61,7 +61,10 @@ def _connect(url: str, timeout: float | None = None) -> tuple[socket.socket, str
 class WsEditor:
     """A blocking editor on one WebSocket connection, initialized. ``timeout`` (seconds) bounds every read."""
 
-    def __init__(self, url: str, token: str, *, timeout: float | None = None) -> None:
+    def __init__(
+        self, url: str, token: str, *, timeout: float | None = None, initialize: dict[str, Any] | None = None
+    ) -> None:
+        """``initialize``: more ``initialize`` params (``editorModels`` for an editor that shares models)."""
         self._sock, host = _connect(url, timeout)
         self._ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
         headers = [(b"authorization", f"Bearer {token}".encode())]
@@ -72,7 +75,8 @@ class WsEditor:
         self.read_at = 0.0
         while not self._accepted():
             self._fill()
-        self.request("initialize", {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-bench", "version": "1"}})
+        hello = {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-bench", "version": "1"}, **(initialize or {})}
+        self.request("initialize", hello)
 
     def _accepted(self) -> bool:
         return self._ws.state is wsproto.connection.ConnectionState.OPEN

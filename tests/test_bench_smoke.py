@@ -52,6 +52,10 @@ def test_the_quick_benchmark_run_completes(tmp_path: Path) -> None:
     concurrency = [row for row in report["rows"] if row["benchmark"] == "8 concurrency"]
     assert len(concurrency) == 2 and all(row["passed"] and _measured(row) for row in concurrency)
     assert all(row["extra"]["cap"]["closedForCap"] > 0 for row in concurrency)
+    # An editor's model through lmbridge beside the same editor asked directly; every stream at once completes.
+    editor = [row for row in report["rows"] if row["benchmark"] == "10 editor models"]
+    assert len(editor) == 3 and all(_measured(row) for row in editor)
+    assert editor[2]["passed"] and editor[2]["bridge"]["median"] == report["plan"]["editor_streams"]
 
 
 def _measured(row: dict[str, Any]) -> bool:

@@ -264,7 +264,7 @@ async def serve_daemon(
         listeners = await server.open_listeners() if options.websocket else []
         ready = {"listening": server.url} if options.websocket else {}
         if http is not None:
-            ready["http"] = http.url
+            ready["http"] = service.http_url = http.url
         ready["tokenFile"] = str(token_path.resolve())
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)

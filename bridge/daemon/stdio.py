@@ -147,6 +147,7 @@ async def serve_stdio(
         await nursery.start(service.run)
         if listener is not None:
             await nursery.start(listener.run)
+            service.http_url = listener.url
             log.info("HTTP API listening", url=listener.url, token_file=listener.token_file)
         if early_agent is not None:
             service.pool.adopt(early_agent)

@@ -60,7 +60,7 @@ class EditorConnection:
         self.methods.request("shutdown", self._shutdown)
         self.methods.request("daemon/status", self._status, precondition=initialized)
         self.methods.notification("editor/modelsChanged", self._editor_models_changed)
-        self.methods.notification("editor/part", self._editor_part)
+        self.methods.notification("editor/part", self._editor_parts, batch=True)
         self.connection: JsonRpcConnection | None = None
         # The editor re-sends every history in full: its connection parses with this (see bridge.history_parse).
         self.parse = HistoryReusingParser()
@@ -80,7 +80,7 @@ class EditorConnection:
         # the editor repeats its tools, which it does with every request (~0.2 ms to check 80 tools again).
         self._checked_tools: tuple[Any, list[dict[str, Any]]] = (None, [])
         # The editor/chat calls lmbridge made to this editor and that are running: their parts, by request id.
-        self._model_calls: dict[Any, trio.MemorySendChannel[Any]] = {}
+        self._model_calls: dict[Any, trio.MemorySendChannel[list[Any]]] = {}
 
     @property
     def cwd(self) -> str:
@@ -235,11 +235,21 @@ class EditorConnection:
         models = parse_shared_models(_object(params, "params").get("models"), "models")
         self.service.editor_models.share(self, models)
 
-    async def _editor_part(self, params: Any) -> None:
-        params = _object(params, "params")
-        channel = self._model_calls.get(params.get("requestId"))
-        if channel is not None:
-            channel.send_nowait(params.get("part"))  # unbounded: the parts of one answer, forwarded by its call
+    async def _editor_parts(self, batch: list[Any]) -> None:
+        # The parts read in one go (a model streams many small ones) reach each call as one list.
+        by_call: dict[Any, list[Any]] = {}
+        malformed = 0
+        for params in batch:
+            if isinstance(params, dict):
+                by_call.setdefault(params.get("requestId"), []).append(params.get("part"))
+            else:
+                malformed += 1
+        for request_id, parts in by_call.items():
+            channel = self._model_calls.get(request_id)
+            if channel is not None:
+                channel.send_nowait(parts)  # unbounded: the parts of one answer, forwarded by its call
+        if malformed:
+            raise InvalidParams("params", f"must be an object ({malformed} editor/part notifications ignored)")
 
     async def editor_chat(self, params: dict[str, Any], on_part: Callable[[Any], Any], cancel: CancelRequest) -> Any:
         """``EditorLink.editor_chat``: one ``editor/chat`` to this editor; its parts to ``on_part``, in order, all of
@@ -250,31 +260,32 @@ class EditorConnection:
         connection = self.connection
         if connection is None or connection.closed:
             raise EditorGone
-        send, receive = trio.open_memory_channel[Any](math.inf)
+        send, receive = trio.open_memory_channel[list[Any]](math.inf)
         try:
             call = connection.start_request_nowait("editor/chat", params)
         except ConnectionClosed:
             raise EditorGone from None
         self._model_calls[call.id] = send
         answer: Any = {"stopReason": "cancelled"}
-        failure: Exception | None = None
+        failure: BaseException | None = None
 
-        async def wait_for_answer() -> None:
+        def answered(result: Any, error: BaseException | None) -> None:
+            # Told by the connection's reader, in wire order: the answer follows the last part, nothing more comes.
             nonlocal answer, failure
-            try:
-                answer = await call.result()
-            except Exception as exc:  # the editor's error, or the connection gone: raised below, as it is
-                failure = exc
-            finally:
-                send.close()  # the answer follows the last part on the wire: nothing more comes
+            answer, failure = result, error
+            send.close()
 
+        call.on_answer(answered)
         try:
             with trio.CancelScope() as cancelled:
                 unwatch = cancel.on_set(cancelled.cancel)
                 try:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(wait_for_answer)
-                        async for part in receive:
+                    async for parts in receive:
+                        # What else has come meanwhile goes out with them, adjacent text as one part: a model streams
+                        # small pieces, and each write to the caller (an event stream) costs far more.
+                        for ready in _ready(receive):
+                            parts += ready
+                        for part in _merged_text(parts):
                             await on_part(part)
                 finally:
                     unwatch()
@@ -296,6 +307,37 @@ class EditorConnection:
             self.cancel_turns()
             await self._no_turns.wait()
         return
+
+
+def _ready(receive: trio.MemoryReceiveChannel[list[Any]]) -> list[list[Any]]:
+    """Whatever the channel holds now, without waiting."""
+    ready: list[list[Any]] = []
+    while True:
+        try:
+            ready.append(receive.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel):
+            return ready
+
+
+def _merged_text(parts: list[Any]) -> list[Any]:
+    """Adjacent text parts (as the editor sent them) as one; everything else as it is, in order."""
+    out: list[Any] = []
+    texts: list[str] = []  # the run of text parts being merged, joined once when it ends
+
+    def end_of_text() -> None:
+        if texts:
+            out.append({"type": "text", "value": "".join(texts)})
+            texts.clear()
+
+    for part in parts:
+        value = part.get("value") if isinstance(part, dict) and part.get("type") == "text" else None
+        if isinstance(value, str):
+            texts.append(value)
+        else:
+            end_of_text()
+            out.append(part)
+    end_of_text()
+    return out
 
 
 def _object(value: Any, field: str) -> dict[str, Any]:

@@ -95,6 +95,7 @@ class BridgeService:
         # Run one turn: ``chat(request, sink, cancel_requested, on_outcome=None)`` (``SessionRouter.chat``).
         self.chat = self.router.chat
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
+        self.http_url: str | None = None  # the HTTP API's address, when the process serves it (daemon/status says)
         self.stopped = trio.Event()
         self.started_at = 0.0
         self._nursery: trio.Nursery | None = None
@@ -209,6 +210,7 @@ class BridgeService:
                 "takenBack": capacity.taken_back_total,
             },
             "agents": [{"id": p.id, "pid": p.pid, "sessions": p.session_count} for p in self.pool.processes],
+            **({"http": self.http_url} if self.http_url else {}),
         }
 
     def turn_request(
