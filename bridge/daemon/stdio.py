@@ -24,6 +24,9 @@ from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported when needed: this module runs before the rest of lmbridge is imported
     from bridge.editor.initialize import EditorHello
+    from bridge.service.composition import BridgeService
+
+    from .http_listener import HttpListener
 
 __all__ = [
     "EarlyInitialize",
@@ -188,7 +191,9 @@ async def serve_stdio(
     return 0
 
 
-def _http_listener(service: Any, config: Config, address: tuple[str, int], token_file: str | None, log: Logger) -> Any:
+def _http_listener(
+    service: BridgeService, config: Config, address: tuple[str, int], token_file: str | None, log: Logger
+) -> HttpListener:
     """The HTTP API beside the editor's connection: the rules of ``lmbridge serve --http`` (its token, its limits),
     on loopback only (an editor's lmbridge is one person's)."""
     from pathlib import Path
