@@ -8,6 +8,6 @@
 - ``http``: the same server over streamable HTTP, for agents that speak it
 
 May import: ``wire.errors``, ``wire.observe``, ``wire.http_server`` (the HTTP transport's server), the line framing
-of ``wire.rpc.protocol``. A call waits on the session actor through the ``invoke`` callable it is given; it never
-imports the session layer.
+of ``wire.rpc.protocol``, ``wire.cancel`` (the signal a call of lmbridge's own tools is withdrawn on). A call waits on
+the session actor through the ``invoke`` callable it is given; it never imports the session layer.
 """

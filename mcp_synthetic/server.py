@@ -26,6 +26,7 @@ from typing import Any
 
 import trio
 
+from wire.cancel import CancelRequest
 from wire.observe.logger import Logger
 from wire.rpc.protocol import LineFramer
 
@@ -151,10 +152,20 @@ class SessionTools:
     """The editor's tools for one ACP session, and the MCP server offering them on any number of connections."""
 
     def __init__(
-        self, invoke: Invoke, *, log: Logger, tracer: Any = None, name: str = "mcp", parallel: bool = True
+        self,
+        invoke: Invoke,
+        *,
+        log: Logger,
+        tracer: Any = None,
+        name: str = "mcp",
+        parallel: bool = True,
+        prompt_cancelled: Callable[[], CancelRequest | None] | None = None,
     ) -> None:
-        """``parallel``: mark tools ``readOnlyHint`` unless the client says otherwise (see ``agent_annotations``)."""
+        """``parallel``: mark tools ``readOnlyHint`` unless the client says otherwise (see ``agent_annotations``).
+        ``prompt_cancelled()``: set when the session's prompt is cancelled (or it closes); a call of lmbridge's own
+        tools is withdrawn then (the editor's are withdrawn by the session itself)."""
         self._invoke = invoke
+        self._prompt_cancelled = prompt_cancelled
         self._parallel = parallel
         self._log = log
         self._tracer = tracer
@@ -451,13 +462,21 @@ class SessionTools:
             return _error_result(
                 f"Invalid arguments for {tool.name}:\n- " + "\n- ".join(check.problems) + "\nFix them and call again."
             )
+        cancelled = self._prompt_cancelled() if self._prompt_cancelled is not None else None
         answered = False
-        try:
-            result = await tool.run(check.arguments, progress)
-            answered = True
-        finally:
-            if not answered:
-                self._log.info("the agent withdrew a tool call", tool=tool.name)
+        with trio.CancelScope() as withdrawn:
+            unwatch = cancelled.on_set(withdrawn.cancel) if cancelled is not None else None
+            try:
+                result = await tool.run(check.arguments, progress)
+                answered = True
+            finally:
+                if unwatch is not None:
+                    unwatch()
+                if not answered and not withdrawn.cancel_called:
+                    self._log.info("the agent withdrew a tool call", tool=tool.name)
+        if withdrawn.cancelled_caught:
+            self._log.info("the request was cancelled; tool call withdrawn", tool=tool.name)
+            return _error_result("The user cancelled the request; the tool call was withdrawn.")
         return result
 
 

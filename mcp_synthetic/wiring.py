@@ -46,6 +46,7 @@ class _Served:
     """What serves one session's tools."""
 
     tools: SessionTools
+    client: Any = None  # the client of the session's last request: whose own tools (``local_tools``) it is offered
     listener: trio.CancelScope | None = None  # stops serving the session (its unix socket, or its HTTP route)
     socket_path: Path | None = None  # the unix socket to remove afterwards (stdio relay)
 
@@ -114,10 +115,14 @@ class EditorToolsSetup:
         runtime_dir: str | None = None,
         parallel_tools: bool = True,
         local_tools: Callable[[Any], list[LocalTool]] | None = None,
+        watch_local_tools: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
         """``local_tools(client)``: the tools lmbridge answers itself for a conversation of that client (the
-        request's ``client``: the editor whose models the agent may ask)."""
+        request's ``client``: the editor whose models the agent may ask); ``watch_local_tools(callback)`` has
+        ``callback()`` called when they may have changed (an editor shared other models), and returns what stops
+        that: the sessions' agents are told at once, not at their next turn."""
         self._local_tools = local_tools or (lambda client: [])
+        self._watch_local_tools = watch_local_tools
         self._log = log
         self._parallel_tools = parallel_tools
         self._tracer = tracer
@@ -140,8 +145,13 @@ class EditorToolsSetup:
                 # Socket directories of killed lmbridges: cleaned at start, in a worker thread (a glob of the temp
                 # directory), off every turn's path.
                 nursery.start_soon(trio.to_thread.run_sync, _remove_stale_runtime_dirs, self._runtime_base())
-                task_status.started()
-                await trio.sleep_forever()
+                unwatch = self._watch_local_tools(self._local_tools_changed) if self._watch_local_tools else None
+                try:
+                    task_status.started()
+                    await trio.sleep_forever()
+                finally:
+                    if unwatch is not None:
+                        unwatch()
         finally:
             if self._runtime is not None:
                 shutil.rmtree(self._runtime, ignore_errors=True)
@@ -198,12 +208,17 @@ class EditorToolsSetup:
                 return None, "The session is not ready yet; call the tool again."
             return await actor.invoke_tool(name, arguments)
 
+        def prompt_cancelled() -> Any:
+            actor = session.actor
+            return actor.prompt_cancelled() if actor is not None else None
+
         tools = SessionTools(
             invoke,
             log=self._log.bind(session=session.key),
             tracer=self._tracer,
             name=f"mcp:{session.key.rsplit(':', 1)[-1][:12]}",
             parallel=self._parallel_tools,
+            prompt_cancelled=prompt_cancelled,
         )
         tools.update(list(request.tools))
         tools.set_local(local)
@@ -211,7 +226,7 @@ class EditorToolsSetup:
         token = secrets.token_urlsafe(32)
         if self._tracer is not None:
             self._tracer.add_secret(token)
-        served = self._served[session.key] = _Served(tools)
+        served = self._served[session.key] = _Served(tools, getattr(request, "client", None))
         assert self._nursery is not None
         url = await self._http_url(session.agent, tools, token, served)
         if url is not None:
@@ -283,20 +298,26 @@ class EditorToolsSetup:
 
     def turn_started(self, session: Any, request: Any) -> None:
         served = self._served.get(session.key)
-        tools = served.tools if served is not None else None
-        if tools is None:
+        if served is None:
             return
         # The tools of this request's client: a conversation follows its editor (and the models it shares now).
-        changed = tools.update(list(request.tools))
-        changed = tools.set_local(self._local_tools(getattr(request, "client", None))) or changed
-        if changed and self._nursery is not None:
-            self._log.info(
-                "the editor's tools changed; telling the agent",
-                session=session.session_id,
-                tools=sorted(tools.editor_names),
-            )
-            self._compile_later(tools)
-            self._nursery.start_soon(tools.notify_changed)
+        served.client = getattr(request, "client", None)
+        changed = served.tools.update(list(request.tools))
+        changed = served.tools.set_local(self._local_tools(served.client)) or changed
+        if changed:
+            self._tools_changed(served.tools, session=session.session_id)
+
+    def _local_tools_changed(self) -> None:
+        for served in self._served.values():
+            if served.tools.set_local(self._local_tools(served.client)):
+                self._tools_changed(served.tools)
+
+    def _tools_changed(self, tools: SessionTools, **context: Any) -> None:
+        if self._nursery is None:
+            return
+        self._log.info("the editor's tools changed; telling the agent", tools=sorted(tools.editor_names), **context)
+        self._compile_later(tools)
+        self._nursery.start_soon(tools.notify_changed)
 
     def _compile_later(self, tools: SessionTools) -> None:
         """Compile the tools' schemas in the background once the schema checker is imported: not on the path of

@@ -153,6 +153,7 @@ class SessionActor:
         self.last_active = trio.current_time()
         self.options = options if options is not None else SessionOptions()
         self._configuring: _Flag | None = None  # options being set before a prompt; True once cancelled meanwhile
+        self._prompt_cancelled = CancelRequest()  # set when the prompt running now is cancelled, or the session closes
         self._on_offer_update = on_offer_update
         self._after_first_actions = after_first_actions
 
@@ -168,6 +169,7 @@ class SessionActor:
         finally:
             self._first_actions_done()  # a session closed before it did anything opened all the same
             self.closed = True
+            self._prompt_cancelled.set()
             self.agent.detach(self.session_id)
             self._inbox_send.close()
             self._answer_leftovers()
@@ -256,8 +258,10 @@ class SessionActor:
                 case EndTurn():
                     self._finish_turn(action)
                 case SendPrompt(blocks=blocks, settings=settings):
+                    self._prompt_cancelled = CancelRequest()
                     self._prompt_with(blocks, settings)
                 case SendCancel():
+                    self._prompt_cancelled.set()
                     if self._configuring is not None:  # the prompt has not gone out: it will not
                         self._configuring.value = True
                     else:
@@ -273,6 +277,7 @@ class SessionActor:
                 case SessionClosed(reason=reason):
                     self._log.info("session closed", reason=reason)
                     self.closed = True
+                    self._prompt_cancelled.set()
         self.last_active = trio.current_time()
 
     def _prompt_with(self, blocks: list[dict[str, Any]], settings: tuple[tuple[str, Any], ...]) -> None:
@@ -470,6 +475,12 @@ class SessionActor:
             return waiter.fallback
         await self._wait(waiter)
         return waiter.value
+
+    def prompt_cancelled(self) -> CancelRequest:
+        """Set when the prompt running now (or the last one) is cancelled, or the session closes: what a tool call
+        lmbridge answers itself (``mcp_synthetic.LocalTool``) is withdrawn on, as the machine withdraws the editor's
+        tool calls then. A new prompt has a new one."""
+        return self._prompt_cancelled
 
     def on_agent_exit(self, error: Exception) -> None:
         self._send_nowait(AgentExited(error))

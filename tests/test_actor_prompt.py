@@ -73,3 +73,38 @@ async def test_an_agent_gone_mid_prompt_fails_the_turn_with_its_exit_status() ->
 async def test_an_agent_gone_before_the_prompt_went_out_fails_the_turn_with_its_exit_status() -> None:
     outcome, _ = await _turn(FakeAgentLink(gone=SEGFAULT), lambda reply: None)
     assert isinstance(outcome.error, AgentExitedError) and "segfault" in str(outcome.error)
+
+
+async def test_the_prompts_cancel_signal_is_set_by_a_cancel_and_a_new_prompt_has_a_new_one() -> None:
+    # What a tool call lmbridge answers itself is withdrawn on (mcp_synthetic's LocalTool, e.g. the editor's models).
+    agent = FakeAgentLink()
+    actor = SessionActor(agent, "s1", SessionMachine(new_call_id=lambda: "lmb_1"), log=get_logger())
+    cancel = CancelRequest()
+    outcomes: list[TurnOutcome] = []
+
+    async def turn(number: int, cancel: CancelRequest) -> None:
+        outcomes.append(await actor.run_turn(EditorTurn(number, [{"type": "text", "text": "hi"}]), _sink, cancel))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run)
+        nursery.start_soon(turn, 1, cancel)
+        await agent.request_came.wait()
+        first = actor.prompt_cancelled()
+        assert not first.is_set()
+        cancel.set()
+        with trio.fail_after(HANG):
+            await first.wait()
+        assert agent.sent[-1][0] == "session/cancel"
+        agent.replies[0].answer({"stopReason": "cancelled"})
+        with trio.fail_after(HANG):
+            while not outcomes:
+                await trio.testing.wait_all_tasks_blocked()
+        agent.request_came = trio.Event()
+        nursery.start_soon(turn, 2, CancelRequest())
+        await agent.request_came.wait()
+        assert actor.prompt_cancelled() is not first and not actor.prompt_cancelled().is_set()
+        second = actor.prompt_cancelled()
+        actor.close("the test ends")
+        with trio.fail_after(HANG):
+            await second.wait()  # the session closing withdraws too
+        nursery.cancel_scope.cancel()

@@ -15,7 +15,7 @@ import openai
 import pytest
 import trio
 from conftest import HANG, open_bridge, processes_with_marker
-from fakes import ScriptedEditorModel, user
+from fakes import ScriptedEditorModel, tool_result, user
 from test_serve import serving
 
 from bridge.editor.client import EditorClient, connect_daemon
@@ -85,6 +85,24 @@ async def test_no_tool_without_shared_models_and_none_when_turned_off(tmp_path: 
         off = await live.chat('/tool editor_model {"prompt": "hi"}')
     assert off.text.endswith("no MCP server was given in session/new\n"), off.text
     assert model.calls == []
+
+
+async def test_models_shared_during_a_turn_reach_the_agent_at_once(tmp_path: Any, agents_toml: Any) -> None:
+    # An editor that shares its models only after its first request (VS Code lists them asynchronously): the agent of
+    # that conversation is told of the new tool as soon as they are shared, not at its next turn.
+    model = ScriptedEditorModel("scripted-1")
+    clock = {"name": "get_time", "description": "The time", "inputSchema": {"type": "object"}}
+    async with open_bridge(tmp_path, agents_toml, serve=model.answer) as live:
+        history = [user('/tool get_time {}\n/tool editor_model {"prompt": "late?"}')]
+        first = await live.chat(history, tools=[clock])
+        assert first.stop_reason == "tool_calls" and first.tool_calls[0]["name"] == "get_time", first
+        await live.client.share_models(model.models)  # while the agent waits for the editor's tool result
+        with trio.fail_after(HANG):
+            while "the editor's tools changed; telling the agent" not in live.stderr:
+                await trio.sleep(0.05)  # polling the other process's log: the change has no event of its own
+        history += [first.assistant_message(), tool_result(first.tool_calls[0]["callId"], "noon")]
+        second = await live.chat(history, tools=[clock])
+    assert "tool editor_model returned: scripted-1 heard: late?" in second.text, second
 
 
 # -- the HTTP front: editor/<id> for every client -----------------------------------------------------------------
@@ -229,3 +247,20 @@ async def test_stdio_serves_the_http_api_beside_the_editor_with_its_models(tmp_p
             await trio.to_thread.run_sync(lambda: refused.models.list())
     assert answer.choices[0].message.content == "scripted-1 heard: from the terminal"
     assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_malformed_and_late_parts_from_the_editor_cost_only_themselves(tmp_path: Any, agents_toml: Any) -> None:
+    model = ScriptedEditorModel("scripted-1")
+    connection: list[Any] = []
+
+    async def answer(params: dict[str, Any], send_part: Any, cancel: Any) -> dict[str, Any]:
+        wire = connection[0]
+        await wire.notify("editor/part", {"requestId": [1], "part": {"type": "text", "value": "not mine"}})
+        await wire.notify("editor/part", ["not", "an", "object"])
+        return await model.answer(params, send_part, cancel)
+
+    async with open_bridge(tmp_path, agents_toml, initialize={"editorModels": model.models}, serve=answer) as live:
+        connection.append(live.client.connection)
+        reply = await live.chat('/tool editor_model {"prompt": "still whole?"}')
+        assert reply.text == "tool editor_model returned: scripted-1 heard: still whole?\n", reply
+        assert "editor/part notifications ignored" in live.stderr

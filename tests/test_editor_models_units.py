@@ -79,7 +79,8 @@ def test_a_malformed_shared_model_is_refused_naming_the_field(raw: Any, field: s
 
 
 def test_models_of_lmbridges_own_are_never_taken_back() -> None:
-    service = _service()
+    own_ids = ["demo", "demo/demo-large"]
+    service = EditorModels(EditorModelSettings(), ToolSettings(), own_models=lambda: own_ids, log=get_logger())
     link = FakeLink()
     own = parse_shared_models(
         [
@@ -93,6 +94,10 @@ def test_models_of_lmbridges_own_are_never_taken_back() -> None:
     kept = service.share(link, own)
     assert [m.id for m in kept] == ["gpt"]
     assert [name for name, _, _ in service.listed()] == ["editor/gpt"]
+    # An agent of lmbridge's lists a model of that name later: it is no longer taken back either.
+    own_ids.append("gpt")
+    service.own_models_changed()
+    assert service.listed() == []
 
 
 def test_two_editors_sharing_one_id_are_told_apart_and_an_editor_that_leaves_takes_its_models() -> None:
@@ -104,8 +109,12 @@ def test_two_editors_sharing_one_id_are_told_apart_and_an_editor_that_leaves_tak
     service.share(second, _models("gpt"))
     assert [name for name, _, _ in service.listed()] == ["editor/gpt", "editor/claude", "editor/gpt@2"]
     assert service.resolve("editor/gpt@2")[1] is second
+    assert service.resolve("editor/gpt@1")[1] is first  # every editor's own numbered name answers too
     service.withdraw(first)
-    assert [name for name, _, _ in service.listed()] == ["editor/gpt"]  # the name follows whoever shares it now
+    assert [name for name, _, _ in service.listed()] == ["editor/gpt"]  # the plain name: whoever shares it now
+    assert service.resolve("editor/gpt@2")[1] is second  # the numbered name stays with its editor
+    with pytest.raises(UnknownModel):
+        service.resolve("editor/gpt@1")  # editor 1 has gone
     with pytest.raises(UnknownModel) as unknown:
         service.resolve("editor/claude")
     assert unknown.value.known == ["editor/gpt"]
@@ -207,3 +216,69 @@ async def test_the_tool_lists_the_models_streams_progress_and_gives_structured_c
 
 async def _nothing(part: dict[str, Any]) -> None:
     return None
+
+
+async def test_a_call_of_the_tool_is_withdrawn_when_the_prompt_is_cancelled_and_the_editor_is_told() -> None:
+    # The agent may never cancel its MCP call when its prompt is cancelled: the session's signal withdraws it.
+    from mcp_synthetic.server import SessionTools
+
+    asked, told = trio.Event(), trio.Event()
+
+    async def waits(params: dict[str, Any], on_part: Any, cancel: CancelRequest) -> Any:
+        asked.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            told.set()  # the editor's call is cancelled with its caller ($/cancelRequest, in the real link)
+
+    service, link, prompt_cancelled = _service(), FakeLink(script=waits), CancelRequest()
+    service.share(link, _models("gpt"))
+
+    async def invoke(name: str, arguments: Any) -> Any:
+        raise AssertionError("not an editor tool")
+
+    tools = SessionTools(invoke, log=get_logger(), prompt_cancelled=lambda: prompt_cancelled)
+    tools.set_local(service.tools_for(link))
+    results: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: _append(results, tools.call("editor_model", {"prompt": "hi"})))
+        await asked.wait()
+        prompt_cancelled.set()
+    assert told.is_set()
+    (result,) = results
+    assert result["isError"] and "cancelled the request" in result["content"][0]["text"]
+
+
+async def test_what_the_editor_reports_badly_is_estimated_or_dropped_not_passed_on() -> None:
+    service, link = _service(), FakeLink()
+    service.share(link, _models("gpt"))
+    (model,) = service.shared_by(link)
+    for usage in ({"inputTokens": None, "outputTokens": 2}, {"inputTokens": "12x"}, {"outputTokens": -1}):
+        link.script = _say("hi", usage=usage)
+        answer = await service.call(link, model, [_user("hi")], _nothing, CancelRequest())
+        assert answer.usage is not None and answer.usage["estimated"] is True, usage
+
+    async def calls(params: dict[str, Any], on_part: Any, cancel: CancelRequest) -> Any:
+        await on_part({"type": "tool_call", "callId": "a", "name": "f", "input": '{"x": 1}'})  # arguments as text
+        await on_part({"type": "tool_call", "callId": "b", "name": "f", "input": [1, 2]})  # not an object: dropped
+        return {"stopReason": "tool_calls"}
+
+    link.script = calls
+    answer = await service.call(link, model, [_user("hi")], _nothing, CancelRequest())
+    assert [p["input"] for p in answer.parts] == [{"x": 1}]
+
+
+async def test_a_progress_note_the_agent_cannot_take_costs_the_note_not_the_answer() -> None:
+    service, link = _service(), FakeLink(script=_say("forty two"))
+    service.share(link, _models("gpt"))
+    (tool,) = service.tools_for(link)
+
+    async def broken(value: float, message: str) -> None:
+        raise trio.BrokenResourceError("the agent's connection is gone")
+
+    result = await tool.run({"prompt": "6 * 7?"}, broken)
+    assert result["isError"] is False and result["content"] == [{"type": "text", "text": "forty two "}]
+
+
+async def _append(results: list[Any], call: Any) -> None:
+    results.append(await call)

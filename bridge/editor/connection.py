@@ -240,16 +240,22 @@ class EditorConnection:
         by_call: dict[Any, list[Any]] = {}
         malformed = 0
         for params in batch:
-            if isinstance(params, dict):
-                by_call.setdefault(params.get("requestId"), []).append(params.get("part"))
+            request_id = params.get("requestId") if isinstance(params, dict) else None
+            if isinstance(request_id, (int, str)) and not isinstance(request_id, bool):
+                by_call.setdefault(request_id, []).append(params.get("part"))
             else:
                 malformed += 1
         for request_id, parts in by_call.items():
             channel = self._model_calls.get(request_id)
             if channel is not None:
-                channel.send_nowait(parts)  # unbounded: the parts of one answer, forwarded by its call
+                try:
+                    channel.send_nowait(parts)  # unbounded: the parts of one answer, forwarded by its call
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    pass  # parts after the call's answer: the call has ended, as the answer said
         if malformed:
-            raise InvalidParams("params", f"must be an object ({malformed} editor/part notifications ignored)")
+            raise InvalidParams(
+                "params", f"must be an object with a requestId ({malformed} editor/part notifications ignored)"
+            )
 
     async def editor_chat(self, params: dict[str, Any], on_part: Callable[[Any], Any], cancel: CancelRequest) -> Any:
         """``EditorLink.editor_chat``: one ``editor/chat`` to this editor; its parts to ``on_part``, in order, all of
@@ -258,8 +264,8 @@ class EditorConnection:
         from bridge.service.editor_models import EditorGone
 
         connection = self.connection
-        if connection is None or connection.closed:
-            raise EditorGone
+        if connection is None or connection.closed or connection.peer_closed.is_set():
+            raise EditorGone  # (an editor whose input has ended cannot answer, though its connection is still open)
         send, receive = trio.open_memory_channel[list[Any]](math.inf)
         try:
             call = connection.start_request_nowait("editor/chat", params)

@@ -68,6 +68,7 @@ class BridgeService:
             tracer=tracer,
             parallel_tools=config.tools.parallel,
             local_tools=self.editor_models.tools_for,
+            watch_local_tools=self.editor_models.watch,
         )
         self._state_changed = trio.Event()
         self.store = SessionStore(state_path, log=log, on_change=self._note_state_change)
@@ -172,6 +173,7 @@ class BridgeService:
         if config is not None:
             self.store.remember_offer(agent_id, _command_line(config), self.catalog.offer(agent_id).to_json())
         self.log.info("agent offer changed", agent=agent_id)
+        self.editor_models.own_models_changed()
         for watcher in list(self._model_watchers):
             watcher()
 

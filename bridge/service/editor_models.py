@@ -1,8 +1,9 @@
 """The editor's own models, served back: what each connected editor shares, and one call to one of those models.
 
 Owns the models each editor shares (``initialize.editorModels``, replaced by ``editor/modelsChanged``, gone with the
-editor), the names other clients know them by (``editor/<id>``; the same id shared by a second editor is
-``editor/<id>@2``, by a third ``@3``...), the loop guard (a model of lmbridge's own is never taken back from an
+editor), the names other clients know them by (``editor/<id>`` for the earliest-connected editor that shares the id,
+``editor/<id>@<n>`` for each editor's own, ``n`` its connection number — stable while it stays connected), the loop
+guard (a model of lmbridge's own is never taken back from an
 editor), the limits (calls at once per editor; how long one may take), and one call: a single ``editor/chat`` on the
 editor that shares the model, its parts streamed to the caller, cancelled with the caller. A call is stateless — no
 session, no history matching: each request is complete in itself.
@@ -80,13 +81,14 @@ class EditorAnswer:
 class _Editor:
     link: EditorLink
     ordinal: int  # 1 for the first editor that connected, 2 for the next...: tells shared ids apart
-    models: dict[str, SharedModel] = field(default_factory=dict)
+    models: dict[str, SharedModel] = field(default_factory=dict)  # what is offered: what it shares, the guard passed
+    shared: tuple[SharedModel, ...] = ()  # what it shares, as it said
     running: int = 0  # calls in flight
 
 
 def editor_model_id(model: SharedModel, ordinal: int, taken: bool) -> str:
-    """The name clients know a shared model by: ``editor/<id>``, and ``@<n>`` when an earlier editor shares that
-    id too."""
+    """The name a shared model is listed by: ``editor/<id>``, and ``@<n>`` (``n`` the editor's connection number)
+    when an earlier editor shares that id too."""
     base = f"{EDITOR_MODELS_PREFIX}/{model.id}"
     return f"{base}@{ordinal}" if taken else base
 
@@ -115,24 +117,44 @@ class EditorModels:
     def share(self, link: EditorLink, models: Iterable[SharedModel]) -> list[SharedModel]:
         """``link`` shares ``models`` now (its earlier list is replaced). Returns what is kept: models of
         lmbridge's own (its vendor, or the name of one of its agent models) are refused, never called back."""
-        own = set(self._own_models())
-        kept: dict[str, SharedModel] = {}
-        for model in models:
-            if model.vendor == OWN_VENDOR or model.id in own or model.id.startswith(f"{EDITOR_MODELS_PREFIX}/"):
-                self._log.warning("an editor shared a model of lmbridge's own; not taken", model=model.id)
-                continue
-            kept[model.id] = model
+        shared = tuple(models)
+        kept = self._guarded(shared, set(self._own_models()))
         editor = self._editors.get(link)
         if editor is None:
             if not kept:
                 return []
             self._ordinals += 1
             editor = self._editors[link] = _Editor(link, self._ordinals)
+        editor.shared = shared
         if editor.models != kept:
             editor.models = kept
             self._log.info("editor models shared", editor=link.label, models=sorted(kept))
             self._changed()
         return list(kept.values())
+
+    def own_models_changed(self) -> None:
+        """lmbridge's own models changed (an agent listed others): the loop guard looks again at what is shared."""
+        own = set(self._own_models())
+        changed = False
+        for editor in self._editors.values():
+            kept = self._guarded(editor.shared, own, warn=False)
+            if kept != editor.models:
+                for model_id in editor.models.keys() - kept.keys():
+                    self._log.warning("a shared model is now one of lmbridge's own; no longer offered", model=model_id)
+                editor.models, changed = kept, True
+        if changed:
+            self._changed()
+
+    def _guarded(self, models: Iterable[SharedModel], own: set[str], *, warn: bool = True) -> dict[str, SharedModel]:
+        """``models`` minus lmbridge's own (its vendor, the name of one of its agent models, an ``editor/`` name)."""
+        kept: dict[str, SharedModel] = {}
+        for model in models:
+            if model.vendor == OWN_VENDOR or model.id in own or model.id.startswith(f"{EDITOR_MODELS_PREFIX}/"):
+                if warn:
+                    self._log.warning("an editor shared a model of lmbridge's own; not taken", model=model.id)
+                continue
+            kept[model.id] = model
+        return kept
 
     def withdraw(self, link: EditorLink) -> None:
         """The editor went away: its models are no longer offered."""
@@ -157,11 +179,19 @@ class EditorModels:
         return out
 
     def resolve(self, public_id: str) -> tuple[SharedModel, EditorLink]:
-        """The model a client names ``editor/<id>`` (or ``editor/<id>@<n>``); ``UnknownModel`` lists those shared."""
-        for name, model, link in self.listed():
+        """The model a client names: as listed, or ``editor/<id>@<n>`` for editor ``n``'s model whatever is listed (a
+        name that stays with its editor while others come and go). ``UnknownModel`` lists those shared."""
+        listed = self.listed()
+        for name, model, link in listed:
             if name == public_id:
                 return model, link
-        raise UnknownModel(public_id, [name for name, _, _ in self.listed()], field="model")
+        base, at, ordinal = public_id.rpartition("@")
+        if at and ordinal.isdigit() and base.startswith(f"{EDITOR_MODELS_PREFIX}/"):
+            model_id = base.removeprefix(f"{EDITOR_MODELS_PREFIX}/")
+            for editor in self._editors.values():
+                if editor.ordinal == int(ordinal) and model_id in editor.models:
+                    return editor.models[model_id], editor.link
+        raise UnknownModel(public_id, [name for name, _, _ in listed], field="model")
 
     def watch(self, watcher: Callable[[], None]) -> Callable[[], None]:
         """Call ``watcher()`` whenever what editors share changes; returns what stops that."""
@@ -327,7 +357,10 @@ class EditorModels:
             if part["type"] == "text" and part["value"]:
                 said.append(part["value"])
                 if progress is not None:
-                    await progress(float(len(said)), "".join(said))
+                    try:
+                        await progress(float(len(said)), "".join(said))
+                    except Exception as exc:  # a note the agent cannot take costs the note, not the answer
+                        self._log.debug("a progress note could not be sent", error=str(exc))
 
         try:
             answer = await self.call(
@@ -370,7 +403,14 @@ def _checked_part(part: Any) -> dict[str, Any] | None:
     if kind in ("text", "thinking") and isinstance(part.get("value"), str):
         return {"type": kind, "value": part["value"]}
     if kind == "tool_call" and isinstance(part.get("callId"), str) and isinstance(part.get("name"), str):
-        return {"type": "tool_call", "callId": part["callId"], "name": part["name"], "input": part.get("input", {})}
+        arguments = part.get("input", {})
+        if isinstance(arguments, str):  # the arguments as JSON text, as some models give them
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                return None
+        if isinstance(arguments, dict):  # every API's tool call takes an object
+            return {"type": "tool_call", "callId": part["callId"], "name": part["name"], "input": arguments}
     return None
 
 
@@ -383,7 +423,7 @@ def _answer(
         stop = "cancelled"
     elif stop not in STOP_REASONS:
         stop = "tool_calls" if any(p["type"] == "tool_call" for p in parts) else "end_turn"
-    usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+    usage = _reported_usage(result.get("usage"))
     if usage is None:
         usage = {
             "inputTokens": sum(_estimate(m) for m in messages),
@@ -395,6 +435,18 @@ def _answer(
         }
         usage["totalTokens"] = usage["inputTokens"] + usage["outputTokens"]
     return EditorAnswer(stop, usage, tuple(parts))
+
+
+def _reported_usage(usage: Any) -> dict[str, Any] | None:
+    """The editor's token counts, when they are counts (non-negative integers); else None, and they are estimated."""
+    if not isinstance(usage, dict):
+        return None
+    counts = {key: usage[key] for key in ("inputTokens", "outputTokens", "totalTokens") if key in usage}
+    if "inputTokens" not in counts and "outputTokens" not in counts:
+        return None
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values()):
+        return None
+    return counts
 
 
 def _estimate(message: dict[str, Any]) -> int:

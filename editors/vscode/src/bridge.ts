@@ -55,7 +55,7 @@ export interface BridgeOptions {
     /** The editor's own models to share with lmbridge, asked once each daemon is initialized and sent as
      * `editor/modelsChanged`: listing VS Code's models waits for every provider, this extension's own among them,
      * so it must never hold up the start (that would wait for itself). */
-    editorModels?: () => Promise<object[]>;
+    editorModels?: () => Promise<object[] | undefined>;
     /** Answers lmbridge's `editor/chat`: `sendPart` streams each part (`editor/part`); `signal` aborts on its cancel. */
     answerEditorChat?: (params: any, sendPart: (part: object) => void, signal: AbortSignal) => Promise<object>;
 }

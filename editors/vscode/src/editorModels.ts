@@ -36,12 +36,20 @@ export class SharedModels {
 
     constructor(private readonly ownVendor: string, private readonly settings: () => SharingSettings, private readonly log: Logger) { }
 
-    /** The entries to send lmbridge (`initialize.editorModels`, `editor/modelsChanged`). */
-    async list(): Promise<object[]> {
+    private listings = 0;
+
+    /** The entries to send lmbridge (`editor/modelsChanged`). Listings can overlap (a start, and a change of VS
+     * Code's models): one that a later listing overtook gives undefined — send nothing, the later one sends. */
+    async list(): Promise<object[] | undefined> {
         const { share, filter } = this.settings();
+        const listing = ++this.listings;
         const byId = new Map<string, vscode.LanguageModelChat>();
         if (share) {
-            for (const model of await vscode.lm.selectChatModels()) {
+            const models = await vscode.lm.selectChatModels();
+            if (listing !== this.listings) {
+                return undefined;
+            }
+            for (const model of models) {
                 if (model.vendor === this.ownVendor || !wanted(model, filter)) {
                     continue;
                 }
@@ -69,9 +77,16 @@ export class SharedModels {
         let outcome = 'answered';
         let calls = 0;
         try {
+            const asked = params?.options ?? {};
             const options: vscode.LanguageModelChatRequestOptions = {
-                justification: 'An agent in lmbridge asks this model (lmbridge: editor models).',
+                justification: typeof asked.justification === 'string' && asked.justification
+                    ? asked.justification : 'An agent in lmbridge asks this model (lmbridge: editor models).',
             };
+            // vscode.lm has no portable limit on the answer's length: passed as a model option, which a provider
+            // may honour or ignore.
+            if (Number.isInteger(asked.maxTokens) && asked.maxTokens > 0) {
+                options.modelOptions = { maxTokens: asked.maxTokens };
+            }
             const tools = params?.options?.tools;
             if (Array.isArray(tools) && tools.length) {
                 options.tools = tools.map((tool: any) => ({ name: tool.name, description: tool.description ?? '', inputSchema: tool.inputSchema }));

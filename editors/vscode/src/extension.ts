@@ -142,7 +142,10 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
         }),
         vscode.lm.onDidChangeChatModels(async () => {
             try {
-                bridge.shareModels(await shared.list());
+                const models = await shared.list();
+                if (models) {
+                    bridge.shareModels(models);
+                }
             } catch (error) {
                 log.warn(`could not list the editor's models to share: ${(error as Error)?.message ?? error}`);
             }
