@@ -278,6 +278,7 @@ KITS: dict[str, AgentKit] = {
         usage_fields=("contextUsed", "contextSize"),
         session_option=("model", "fake-model-large"),
         model_entry="fake-model-large",
+        announces_commands=True,  # a moment after its first update (a first listing may not have them yet)
     ),
     "gemini": GeminiKit(
         "gemini",

@@ -232,19 +232,28 @@ async def test_the_agents_models_options_and_commands_are_listed_and_an_entry_ch
     model; its slash commands) and says so with lm/modelsChanged; choosing an ``agent/model`` entry reaches the
     model's requests."""
     kit = live.kit
-    seen = live.client.models_changes
+    key, _ = kit.session_option
+    entry = f"{kit.id}/{kit.model_entry}"
     live.model.add(say("Hello."))
     assert (await live.chat("Hello?")).error is None, live.evidence()
+
+    def complete(listed: dict[str, Any]) -> bool:
+        own = listed.get(kit.id, {})
+        options = [option["id"] for option in own.get("options", ())]
+        return key in options and entry in listed and (not kit.announces_commands or bool(own.get("commands")))
+
+    # An agent tells its options, models and commands in separate updates, each a lm/modelsChanged: listed again
+    # after each one, until all are there.
     with trio.fail_after(TURN_TIMEOUT):
-        await live.client.wait_models_changed(seen)
-    listed = {m["id"]: m for m in await live.client.models()}
-    key, _ = kit.session_option
+        while True:
+            seen = live.client.models_changes
+            listed = {m["id"]: m for m in await live.client.models()}
+            if complete(listed):
+                break
+            await live.client.wait_models_changed(seen)
     own = listed[kit.id]
-    assert key in [option["id"] for option in own.get("options", ())], own
     commands = [command["name"] for command in own.get("commands", ())]
     assert (len(commands) > 0) == kit.announces_commands, (commands, own)
-    entry = f"{kit.id}/{kit.model_entry}"
-    assert entry in listed, list(listed)
     assert "model" not in [option["id"] for option in listed[entry].get("options", ())]
     live.model.add(say("Chosen."))
     chosen = await live.client.chat(entry, [user("Which model?")])
