@@ -2,11 +2,13 @@
 object and its event stream, and the store that makes ``previous_response_id`` work.
 
 Owns reading ``input`` (a string, or message / ``function_call`` / ``function_call_output`` / ``reasoning`` items)
-and ``instructions`` into editor-protocol messages; writing the turn back as output items — ``reasoning`` (the
-agent's thoughts and activity), ``message`` (its text) and ``function_call`` (the client's tools; every call of the
-turn in one response) — in one object or as the event sequence ``response.created`` … ``response.completed``
-(``response.incomplete`` for a length stop, ``response.failed`` for an error after the stream began); and the
-bounded in-memory store of responses (``store``, default true) that ``previous_response_id`` continues from.
+and ``instructions`` into editor-protocol messages, and ``tools`` (function tools, and namespace tools as
+``<namespace>__<name>``, whose calls go back out in their namespace); writing the turn back as output items —
+``reasoning`` (the agent's thoughts and activity), ``message`` (its text) and ``function_call`` (the client's tools;
+every call of the turn in one response) — in one object or as the event sequence ``response.created`` …
+``response.completed`` (``response.incomplete`` for a length stop, ``response.failed`` for an error after the
+stream began); and the bounded in-memory store of responses (``store``, default true) that
+``previous_response_id`` continues from.
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ class _Tool(ApiBody):
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None  # a namespace's function tools
+
+
+# A namespace's tool as the agent or model sees it: "<namespace>__<name>" (Codex gives MCP servers' tools as
+# namespace tools; providers and agents take only plain names, letters, digits, '_' and '-').
+NAMESPACE_JOIN = "__"
 
 
 class ResponsesBody(ApiBody):
@@ -129,13 +137,26 @@ class Responses:
             conversation = conversation or stored_conversation
         system = [{"role": "system", "content": [text_part(request.instructions)]}] if request.instructions else []
         tools = []
+        namespaced: dict[str, tuple[str, str]] = {}  # a namespace tool's joined name → (namespace, name)
         if request.tool_choice != "none":
             for index, tool in enumerate(request.tools or []):
-                if tool.type != "function":
+                where = f"tools[{index}]"
+                if tool.type == "function":
+                    tools.append(function_tool(tool.name or "", tool.description, tool.parameters, where))
+                elif tool.type == "namespace" and tool.name and isinstance(tool.tools, list):
+                    for inner_index, inner in enumerate(tool.tools):
+                        inner_where = f"{where}.tools[{inner_index}]"
+                        name = inner.get("name") if isinstance(inner, dict) else None
+                        if not isinstance(name, str) or inner.get("type", "function") != "function":
+                            raise ApiError.bad_request("a namespace holds function tools with names", inner_where)
+                        joined = f"{tool.name}{NAMESPACE_JOIN}{name}"
+                        namespaced[joined] = (tool.name, name)
+                        schema = inner.get("parameters")
+                        tools.append(function_tool(joined, inner.get("description"), schema, inner_where))
+                else:
                     raise ApiError.bad_request(
-                        f"only function tools are supported, not {tool.type!r}", f"tools[{index}].type"
+                        f"only function and namespace tools are supported, not {tool.type!r}", f"{where}.type"
                     )
-                tools.append(function_tool(tool.name or "", tool.description, tool.parameters, f"tools[{index}]"))
         return ParsedRequest(
             model=request.model,
             messages=system + earlier + new,
@@ -154,6 +175,7 @@ class Responses:
                 "metadata": request.metadata or {},
                 "tools": [tool.model_dump(exclude_none=True) for tool in request.tools or []],
                 "tool_choice": request.tool_choice or "auto",
+                "namespaced": namespaced,
             },
         )
 
@@ -165,7 +187,7 @@ class Responses:
         return ResponsesStream(self, request)
 
     def body(self, request: ParsedRequest, result: HttpTurnResult) -> dict[str, Any]:
-        builder = _Output()
+        builder = _Output(request.extra["namespaced"])
         for part in result.parts:
             builder.add(part)
         response = _response(request, f"resp_{uuid.uuid4().hex}", int(time.time()), builder.items, result)
@@ -188,7 +210,7 @@ class ResponsesStream:
         self._id = f"resp_{uuid.uuid4().hex}"
         self._created = int(time.time())
         self._sequence = 0
-        self._output = _Output()
+        self._output = _Output(request.extra["namespaced"])
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -285,9 +307,10 @@ _ITEM_KINDS = {"thinking": "reasoning", "text": "message", "tool_call": "functio
 class _Output:
     """The output items of a response, built from the turn's parts."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaced: dict[str, tuple[str, str]]) -> None:
         self.items: list[dict[str, Any]] = []
         self.current: dict[str, Any] | None = None
+        self._namespaced = namespaced  # a call of "<namespace>__<name>" goes out as <name> in its namespace
 
     def add(self, part: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None] | None:
         """Add a part: adjacent text (or thinking) parts share an item, each tool call is an item of its own.
@@ -337,6 +360,8 @@ class _Output:
                 "name": part["name"],
                 "arguments": arguments,
             }
+            if part["name"] in self._namespaced:
+                item["namespace"], item["name"] = self._namespaced[part["name"]]
         self.items.append(item)
         self.current = item
         return item
@@ -422,10 +447,11 @@ def _input_messages(raw: str | list[dict[str, Any]]) -> list[Message]:
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
                 raise ApiError.bad_request("a function_call item needs call_id and name", where)
             arguments = item.get("arguments", "")
+            namespace = item.get("namespace")
             call: ToolCallPart = {
                 "type": "tool_call",
                 "callId": call_id,
-                "name": name,
+                "name": f"{namespace}{NAMESPACE_JOIN}{name}" if isinstance(namespace, str) and namespace else name,
                 "input": parsed_arguments(arguments) if isinstance(arguments, str) else arguments,
             }
             messages.append({"role": "assistant", "content": [call]})
