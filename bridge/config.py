@@ -37,6 +37,9 @@ EDITOR_MODELS_PREFIX = "editor"  # ``editor/<id>`` names a model an editor share
 PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
 MCP_TRANSPORTS = ("auto", "http", "stdio")  # auto: HTTP when the agent advertises mcpCapabilities.http
 ISOLATIONS = ("agent", "session")  # one process per agent, shared by its sessions; or one per session
+# How an agent on the editor's models is pointed at lmbridge: by its command ("auto"), a known agent's recipe, or
+# only the generic LMBRIDGE_MODEL_* variables ("env").
+MODEL_RECIPES = ("auto", "claude", "codex", "opencode", "env")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
 
@@ -82,6 +85,11 @@ class AgentConfig(NamedTuple):
     # The agent's session options lmbridge chooses for every session (model, mode, effort: its ACP configOptions);
     # a client's options.modelOptions win over them.
     options: tuple[tuple[str, Any], ...] = ()
+    # Where the agent's own model requests go: "" its own provider; "editor" or "editor:<model id>" a model the
+    # conversation's editor shares, through lmbridge (docs/editor-models.md#agents-on-the-editors-models).
+    model_source: str = ""
+    # How the agent is pointed at lmbridge for that ("auto": known by its command; docs/agents.md).
+    model_recipe: str = "auto"
 
     @property
     def argv(self) -> list[str]:
@@ -251,6 +259,8 @@ _AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
     "initialize_timeout": (int, float),
     "prestart": bool,
     "options": dict,
+    "model_source": str,
+    "model_recipe": str,
 }
 # Upper bounds: anything larger is a mistake, and floats and timers cannot hold what JSON can write.
 MAX_SECONDS = 7 * 24 * 3600
@@ -264,6 +274,8 @@ _CAMEL = {
     "maxOutputTokens": "max_output_tokens",
     "imageInput": "image_input",
     "initializeTimeout": "initialize_timeout",
+    "modelSource": "model_source",
+    "modelRecipe": "model_recipe",
 }
 
 
@@ -301,6 +313,14 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
         raise locate.error(f"must be one of {', '.join(ISOLATIONS)}", f"{table}.isolation")
     if values.get("mcp_transport", "auto") not in MCP_TRANSPORTS:
         raise locate.error(f"must be one of {', '.join(MCP_TRANSPORTS)}", f"{table}.mcp_transport")
+    source = values.get("model_source", "")
+    if source and source != "editor" and not (source.startswith("editor:") and len(source) > len("editor:")):
+        raise locate.error(
+            'must be "editor" (a model the editor shares) or "editor:<model id>"; leave it out for the agent\'s own',
+            f"{table}.model_source",
+        )
+    if values.get("model_recipe", "auto") not in MODEL_RECIPES:
+        raise locate.error(f"must be one of {', '.join(MODEL_RECIPES)}", f"{table}.model_recipe")
     options = values.get("options", {})
     for key, value in options.items():
         if not isinstance(value, str | bool) or not 0 < len(key) <= 128:

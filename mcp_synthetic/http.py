@@ -112,6 +112,7 @@ class HttpEndpoints:
         self._serving = serving or ready
         self._own_answers = own_answers
         self._routes: dict[str, _Route] = {}
+        self._mounts: dict[str, Callable[..., Awaitable[None]]] = {}  # path prefix → an ASGI application of its own
         self._port = 0
         self._nursery: trio.Nursery | None = None
 
@@ -135,6 +136,16 @@ class HttpEndpoints:
         finally:
             self._nursery = None
             sock.close()
+
+    def mount(self, prefix: str, app: Callable[..., Awaitable[None]]) -> str:
+        """Serve another ASGI application on this listener under ``prefix`` (``/name/``), which checks its own
+        requests' tokens; returns its base URL. ``RuntimeError`` when the listener is not running."""
+        if self._nursery is None:
+            raise RuntimeError("the loopback listener is not running")
+        if not (prefix.startswith("/") and prefix.endswith("/")) or prefix == _PREFIX:
+            raise ValueError(f"a mount's prefix is /name/, not {_PREFIX}: {prefix!r}")
+        self._mounts[prefix] = app
+        return f"http://127.0.0.1:{self._port}{prefix.rstrip('/')}"
 
     def add(self, tools: SessionTools, token: str) -> tuple[str, trio.CancelScope]:
         """Serve ``tools`` at a new path; returns its URL at once and the scope that stops serving it.
@@ -190,6 +201,11 @@ class HttpEndpoints:
 
     async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path: str = scope.get("path", "")
+        if not path.startswith(_PREFIX):
+            mounted = next((app for prefix, app in self._mounts.items() if path.startswith(prefix)), None)
+            if mounted is not None:
+                await mounted(scope, receive, send)
+                return
         route = path[len(_PREFIX) :] if path.startswith(_PREFIX) else ""
         entry = self._routes.get(route)
         if entry is None:

@@ -267,7 +267,7 @@ class EditorToolsSetup:
                     agent=getattr(agent, "id", None),
                 )
             return None
-        endpoints = await self._http_endpoints()
+        endpoints = await self.loopback_listener()
         if endpoints is None:
             return None
         try:
@@ -277,8 +277,9 @@ class EditorToolsSetup:
             return None
         return url
 
-    async def _http_endpoints(self) -> HttpEndpoints | None:
-        """The shared listener, started by the first session that needs it (``None`` when it cannot listen)."""
+    async def loopback_listener(self) -> HttpEndpoints | None:
+        """The shared listener on 127.0.0.1, started by the first session that needs it, or by another user of
+        it (``HttpEndpoints.mount``); ``None`` when it cannot listen."""
         async with self._http_lock:
             if self._http is None and not self._http_failed:
                 from .http import HttpEndpoints
@@ -355,7 +356,7 @@ class EditorToolsSetup:
         self._front_loaded.set()
         if self._front_error is None:
             # The listener too, now rather than on the path of the first session/new that needs it (~0.4 ms).
-            await self._http_endpoints()
+            await self.loopback_listener()
 
     async def _import_sdk(self) -> None:
         assert self._sdk_loaded is not None

@@ -124,6 +124,7 @@ class LiveSession:
     actor: SessionActor | None = None
     last_used: float = 0.0
     close_reason: str | None = None
+    client: object = None  # the client of its latest request (``TurnRequest.client``): whose conversation it is
     retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
 
     @property
@@ -263,6 +264,7 @@ class SessionRouter:
                     self._make_room(opening=False)
             assert session.actor is not None
             session.last_used = trio.current_time()
+            session.client = request.client
             self._setup.turn_started(session, request)
             settle = _Settle(index, session, on_outcome)
             try:

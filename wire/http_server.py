@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-__all__ = ["MORE_TO_COME", "listening_socket", "load_server", "read_body", "serve_asgi"]
+__all__ = ["MORE_TO_COME", "bearer", "listening_socket", "load_server", "presented_token", "read_body", "serve_asgi"]
 
 _HEADER_BYTES = 64 * 1024
 MORE_TO_COME: dict[str, Any] = {"type": "http.request", "body": b"", "more_body": True}
@@ -142,3 +142,15 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def bearer(authorization: bytes | None) -> bytes | None:
+    """The token of an ``Authorization: Bearer <token>`` header value."""
+    scheme, _, presented = (authorization or b"").partition(b" ")
+    return presented.strip() or None if scheme.lower() == b"bearer" else None
+
+
+def presented_token(headers: dict[bytes, bytes]) -> bytes | None:
+    """The credential of an HTTP API request (lower-cased header names): ``Authorization: Bearer`` or, as
+    Anthropic's clients send it, ``x-api-key``."""
+    return bearer(headers.get(b"authorization")) or headers.get(b"x-api-key")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -22,7 +22,25 @@ from wire.observe.logger import Logger
 from .process import AgentProcess
 from .spawn import EarlyAgent, kill_spawned
 
-__all__ = ["AgentPool"]
+__all__ = ["AgentPool", "Launch", "Launcher"]
+
+
+class Launch(Protocol):
+    """What a ``Launcher`` prepared for one agent process: the configuration it is started with, and the two
+    moments the launcher hears of (``started`` once it runs, ``ended`` once it is gone, whether or not it started)."""
+
+    config: AgentConfig
+
+    def started(self, process: AgentProcess) -> None: ...
+
+    def ended(self) -> None: ...
+
+
+class Launcher(Protocol):
+    """Prepares an agent's process before it is started (an agent on the editor's models gets the address and a
+    token of its own for its model requests). ``prepare`` returns ``None`` for an agent it has nothing for."""
+
+    async def prepare(self, config: AgentConfig) -> Launch | None: ...
 
 
 class _Start:
@@ -57,6 +75,7 @@ class AgentPool:
         self._dedicated: set[AgentProcess] = set()  # isolation = "session": one process per session
         self._nursery: trio.Nursery | None = None
         self._closed = False
+        self.launcher: Launcher | None = None  # set by whoever composes lmbridge, before the first agent starts
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -105,9 +124,8 @@ class AgentPool:
     async def _start_dedicated(self, config: AgentConfig) -> AgentProcess:
         if self._closed or self._nursery is None:
             raise AgentStartError(config.id, "lmbridge is shutting down")
-        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer)
         begun = trio.current_time()
-        await self._nursery.start(process.run)
+        process: AgentProcess = await self._nursery.start(self._run_process, config, None)
         self._dedicated.add(process)
         self._log.info(
             "agent ready",
@@ -155,11 +173,11 @@ class AgentPool:
 
     async def _start(self, config: AgentConfig, start: _Start, spawned: subprocess.Popen[bytes] | None) -> None:
         assert self._nursery is not None
-        process = AgentProcess(config, stop_grace=self._stop_grace, tracer=self._tracer, spawned=spawned)
+        process: AgentProcess | None = None
         begun = trio.current_time()
         try:
             with start.scope:
-                await self._nursery.start(process.run)
+                process = await self._nursery.start(self._run_process, config, spawned)
                 start.process = process
                 self._running[config.id] = process
                 self._nursery.start_soon(self._restart_after_crash, process)
@@ -172,10 +190,28 @@ class AgentPool:
             start.error = exc
             self._log.warning("agent failed to start", agent=config.id, error=str(exc))
         finally:
-            if spawned is not None and process.pid is None:  # cancelled before it ran the adopted process
+            if spawned is not None and (process is None or process.pid is None):  # cancelled before it ran it
                 kill_spawned(spawned)
             del self._starting[config.id]
             start.done.set()
+
+    async def _run_process(
+        self,
+        config: AgentConfig,
+        spawned: subprocess.Popen[bytes] | None,
+        *,
+        task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run one agent process, as the launcher prepared it (an adopted process was started without it)."""
+        launch = await self.launcher.prepare(config) if self.launcher is not None and spawned is None else None
+        try:
+            process = AgentProcess(
+                launch.config if launch else config, stop_grace=self._stop_grace, tracer=self._tracer, spawned=spawned
+            )
+            await process.run(task_status=_Started(task_status, process, launch))
+        finally:
+            if launch is not None:
+                launch.ended()
 
     async def _restart_after_crash(self, process: AgentProcess) -> None:
         """One agent process serves every session of its agent: when it exits under them, start it again at once
@@ -222,3 +258,17 @@ class AgentPool:
                     self._idle_since.pop(agent_id, None)
                     assert self._nursery is not None
                     self._nursery.start_soon(process.stop)
+
+
+class _Started:
+    """Passes ``task_status.started()`` on with the process, after telling the launch it runs."""
+
+    def __init__(self, status: trio.TaskStatus[AgentProcess], process: AgentProcess, launch: Launch | None) -> None:
+        self._status = status
+        self._process = process
+        self._launch = launch
+
+    def started(self, value: object = None) -> None:
+        if self._launch is not None:
+            self._launch.started(self._process)
+        self._status.started(self._process)

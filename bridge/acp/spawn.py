@@ -100,7 +100,8 @@ def kill_spawned(process: subprocess.Popen[bytes]) -> None:
 
 def first_chat_agent(line: bytes, agents: Mapping[str, AgentConfig]) -> AgentConfig | None:
     """The agent an ``lm/chat`` request names (its ``modelId``: ``agent`` or ``agent/model``), if ``line`` is one
-    and the agent runs in a shared process; None for anything else (the protocol engine will read it properly)."""
+    and the agent runs in a shared process on its own model; None for anything else (the protocol engine will read
+    it properly; an agent on the editor's models needs lmbridge's model address before it starts)."""
     if len(line) > _MAX_EARLY_LINE:
         return None
     try:
@@ -114,7 +115,7 @@ def first_chat_agent(line: bytes, agents: Mapping[str, AgentConfig]) -> AgentCon
     if not isinstance(model_id, str):
         return None
     config = agents.get(model_id) or agents.get(model_id.partition("/")[0])
-    if config is None or config.isolation != "agent":
+    if config is None or config.isolation != "agent" or config.model_source:
         return None
     return config
 

@@ -15,10 +15,10 @@ import trio
 
 from bridge.http.app import HttpFront, HttpSettings
 from bridge.service.composition import BridgeService
-from wire.http_server import listening_socket, serve_asgi
+from wire.http_server import listening_socket, presented_token, serve_asgi
 from wire.observe.logger import Logger
 
-from .security import Refusal, ServeError, bearer, check_listen_address, check_origin, check_token, origins_in
+from .security import Refusal, ServeError, check_listen_address, check_origin, check_token, origins_in
 
 __all__ = ["HttpListener"]
 
@@ -59,7 +59,7 @@ class HttpListener:
             headers = {name.lower(): value for name, value in raw_headers}
             try:
                 check_origin(origins_in(raw_headers), allowed)
-                check_token(bearer(headers.get(b"authorization")) or headers.get(b"x-api-key"), secret)
+                check_token(presented_token(headers), secret)
             except Refusal as refusal:
                 return refusal.status, refusal.reason
             return None

@@ -19,7 +19,6 @@ from pathlib import Path
 __all__ = [
     "Refusal",
     "ServeError",
-    "bearer",
     "check_listen_address",
     "check_origin",
     "check_token",
@@ -118,12 +117,6 @@ def check_token(presented: bytes | None, token: bytes) -> None:
         )
     if not hmac.compare_digest(presented, token):
         raise Refusal(401, "wrong token")
-
-
-def bearer(authorization: bytes | None) -> bytes | None:
-    """The token of an ``Authorization: Bearer <token>`` header value."""
-    scheme, _, presented = (authorization or b"").partition(b" ")
-    return presented.strip() or None if scheme.lower() == b"bearer" else None
 
 
 def origins_in(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

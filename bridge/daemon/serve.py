@@ -29,15 +29,16 @@ import trio_websocket
 from bridge.config import Config
 from bridge.editor.connection import EditorConnection
 from bridge.service.composition import BridgeService
+from wire.http_server import bearer
 from wire.observe.logger import Logger
 from wire.observe.redact import add_secret
 from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
 from wire.rpc.websocket import WebSocketWire
 
+from .agent_models import install_agent_models
 from .security import (
     Refusal,
     ServeError,
-    bearer,
     check_listen_address,
     check_origin,
     check_token,
@@ -256,6 +257,7 @@ async def serve_daemon(
     if tracer is not None:
         tracer.add_secret(token)
     service = BridgeService(config, log=log, tracer=tracer)
+    install_agent_models(service, log)
     server = WebSocketDaemon(service, options, token, log=log, tracer=tracer)
     service.connection_count = lambda: server.connection_count
     http = _http_listener(service, options, token, log) if options.http is not None else None

@@ -143,8 +143,11 @@ async def serve_stdio(
     from bridge.service.composition import BridgeService
     from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection, StreamWire
 
+    from .agent_models import install_agent_models
+
     protocol_fd = reserve_stdout() if stdout_fd is None else stdout_fd
     service = BridgeService(config, log=log, tracer=tracer)
+    install_agent_models(service, log)
     listener = _http_listener(service, config, http, token_file, log) if http is not None else None
     async with trio.open_nursery() as nursery:
         await nursery.start(service.run)

@@ -298,6 +298,23 @@ class DemoAgent:
             self._check(session)
             await self._conn.session_update(session.id, update_agent_message_text(f"{number} "))
 
+    async def _do_llm(self, session: _Session, step: Step, _: Any) -> None:
+        from acp import update_agent_message_text
+
+        from .model import ModelUnavailable, stream_answer
+
+        answer = stream_answer(step.arg, session.cancelled)
+        try:
+            async for text in answer:
+                await self._conn.session_update(session.id, update_agent_message_text(text))
+        except ModelUnavailable as exc:
+            await self._say(session, f"model error: {exc}")
+            return
+        finally:
+            await answer.aclose()
+        self._check(session)
+        await self._conn.session_update(session.id, update_agent_message_text("\n"))
+
     async def _do_think(self, session: _Session, step: Step, _: Any) -> None:
         from acp import update_agent_thought_text
 

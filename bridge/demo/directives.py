@@ -249,6 +249,12 @@ DIRECTIVES: dict[str, Directive] = {
             _ask,
         ),
         Directive(
+            "llm",
+            "PROMPT",
+            'ask the agent\'s own model (the one lmbridge gives it with model_source = "editor"), streaming its answer',
+            _text,
+        ),
+        Directive(
             "permission",
             "[kind=K] T",
             "ask permission for T (options allow-once, allow-always, reject-once; K "

@@ -20,6 +20,7 @@ from bridge.service.models import ModelEntry
 from bridge.service.shared_models import SharedModel
 from session.messages import DataPart, Message, TextPart, check_image_size
 from session.options import read_choices
+from wire.cancel import CancelRequest
 from wire.errors import (
     AgentError,
     EditorModelError,
@@ -123,6 +124,9 @@ class EditorTarget:
     name: str  # ``editor/<id>``, as the client wrote it
     model: SharedModel
     link: EditorLink
+    # An agent's own model request: the prompt it serves, whose cancel ends the request too (an agent may leave its
+    # model request open after its turn was cancelled).
+    cancelled_with: CancelRequest | None = None
 
 
 class ApiBody(BaseModel):

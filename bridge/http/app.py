@@ -31,15 +31,18 @@ from wire.http_server import read_body
 from wire.observe.logger import Logger
 
 from .anthropic_messages import CountTokensBody, Messages
-from .api import ApiBody, ApiError, ApiStream, HttpApi, HttpTurnResult, ParsedRequest
+from .api import ApiBody, ApiError, ApiStream, EditorTarget, HttpApi, HttpTurnResult, ParsedRequest
 from .openai_chat import ChatCompletions
 from .openai_responses import Responses, ResponseStore
 from .turns import TurnRunner
 
-__all__ = ["Authorize", "HttpFront", "HttpSettings"]
+__all__ = ["Authorize", "HttpFront", "HttpSettings", "Target"]
 
 # The daemon's rules for a request's headers: None to let it in, else (HTTP status, reason).
 Authorize = Callable[[list[tuple[bytes, bytes]]], "tuple[int, str] | None"]  # the raw headers: Origin may repeat
+# For a front that serves one editor model whatever the request names (an agent's own model requests): the target
+# of a request, from its ASGI scope and the model it named; ``ApiError`` when there is none.
+Target = Callable[[Scope, str], EditorTarget]
 
 CONVERSATION_HEADER = b"x-lmbridge-conversation"
 CWD_HEADER = b"x-lmbridge-cwd"
@@ -76,10 +79,21 @@ class _ClientGone(Exception):
 class HttpFront:
     """``app`` is the ASGI application."""
 
-    def __init__(self, service: BridgeService, settings: HttpSettings, authorize: Authorize, *, log: Logger) -> None:
+    def __init__(
+        self,
+        service: BridgeService,
+        settings: HttpSettings,
+        authorize: Authorize,
+        *,
+        log: Logger,
+        target: Target | None = None,
+    ) -> None:
+        """``target``: every request is answered by the editor model it returns (``/v1/models`` lists that one
+        only); without it, a request's model names an agent or ``editor/<id>``."""
         from starlette.routing import Route, Router
 
         self.service = service
+        self._target = target
         self.settings = settings
         self._authorize = authorize
         self.log = log.bind(front="http")
@@ -151,6 +165,15 @@ class HttpFront:
     # -- endpoints ------------------------------------------------------------------------------------------------
 
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._target is not None:
+            try:
+                target = self._target(scope, "")
+            except ApiError as error:
+                await _respond_json(send, error.status, _error_shape(scope).error_body(error))
+                return
+            data = [_shared_object(target.model.id, target.model, target.link)]
+            await _respond_json(send, 200, {"object": "list", "data": data})
+            return
         data = [_model_object(entry.id, entry.name) for entry in self.runner.service.models()]
         data += [_shared_object(name, model, link) for name, model, link in self.runner.service.editor_models.listed()]
         await _respond_json(send, 200, {"object": "list", "data": data})
@@ -158,7 +181,10 @@ class HttpFront:
     async def _model(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = scope["path_params"]["model"]
         try:
-            if name.startswith(EDITOR_MODELS_PREFIX + "/"):
+            if self._target is not None:
+                target = self._target(scope, name)
+                body = _shared_object(name, target.model, target.link)
+            elif name.startswith(EDITOR_MODELS_PREFIX + "/"):
                 probe = ParsedRequest(name, [], [])
                 self.runner.resolve_into(probe)
                 assert probe.editor_model is not None
@@ -250,7 +276,10 @@ class HttpFront:
             problem = "is required" if first["type"] == "missing" else first["msg"]
             raise ApiError.bad_request(f"{where}: {problem}", where) from None
         request = api.parse(validated)
-        self.runner.resolve_into(request)
+        if self._target is not None:
+            request.editor_model = self._target(scope, request.model)
+        else:
+            self.runner.resolve_into(request)
         if request.stream is False and api.stream_by_accept and _accepts_event_stream(scope):
             request.stream = "stream" not in data  # asked for by Accept, unless the body said otherwise
         return request
@@ -275,6 +304,8 @@ class _Exchange:
     async def run(self, cwd: str | None) -> HttpTurnResult:
         front = self._front
         result: HttpTurnResult
+        target = self._request.editor_model
+        unwatch = target.cancelled_with.on_set(self.cancel.set) if target and target.cancelled_with else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_disconnect)
             if self._stream is not None:
@@ -283,6 +314,9 @@ class _Exchange:
                 result = await front.runner.run(self._request, self._on_part, self.cancel, cwd=cwd)
             except Exception as exc:  # a malformed history, an agent that would not start, ...
                 result = HttpTurnResult("end_turn", None, exc)
+            finally:
+                if unwatch is not None:
+                    unwatch()
             nursery.cancel_scope.cancel()
         if self._gone:
             front.log.info("the client went away; its turn was cancelled", api=self._api.name)

@@ -19,6 +19,7 @@ from bridge.service.composition import BridgeService
 from bridge.service.models import ModelEntry
 from bridge.service.view import ClientView
 from session.permissions import PermissionQuestions
+from session.tokens import estimate_message_tokens, estimate_tokens
 from wire.cancel import CancelRequest
 from wire.errors import UnknownModel
 from wire.vocabulary import TOOL_CALLS
@@ -110,6 +111,7 @@ class TurnRunner:
     async def _ask_editor(
         self, request: ParsedRequest, target: EditorTarget, on_part: PartCallback, cancel: CancelRequest
     ) -> HttpTurnResult:
+        _check_context(request, target)
         sent: list[dict[str, Any]] = []
 
         async def sink(part: dict[str, Any]) -> None:
@@ -137,3 +139,19 @@ class TurnRunner:
         if level is not None and request.effort in level.values and level.id not in chosen:
             chosen[level.id] = request.effort
         return tuple(chosen.items())
+
+
+def _check_context(request: ParsedRequest, target: EditorTarget) -> None:
+    """A request over the editor model's input limit is refused as the API refuses a prompt too long (an agent
+    compacts its history on that error), never cut short: ``ApiError`` 400. Estimated (the editor counts exactly)."""
+    limit = target.model.max_input_tokens
+    if not limit:
+        return
+    used = sum(estimate_message_tokens(message) for message in request.messages)
+    used += sum(estimate_tokens(str(tool)) for tool in request.tools)
+    if used > limit:
+        raise ApiError(
+            400,
+            "invalid_request_error",
+            f"prompt is too long: {used} tokens > {limit} maximum (the editor's model {target.model.id!r}; estimated)",
+        )

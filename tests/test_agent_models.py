@@ -1,0 +1,141 @@
+"""Agents that think with the editor's models (docs/editor-models.md#agents-on-the-editors-models): an agent
+configured ``model_source = "editor"`` is started pointed at lmbridge's loopback listener with a token of its own; its
+model requests are answered by ``editor/chat`` on the conversation's editor — over the real wire: ``lmbridge stdio``,
+a test editor sharing a scripted model, the demo agent's ``/llm`` (a streamed Anthropic Messages request)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from conftest import HANG, PYTHON, open_bridge
+from fakes import ScriptedEditorModel, user
+
+from bridge.config import load_config
+
+pytestmark = pytest.mark.wire
+
+
+def _config(tmp_path: Path, source: str = "editor", extra: str = "") -> Path:
+    path = tmp_path / "agents.toml"
+    path.write_text(f"""
+[agents.thinker]
+command = "{PYTHON}"
+args = ["-m", "bridge.demo"]
+model_source = "{source}"
+{extra}
+
+[sessions]
+stop_grace = 2
+""")
+    return path
+
+
+async def _env(live: Any, name: str) -> str:
+    reply = await live.chat(f"/env {name}", model="thinker")
+    return str(reply.text).strip().partition("=")[2]
+
+
+@pytest.mark.smoke
+async def test_the_agents_model_requests_are_answered_by_the_editors_model(tmp_path: Path) -> None:
+    model = ScriptedEditorModel("scripted-1", "scripted-2")
+    async with open_bridge(
+        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
+    ) as live:
+        reply = await live.chat("/llm what is 6 times 7?", model="thinker")
+        assert reply.stop_reason == "end_turn", reply
+        assert reply.text == "scripted-1 heard: what is 6 times 7?\n"
+        (call,) = model.calls
+        assert call["modelId"] == "scripted-1"  # "editor": the first model the editor shares
+        assert call["messages"] == [{"role": "user", "content": [{"type": "text", "value": "what is 6 times 7?"}]}]
+        url, token = await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+    assert url.startswith("http://127.0.0.1:") and "/agent-model/" in url
+    assert len(token) > 30 and token not in live.stderr_path.read_text()  # never in lmbridge's log (debug level)
+
+
+async def test_a_named_editor_model_and_what_the_agent_is_told_when_there_is_none(tmp_path: Path) -> None:
+    model = ScriptedEditorModel("scripted-1", "scripted-2")
+    config = _config(tmp_path, "editor:scripted-2")
+    async with open_bridge(tmp_path, config, initialize={"editorModels": model.models}, serve=model.answer) as live:
+        named = await live.chat("/llm hello", model="thinker")
+        await live.client.share_models([])
+        with trio.fail_after(HANG):
+            while not (await live.chat("/llm again", model="thinker")).text.startswith("model error"):
+                await trio.sleep(0.05)
+        gone = await live.chat("/llm once more", model="thinker")
+    assert named.text == "scripted-2 heard: hello\n"
+    assert gone.text.startswith("model error: the model refused (400): lmbridge: the conversation's editor shares no")
+    assert [c["modelId"] for c in model.calls] == ["scripted-2"]
+
+
+async def test_a_prompt_over_the_models_input_limit_is_refused_as_too_long(tmp_path: Path) -> None:
+    model = ScriptedEditorModel("scripted-1")  # maxInputTokens 8192
+    async with open_bridge(
+        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
+    ) as live:
+        reply = await live.chat("/llm " + "word " * 40_000, model="thinker")
+    assert "model error: the model refused (400): prompt is too long:" in reply.text, reply.text
+    assert "> 8192 maximum" in reply.text
+    assert model.calls == []  # never silently cut short, never sent
+
+
+async def test_cancel_reaches_the_editors_model_and_the_next_turn_works(tmp_path: Path) -> None:
+    model = ScriptedEditorModel("scripted-1")
+    async with open_bridge(
+        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
+    ) as live:
+        turn = await live.client.start_chat("thinker", [user("/llm /wait")])
+        with trio.fail_after(HANG):
+            await model.waiting.wait()
+            turn.cancel()
+            cancelled = await turn.result()
+            while model.cancelled == 0:  # the agent closed its request: lmbridge sent $/cancelRequest
+                await trio.sleep(0.05)
+        after = await live.chat("/llm still there?", model="thinker")
+    assert cancelled.stop_reason == "cancelled"
+    assert after.text == "scripted-1 heard: still there?\n"
+
+
+async def test_the_token_opens_model_requests_only_and_dies_with_the_process(tmp_path: Path) -> None:
+    model = ScriptedEditorModel("scripted-1")
+    async with open_bridge(
+        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
+    ) as live:
+        url, token = await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+        listed = await trio.to_thread.run_sync(_get, f"{url}/v1/models", token)
+        assert listed[0] == 200 and [m["id"] for m in listed[1]["data"]] == ["scripted-1"], listed
+        root = url.split("/agent-model/")[0]
+        for wrong_url, wrong_token in ((url, "wrong"), (f"{root}/agent-model/0000", token), (url, "")):
+            assert (await trio.to_thread.run_sync(_get, f"{wrong_url}/v1/models", wrong_token))[0] == 401
+        assert (await trio.to_thread.run_sync(_get, f"{root}/mcp/x", token))[0] in (401, 404)  # no MCP route's
+        await live.chat("/crash", model="thinker")  # the agent process exits: its token with it
+        with trio.fail_after(HANG):
+            while (await trio.to_thread.run_sync(_get, f"{url}/v1/models", token))[0] != 401:
+                await trio.sleep(0.05)
+        again = await live.chat("/llm back", model="thinker")  # a new process, with a route and token of its own
+        new_url = await _env(live, "LMBRIDGE_MODEL_BASE_URL")
+    assert again.text == "scripted-1 heard: back\n"
+    assert new_url != url
+
+
+def _get(url: str, token: str) -> tuple[int, Any]:
+    request = urllib.request.Request(url, headers={"x-api-key": token})
+    try:
+        with urllib.request.urlopen(request, timeout=HANG) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, None
+
+
+def test_model_source_is_checked_in_the_config(tmp_path: Path) -> None:
+    from bridge.config import ConfigError
+
+    with pytest.raises(ConfigError, match="model_source"):
+        load_config(_config(tmp_path, "openai"))
+    config = load_config(_config(tmp_path, "editor:gpt-4o"))
+    assert config.agents["thinker"].model_source == "editor:gpt-4o"
