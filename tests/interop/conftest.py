@@ -24,6 +24,7 @@ from fakes import ScriptedEditorModel, user
 
 from bridge.editor.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
 
+from .editor_served import ForwardingEditorModel
 from .fake_models import FakeModel, open_fake_model
 from .installs import PINS, Installed, InstallError, ensure_installed, npm_missing
 from .kits import FOREIGN_ENV, KITS, AgentKit, write_config
@@ -178,6 +179,20 @@ def editor_model(request: pytest.FixtureRequest) -> ScriptedEditorModel | None:
 
 
 @pytest.fixture
+def model_source() -> str:
+    """``[agents.<id>] model_source``: "" (the agent's own model, pointed at the fake model), or "editor" — the
+    agent thinks with a model the test editor shares, which passes each request on to the fake model
+    (``editor_served``); a test may parametrize it."""
+    return ""
+
+
+@pytest.fixture
+def via_editor(model_source: str, model: FakeModel) -> ForwardingEditorModel | None:
+    """The editor's model the agent thinks with, when ``model_source`` is "editor"."""
+    return ForwardingEditorModel(model.base_url) if model_source == "editor" else None
+
+
+@pytest.fixture
 async def live(
     installed: dict[str, Installed],
     kit: AgentKit,
@@ -188,6 +203,7 @@ async def live(
     prestart: bool,
     sessions: dict[str, Any],
     editor_model: ScriptedEditorModel | None,
+    via_editor: ForwardingEditorModel | None,
 ) -> AsyncIterator[LiveBridge]:
     home, project, traces = tmp_path / "home", tmp_path / "project", tmp_path / "traces"
     home.mkdir()
@@ -197,6 +213,8 @@ async def live(
         table["mcp_transport"] = mcp_transport
     if prestart:
         table["prestart"] = True
+    if via_editor is not None:
+        table["model_source"] = f"editor:{via_editor.models[0]['id']}"
     config = write_config(tmp_path / "lmbridge.toml", {kit.id: table}, **({"sessions": sessions} if sessions else {}))
     stderr_path = tmp_path / "lmbridge.stderr"
     with open(stderr_path, "wb") as stderr:
@@ -204,9 +222,10 @@ async def live(
             ["--config", str(config), "--log-level", "debug", "--trace-dir", str(traces)], stderr=stderr
         ) as (client, process):
             shared: dict[str, Any] = {}
-            if editor_model is not None:
-                client.serve_models(editor_model.answer)
-                shared["editorModels"] = editor_model.models
+            for shares in (editor_model, via_editor):
+                if shares is not None:
+                    client.serve_models(shares.answer)
+                    shared["editorModels"] = shares.models
             with trio.fail_after(30):
                 info = await client.initialize(workspaceFolders=[str(project)], **shared)
             bridge = LiveBridge(kit, model, client, process, project, stderr_path, traces, info["permissionTool"])
