@@ -48,6 +48,28 @@ NOTIFICATIONS_JS = """
 """
 
 
+AGENT_ON_EDITOR_CONFIG = "agent-on-editor.toml"
+
+
+def write_agent_on_editor(path: Path, home: Path, workspace: Path) -> None:
+    """An lmbridge config with Claude Code thinking with the fake vendor's large model (``model_source``), set up as
+    the interop suite runs it offline — when the interop suite has installed it (``make test`` does, before this
+    run); otherwise the test that needs it says what to do."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from interop.installs import PINS
+    from interop.kits import KITS
+
+    if not PINS["claude"].executable.exists():
+        say("Claude Code is not installed (.interop-cache): the agent-on-the-editor's-model test will say so")
+        return
+    import tomli_w
+
+    home.mkdir(parents=True, exist_ok=True)
+    table = KITS["claude"].agent_table(model_url="http://127.0.0.1:9", home=home, project=workspace, marker="e2e")
+    table.update(name="Claude Code on the editor's model", model_source="editor:e2e-large")
+    path.write_text(tomli_w.dumps({"agents": {"claude-on-editor": table}}))
+
+
 class RunError(RuntimeError):
     """The run could not be set up or did not finish; the message says what happened."""
 
@@ -121,6 +143,7 @@ class Run:
         (user / "settings.json").write_text(
             json.dumps({"workbench.startupEditor": "none", "telemetry.telemetryLevel": "off"})
         )
+        write_agent_on_editor(self.root / AGENT_ON_EDITOR_CONFIG, self.root / "claude-home", self.workspace)
         for vsix in (self.vsix, FAKE_MODELS_VSIX):
             started = time.monotonic()
             result = subprocess.run(
@@ -143,6 +166,9 @@ class Run:
             LMBRIDGE_E2E_RUN=str(self.root),
             LMBRIDGE_E2E_STATE=str(self.state_file),
         )
+        agent_on_editor = self.root / AGENT_ON_EDITOR_CONFIG
+        if agent_on_editor.exists():
+            env["LMBRIDGE_E2E_AGENT_ON_EDITOR"] = str(agent_on_editor)
         return env
 
     def _server_argv(self, *args: str) -> list[str]:

@@ -327,6 +327,36 @@ test('cancelling the chat cancels the editor model\'s request, down to its provi
     await until(() => fake.cancelled() > 0, 'the provider\'s token to be cancelled', 30_000);
 });
 
+test('an agent on the editor\'s models: Claude Code answers with the other extension\'s model', async () => {
+    const agents = process.env.LMBRIDGE_E2E_AGENT_ON_EDITOR;
+    assert(agents, 'Claude Code is not installed for this run: `make interop` (or `make test`) installs it first');
+    const fake = await fakeModels();
+    const config = vscode.workspace.getConfiguration('lmbridge');
+    await lmbridgeSettingsChanged(() => config.update('configFile', agents, vscode.ConfigurationTarget.Global));
+    try {
+        let claude: vscode.LanguageModelChat | undefined;
+        await until(async () => {
+            [claude] = await vscode.lm.selectChatModels({ vendor: 'lmbridge', id: 'claude-on-editor' });
+            return claude !== undefined;
+        }, 'VS Code to list claude-on-editor', 60_000);
+        const asked = fake.requests.length;
+        let turn: Collected | undefined;
+        let attempt = 0;
+        // The provider is shared a moment after lmbridge starts (editor/modelsChanged): until then the agent's model
+        // request is refused saying the editor shares no such model. Each attempt is a conversation of its own.
+        await until(async () => {
+            attempt++;
+            turn = await collect(claude!, [User(`hello from the e2e run, attempt ${attempt}`)]);
+            log(`attempt ${attempt}: ${turn.text.slice(0, 200)}`);
+            return turn.text.includes('e2e-large heard:');
+        }, 'an answer from the editor\'s model', 90_000);
+        assertIncludes(turn!.text, `hello from the e2e run, attempt ${attempt}`, 'the answer (the provider echoes it)');
+        assert(fake.requests.length > asked, 'the fake vendor\'s provider was asked');
+    } finally {
+        await lmbridgeSettingsChanged(() => config.update('configFile', undefined, vscode.ConfigurationTarget.Global));
+    }
+}, 240_000);
+
 test('an HTTP client of the same lmbridge uses the shared model as editor/<id>', async () => {
     const fake = await fakeModels();
     const port = await freePort();

@@ -1,7 +1,7 @@
 /**
- * An extension of its own with a language model provider (vendor `e2e-fake`): the "editor's model" the lmbridge
+ * An extension of its own with a language model provider (vendor `e2e-fake`): the "editor's models" the lmbridge
  * extension shares with lmbridge in ../run.py's tests, installed as a `.vsix` beside it (a vendor must be contributed
- * in an installed extension's package.json). It answers "<id> heard: <last user text>" word by word; "/wait" says
+ * in an installed extension's package.json). Each answers "<id> heard: <last user text>" word by word; "/wait" says
  * "waiting" and then waits for its cancellation token. What reached it is in its exports (`FakeModelsApi`).
  */
 
@@ -9,6 +9,8 @@ import * as vscode from 'vscode';
 
 export const FAKE_VENDOR = 'e2e-fake';
 export const FAKE_MODEL = 'e2e-scripted';
+// A model with an agent-sized context window: an agent on the editor's models (Claude Code) thinks with it.
+export const FAKE_LARGE_MODEL = 'e2e-large';
 
 export const fakeModels = {
     requests: [] as string[],
@@ -25,6 +27,9 @@ const provider: vscode.LanguageModelChatProvider = {
         return [{
             id: FAKE_MODEL, name: 'E2E scripted model', family: 'scripted', version: '1',
             maxInputTokens: 8192, maxOutputTokens: 1024, capabilities: { toolCalling: true },
+        }, {
+            id: FAKE_LARGE_MODEL, name: 'E2E scripted model (large)', family: 'scripted', version: '1',
+            maxInputTokens: 200_000, maxOutputTokens: 32_000, capabilities: { toolCalling: true },
         }];
     },
     async provideLanguageModelChatResponse(model, messages, _options, progress, token) {
