@@ -169,3 +169,23 @@ def test_benchmarked_processes_write_bytecode_when_the_users_environment_turns_i
     probe = "import sys; print(sys.dont_write_bytecode, sys.pycache_prefix)"
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", str(RESULTS / "pycache")]
+
+
+def test_bench_agents_on_the_editors_model_gives_the_cost_per_model_request() -> None:
+    """The shift of a turn is divided by the model requests it made; a count that differs between the sides is
+    said, and the memory row gives the growth per request after the first 20."""
+    from bench.agents_on_editor import rows_for
+
+    direct = {
+        "text turn": [0.100] * 5,
+        "later tool turn": [0.200] * 5,
+        "requests per text turn": [1] * 5,
+        "requests per tool turn": [2] * 5,
+    }
+    editor = {"text turn": [0.102] * 5, "later tool turn": [0.206] * 5,
+              "requests per text turn": [1] * 5, "requests per tool turn": [3] * 5}  # fmt: skip
+    text, tool, memory = rows_for("a", direct, editor, (50_000, 50_360, 1000), 200)
+    assert abs(text.extra["added_per_request_ms"] - 2.0) < 1e-6 and text.passed
+    assert abs(tool.extra["added_per_request_ms"] - 2.0) < 1e-6  # 6 ms over the editor side's 3 requests
+    assert "NOT ALIKE" in tool.notes and "NOT ALIKE" not in text.notes
+    assert memory.bridge.median == 2.0  # KiB per request: 360 KiB over the 180 requests after the first 20
