@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import trio
 from conftest import HANG, PYTHON, open_bridge
@@ -139,3 +140,24 @@ def test_model_source_is_checked_in_the_config(tmp_path: Path) -> None:
         load_config(_config(tmp_path, "openai"))
     config = load_config(_config(tmp_path, "editor:gpt-4o"))
     assert config.agents["thinker"].model_source == "editor:gpt-4o"
+
+
+async def test_an_http_client_beside_the_editor_gets_the_agent_on_the_editors_model(tmp_path: Path) -> None:
+    # lmbridge stdio --http: a terminal tool of the same person chats with the agent; no editor sent that
+    # conversation, so the editor that shares models answers its agent's model requests.
+    model = ScriptedEditorModel("scripted-1")
+    token_file = tmp_path / "token"
+    extra = ("--http", "127.0.0.1:0", "--token-file", str(token_file))
+    shared = {"editorModels": model.models}
+    async with open_bridge(tmp_path, _config(tmp_path), *extra, initialize=shared, serve=model.answer) as live:
+        with trio.fail_after(HANG):
+            status = await live.client.request("daemon/status", {})
+        client = openai.OpenAI(
+            base_url=status["http"] + "/v1", api_key=token_file.read_text().strip(), max_retries=0, timeout=HANG
+        )
+        answer = await trio.to_thread.run_sync(
+            lambda: client.chat.completions.create(
+                model="thinker", messages=[{"role": "user", "content": "/llm from the terminal"}]
+            )
+        )
+    assert answer.choices[0].message.content == "scripted-1 heard: from the terminal\n"

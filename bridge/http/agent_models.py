@@ -239,9 +239,10 @@ class AgentModelGateway:
 
     def _editor_of(self, entry: _Route) -> tuple[EditorLink, LiveSession | None]:
         """The editor of the conversation the route's process is serving: the one with a turn running, else the
-        one that sent its sessions' latest requests; and the session with the turn, when only one has one. Two
-        editors at once in one shared process cannot be told apart (a model request names no session):
-        ``isolation = "session"`` gives each conversation a process."""
+        one that sent its sessions' latest requests, else (HTTP clients' conversations) the only editor that shares
+        models; and the session with the turn, when only one has one. Two editors at once in one shared process
+        cannot be told apart (a model request names no session): ``isolation = "session"`` gives each conversation
+        a process."""
         process = entry.process
         sessions = [s for s in self._service.router.sessions if process is not None and s.agent is process]
         running = [s for s in sessions if s.serving]
@@ -258,10 +259,17 @@ class AgentModelGateway:
                     f"lmbridge: the agent {entry.agent_id!r} serves conversations of {len(editors)} editors in one "
                     f'process; set [agents.{entry.agent_id}] isolation = "session" to know whose model answers',
                 )
+        # Conversations of HTTP clients have no editor of their own: beside one editor (``lmbridge stdio --http``)
+        # theirs is the one that shares models.
+        sharing = {id(link): link for _name, _model, link in self._service.editor_models.listed()}
+        if len(sharing) == 1:
+            (only,) = sharing.values()
+            return only, running[0] if len(running) == 1 else None
         raise ApiError(
             400,
             "invalid_request_error",
-            f"lmbridge: the agent {entry.agent_id!r} has no conversation of an editor to answer for",
+            f"lmbridge: the agent {entry.agent_id!r} is not serving an editor's conversation, and "
+            f"{len(sharing)} editors share models: whose model answers is not known",
         )
 
 
