@@ -16,6 +16,8 @@ import pytest
 import trio
 from conftest import HANG, PYTHON, open_bridge
 from fakes import ScriptedEditorModel, user
+from test_editor_models import sharing_editor
+from test_serve import serving
 
 from bridge.config import load_config
 
@@ -161,3 +163,27 @@ async def test_an_http_client_beside_the_editor_gets_the_agent_on_the_editors_mo
             )
         )
     assert answer.choices[0].message.content == "scripted-1 heard: from the terminal\n"
+
+
+async def test_on_a_daemon_each_editors_conversation_thinks_with_that_editors_model(tmp_path: Path) -> None:
+    # lmbridge serve, two editors sharing a model each; one agent process per conversation (isolation = "session"):
+    # each agent's model requests go to the editor whose conversation it serves, never to the other.
+    alpha, beta = ScriptedEditorModel("alpha"), ScriptedEditorModel("beta")
+    config = _config(tmp_path, extra='isolation = "session"')
+    answers: dict[str, Any] = {}
+
+    async def ask(name: str, client: Any) -> None:
+        answers[name] = await client.chat("thinker", [user(f"/llm I am {name}")])
+
+    async with (
+        serving(tmp_path, config, "--listen", "127.0.0.1:0") as daemon,
+        sharing_editor(daemon, alpha) as first,
+        sharing_editor(daemon, beta) as second,
+    ):
+        with trio.fail_after(HANG):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ask, "first", first)
+                nursery.start_soon(ask, "second", second)
+    assert answers["first"].text == "alpha heard: I am first\n"
+    assert answers["second"].text == "beta heard: I am second\n"
+    assert [c["modelId"] for c in alpha.calls] == ["alpha"] and [c["modelId"] for c in beta.calls] == ["beta"]
