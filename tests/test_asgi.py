@@ -58,3 +58,31 @@ async def test_a_connection_between_requests_stays_open_while_the_client_keeps_i
         assert (await _response(stream)).startswith(b"HTTP/1.1 200")
         await stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def _start_cut_short(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The response's start is cancelled inside the server's send, after h11 took it and before it reached the
+    socket: Hypercorn then tries a 500 on a response already begun and raises out of the connection."""
+    if scope["path"] == "/ok":
+        await _ok(scope, receive, send)
+        return
+    with trio.move_on_after(0):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+
+async def test_one_connections_failure_does_not_end_the_server() -> None:
+    sock = listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_asgi, _start_cut_short, [sock])
+        broken = await trio.open_tcp_stream("127.0.0.1", port)
+        await broken.send_all(b"GET /cut HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        with trio.fail_after(HANG):  # that connection is closed (whatever reached it before)
+            while await broken.receive_some():
+                pass
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        with trio.fail_after(HANG):
+            assert (await _response(stream)).startswith(b"HTTP/1.1 200")
+        await stream.aclose()
+        nursery.cancel_scope.cancel()

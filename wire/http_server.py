@@ -102,7 +102,11 @@ def _close_idle_connections_on_client_eof() -> None:
     MCP session of an agent leaves two or three such connections when it ends: a daemon serving conversations with
     tools one after another would hold thousands. Its connection class, with the timer stopped
     once the client's end of stream has been read: the connection then closes as soon as nothing is in flight.
-    Idempotent."""
+    Idempotent.
+
+    The same class keeps one connection's failure from ending the server: Hypercorn 0.18 can raise out of a
+    connection (h11's ``LocalProtocolError`` when a client vanishes as a response starts: it then tries to send a
+    500 on a response already begun), which would end every connection of the listener and lmbridge with them."""
     import hypercorn.trio.run
     from hypercorn.trio.tcp_server import TCPServer
 
@@ -114,7 +118,18 @@ def _close_idle_connections_on_client_eof() -> None:
             await super()._read_data()
             await self.idle_task.stop()
 
+        async def run(self) -> None:
+            await _isolated(super().run)
+
     hypercorn.trio.run.TCPServer = _ClosingTCPServer  # type: ignore[attr-defined]  # what worker_serve instantiates
+
+
+async def _isolated(run_connection: Any) -> None:
+    """Run one connection; an error of its own is logged and ends it alone (it has been closed by then)."""
+    try:
+        await run_connection()
+    except Exception as exc:  # a BaseExceptionGroup with Cancelled in it still propagates
+        logging.getLogger("hypercorn.error").warning("an HTTP connection failed and was closed: %r", exc)
 
 
 class _ClosingTCPServerMarker:
