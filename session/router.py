@@ -96,6 +96,9 @@ class TurnRequest:
     # The client that sent the request, as its front knows it (an editor connection): opaque here; the session's
     # setup asks it for what the client offers besides its tools (the models an editor shares).
     client: object = None
+    # For an agent whose model requests its client answers (an editor's model): which of its models, "" for the
+    # agent's configured one. Opaque here, like ``client``.
+    thinks_with: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +128,7 @@ class LiveSession:
     last_used: float = 0.0
     close_reason: str | None = None
     client: object = None  # the client of its latest request (``TurnRequest.client``): whose conversation it is
+    thinks_with: str = ""  # and that request's ``TurnRequest.thinks_with``
     retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
 
     @property
@@ -264,7 +268,7 @@ class SessionRouter:
                     self._make_room(opening=False)
             assert session.actor is not None
             session.last_used = trio.current_time()
-            session.client = request.client
+            session.client, session.thinks_with = request.client, request.thinks_with
             self._setup.turn_started(session, request)
             settle = _Settle(index, session, on_outcome)
             try:

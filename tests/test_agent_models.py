@@ -187,3 +187,26 @@ async def test_on_a_daemon_each_editors_conversation_thinks_with_that_editors_mo
     assert answers["first"].text == "alpha heard: I am first\n"
     assert answers["second"].text == "beta heard: I am second\n"
     assert [c["modelId"] for c in alpha.calls] == ["alpha"] and [c["modelId"] for c in beta.calls] == ["beta"]
+
+
+async def test_the_model_picker_offers_the_agent_on_each_shared_model_and_a_conversation_chooses(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedEditorModel("scripted-1", "scripted-2")
+    async with open_bridge(
+        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
+    ) as live:
+        listed = {entry["id"]: entry for entry in await live.client.models()}
+        chosen = await live.chat("/llm which one?", model="thinker@scripted-2")
+        default = await live.chat("/llm and now?", model="thinker")
+        seen = live.client.models_changes
+        await live.client.share_models([*model.models, {**model.models[0], "id": "scripted-3", "name": "Third"}])
+        with trio.fail_after(HANG):
+            await live.client.wait_models_changed(seen)
+        relisted = [entry["id"] for entry in await live.client.models()]
+    assert listed["thinker@scripted-2"]["name"] == "thinker on Scripted scripted-2"
+    assert listed["thinker@scripted-2"]["editorModel"] == "scripted-2"
+    assert {"thinker", "thinker@scripted-1", "thinker@scripted-2"} <= set(listed)
+    assert chosen.text == "scripted-2 heard: which one?\n"
+    assert default.text == "scripted-1 heard: and now?\n"  # model_source = "editor": the first shared
+    assert "thinker@scripted-3" in relisted

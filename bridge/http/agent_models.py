@@ -221,7 +221,9 @@ class AgentModelGateway:
         entry: _Route = scope[_ROUTE_KEY]
         link, serving = self._editor_of(entry)
         shared = self._service.editor_models.shared_by(link)
-        wanted = entry.source.partition(":")[2]
+        # The conversation's choice (an ``agent@model`` entry), else the agent's configured model_source.
+        source = (serving.thinks_with if serving is not None else "") or entry.source
+        wanted = source.partition(":")[2]
         chosen = _choose(shared, wanted)
         if chosen is None:
             if wanted:

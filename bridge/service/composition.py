@@ -74,6 +74,7 @@ class BridgeService:
         self.store = SessionStore(state_path, log=log, on_change=self._note_state_change)
         self.catalog = AgentCatalog(on_change=self._offer_changed)
         self._model_watchers: set[Callable[[], None]] = set()
+        self.editor_models.watch(self._editor_models_changed)
         self._seed_offers(config.agents.values())
         self.router = SessionRouter(
             self.pool,
@@ -156,11 +157,24 @@ class BridgeService:
 
     def models(self) -> list[ModelEntry]:
         """What the fronts list: per agent its default entry, then one per model it offers (``models``)."""
-        return model_entries(self.pool.configs, self.catalog)
+        return model_entries(self.pool.configs, self.catalog, self._shared_models())
 
     def resolve_model(self, model_id: str) -> ModelEntry:
         """The entry a request names; ``UnknownModel`` (-32602, listing the models) when there is none."""
-        return resolve_model(model_id, self.pool.configs, self.catalog)
+        return resolve_model(model_id, self.pool.configs, self.catalog, self._shared_models())
+
+    def _shared_models(self) -> list[Any]:
+        """The models editors share, each id once (for the entries of agents on the editor's models)."""
+        if not any(config.model_source for config in self.pool.configs.values()):
+            return []
+        unique = {model.id: model for _name, model, _link in self.editor_models.listed()}
+        return list(unique.values())
+
+    def _editor_models_changed(self) -> None:
+        """Agents on the editor's models list one entry per shared model: the model list changes with them."""
+        if any(config.model_source for config in self.pool.configs.values()):
+            for watcher in list(self._model_watchers):
+                watcher()
 
     def watch_models(self, watcher: Callable[[], None]) -> Callable[[], None]:
         """Call ``watcher()`` whenever the model list changes (an agent announced other models, options or
@@ -248,7 +262,9 @@ class BridgeService:
             activity_as_thinking=view.activity_as_thinking,
             settings=tuple(settings.items()),
         )
-        return TurnRequest(entry.agent.id, messages, cwd, options, bridged, scope, share_running, client)
+        return TurnRequest(
+            entry.agent.id, messages, cwd, options, bridged, scope, share_running, client, entry.thinks_with
+        )
 
 
 def _command_line(config: AgentConfig) -> list[str]:

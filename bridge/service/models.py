@@ -1,6 +1,7 @@
 """The models lmbridge offers its clients, the same on every front: one entry per configured agent (its default
-model), and one more per model the agent offers in its session options (``agent/model``), each with the options a
-client may set per request and the agent's slash commands.
+model), and one more per model the agent offers in its session options (``agent/model``) — or, for an agent on the
+editor's models (``model_source``), per model an editor shares (``agent@model``) —, each with the options a client
+may set per request and the agent's slash commands.
 
 Owns building those entries from the agents' configuration and what the catalog learned of them
 (``session.catalog``), and resolving a requested model id to an agent and the option values choosing it implies.
@@ -8,12 +9,13 @@ Owns building those entries from the agents' configuration and what the catalog 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bridge import __version__
 from bridge.config import AgentConfig
+from bridge.service.shared_models import SharedModel
 from session.catalog import AgentCatalog, AgentOffer, Command
 from session.options import ConfigOption
 from wire.errors import UnknownModel
@@ -21,6 +23,7 @@ from wire.errors import UnknownModel
 __all__ = ["ModelEntry", "model_entries", "resolve_model"]
 
 SEPARATOR = "/"  # agent ids cannot contain it (bridge.config), model values can
+ON = "@"  # ``agent@model``: the agent thinking with the editor's model ``model``; agent ids cannot contain it either
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,7 @@ class ModelEntry:
     settings: tuple[tuple[str, Any], ...] = ()  # the option values choosing this entry sets (its model)
     options: tuple[ConfigOption, ...] = ()  # what a client may set per request (``options.modelOptions``)
     commands: tuple[Command, ...] = ()
+    thinks_with: str = ""  # "editor:<model id>": the editor's model this entry has the agent think with
 
     def describe(self) -> dict[str, Any]:
         """The entry as ``lm/models`` lists it (docs/protocol.md)."""
@@ -45,6 +49,8 @@ class ModelEntry:
             "capabilities": {"toolCalling": True, "imageInput": agent.image_input},
             "agent": agent.id,
         }
+        if self.thinks_with:
+            entry["editorModel"] = self.thinks_with.partition(":")[2]
         if self.options:
             entry["options"] = [_describe_option(option) for option in self.options]
         if self.commands:
@@ -52,33 +58,61 @@ class ModelEntry:
         return entry
 
 
-def model_entries(agents: Mapping[str, AgentConfig], catalog: AgentCatalog) -> list[ModelEntry]:
-    """Every entry, agent by agent: its default entry first, then one per model it offers."""
+def model_entries(
+    agents: Mapping[str, AgentConfig], catalog: AgentCatalog, shared: Sequence[SharedModel] = ()
+) -> list[ModelEntry]:
+    """Every entry, agent by agent: its default entry first, then one per model it offers — or, for an agent on the
+    editor's models, one per model of ``shared`` (what editors share; the agent's own choice of model would not
+    change which model answers)."""
     entries: list[ModelEntry] = []
     for agent in agents.values():
         offer = catalog.offer(agent.id)
         entries.append(ModelEntry(agent.id, agent.name, agent, (), offer.options, offer.commands))
+        if agent.model_source:
+            entries += [_on_editor_model(agent, offer, model.id, model.name) for model in shared]
+            continue
         model = offer.model_option
         for choice in model.choices if model is not None else ():
             entries.append(_model_entry(agent, offer, choice.value))
     return entries
 
 
-def resolve_model(model_id: str, agents: Mapping[str, AgentConfig], catalog: AgentCatalog) -> ModelEntry:
+def resolve_model(
+    model_id: str, agents: Mapping[str, AgentConfig], catalog: AgentCatalog, shared: Sequence[SharedModel] = ()
+) -> ModelEntry:
     """The entry a request's model id names. ``agent/model`` is accepted before the catalog knows the agent's
     models (a client that remembers it from an earlier run): the session then checks the value against what the
-    agent offers. ``UnknownModel`` lists the models otherwise."""
+    agent offers; ``agent@model`` for an agent on the editor's models whatever is shared now (the agent's model
+    request then says what is). ``UnknownModel`` lists the models otherwise."""
     agent = agents.get(model_id)
     if agent is not None:
         offer = catalog.offer(agent.id)
         return ModelEntry(agent.id, agent.name, agent, (), offer.options, offer.commands)
+    on_id, on, editor_model = model_id.partition(ON)
+    agent = agents.get(on_id)
+    if agent is not None and on and editor_model and agent.model_source:
+        name = next((model.name for model in shared if model.id == editor_model), editor_model)
+        return _on_editor_model(agent, catalog.offer(agent.id), editor_model, name)
     agent_id, separator, value = model_id.partition(SEPARATOR)
     agent = agents.get(agent_id)
     if agent is not None and separator and value:
         offer = catalog.offer(agent_id)
         if offer.model_option is None or offer.model(value) is not None:
             return _model_entry(agent, offer, value)
-    raise UnknownModel(model_id, [entry.id for entry in model_entries(agents, catalog)])
+    raise UnknownModel(model_id, [entry.id for entry in model_entries(agents, catalog, shared)])
+
+
+def _on_editor_model(agent: AgentConfig, offer: AgentOffer, model_id: str, name: str) -> ModelEntry:
+    """The entry having an agent on the editor's models think with the editor's model ``model_id``."""
+    return ModelEntry(
+        f"{agent.id}{ON}{model_id}",
+        f"{agent.name} on {name}",
+        agent,
+        (),
+        offer.options,
+        offer.commands,
+        thinks_with=f"editor:{model_id}",
+    )
 
 
 def _model_entry(agent: AgentConfig, offer: AgentOffer, value: str) -> ModelEntry:
