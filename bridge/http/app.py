@@ -346,11 +346,14 @@ class _Exchange:
             if self._gone:
                 return
             try:
-                if not self._started:
-                    self._started = True
-                    await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-                    events = self._stream.start() + events
-                await self._send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
+                # Never cut short by a cancel (the turn's, as a part is being written): a send the server has half
+                # done leaves its connection unusable. The socket write under it is shielded by the server already.
+                with trio.CancelScope(shield=True):
+                    if not self._started:
+                        self._started = True
+                        await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                        events = self._stream.start() + events
+                    await self._send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
             except Exception:  # the connection is gone (the watcher will say so too)
                 self._client_gone()
             self._last_write = trio.current_time()
