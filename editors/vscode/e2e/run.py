@@ -66,7 +66,7 @@ def write_agent_on_editor(path: Path, home: Path, workspace: Path) -> None:
 
     home.mkdir(parents=True, exist_ok=True)
     table = KITS["claude"].agent_table(model_url="http://127.0.0.1:9", home=home, project=workspace, marker="e2e")
-    table.update(name="Claude Code on the editor's model", model_source="editor:e2e-large")
+    table.update(name="Claude Code", model_source="editor:e2e-large")
     path.write_text(tomli_w.dumps({"agents": {"claude-on-editor": table}}))
 
 

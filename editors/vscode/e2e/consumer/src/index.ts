@@ -334,11 +334,16 @@ test('an agent on the editor\'s models: Claude Code answers with the other exten
     const config = vscode.workspace.getConfiguration('lmbridge');
     await lmbridgeSettingsChanged(() => config.update('configFile', agents, vscode.ConfigurationTarget.Global));
     try {
+        // The picker offers the agent on each model the editor shares ("agent@model"), beside the agent itself.
         let claude: vscode.LanguageModelChat | undefined;
         await until(async () => {
-            [claude] = await vscode.lm.selectChatModels({ vendor: 'lmbridge', id: 'claude-on-editor' });
+            [claude] = await vscode.lm.selectChatModels({ vendor: 'lmbridge', id: 'claude-on-editor@e2e-large' });
             return claude !== undefined;
-        }, 'VS Code to list claude-on-editor', 60_000);
+        }, 'VS Code to list claude-on-editor@e2e-large', 60_000);
+        assert(claude!.name === 'Claude Code on E2E scripted model (large)', claude!.name);
+        const listed = (await vscode.lm.selectChatModels({ vendor: 'lmbridge' })).map(m => m.id);
+        assert(listed.includes('claude-on-editor') && listed.includes('claude-on-editor@e2e-scripted'),
+            `the models: ${JSON.stringify(listed)}`);
         const asked = fake.requests.length;
         let turn: Collected | undefined;
         let attempt = 0;
