@@ -20,6 +20,7 @@ from test_editor_models import sharing_editor
 from test_serve import serving
 
 from bridge.config import load_config
+from bridge.editor.client import connect_daemon
 
 pytestmark = pytest.mark.wire
 
@@ -210,3 +211,30 @@ async def test_the_model_picker_offers_the_agent_on_each_shared_model_and_a_conv
     assert chosen.text == "scripted-2 heard: which one?\n"
     assert default.text == "scripted-1 heard: and now?\n"  # model_source = "editor": the first shared
     assert "thinker@scripted-3" in relisted
+
+
+async def test_the_editor_leaving_mid_answer_ends_the_turn_and_a_reconnected_editor_continues(tmp_path: Path) -> None:
+    # lmbridge serve; an editor defines the agent itself (initialize.agents, modelSource) and goes away while its
+    # model is answering the agent: the agent's model request fails saying so, and the turn ends with that; the
+    # editor, back, sends the conversation again and it goes on.
+    model = ScriptedEditorModel("scripted-1")
+    defined = {"mine": {"command": PYTHON, "args": ["-m", "bridge.demo"], "modelSource": "editor"}}
+    history = [user("/llm /wait")]
+    async with serving(tmp_path, _config(tmp_path), "--listen", "127.0.0.1:0") as daemon:
+        async with connect_daemon(daemon.url, daemon.token) as editor:
+            editor.serve_models(model.answer)
+            with trio.fail_after(HANG):
+                await editor.initialize(editorModels=model.models, agents=defined)
+                await editor.start_chat("mine", history)
+                await model.waiting.wait()
+        # The editor is gone: its turn runs on for detached_grace, its model call fails at once.
+        with trio.fail_after(HANG):
+            while "editor model call" not in daemon.stderr:
+                await trio.sleep(0.05)
+        async with connect_daemon(daemon.url, daemon.token) as back:
+            back.serve_models(model.answer)
+            with trio.fail_after(HANG):
+                await back.initialize(editorModels=model.models, agents=defined)
+                again = await back.chat("mine", [*history, user("/llm are you back?")])
+    assert "went away" in daemon.stderr
+    assert again.error is None and again.text.endswith("scripted-1 heard: are you back?\n"), again
