@@ -723,6 +723,20 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in agents if a not in KITS]
     if unknown:
         parser.error(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(KITS)}")
+
+    def rows_of(agent: str, scratch: Path) -> list[Row]:
+        measured = trio.run(partial(measure, agent, args.reps, scratch, floor=args.floor))
+        rows = rows_for(agent, measured.direct, measured.bridged, measured.own, measured.editor)
+        if measured.floor is not None:
+            rows += floor_rows(agent, measured.direct, measured.floor, measured.bridged)
+        return rows
+
+    return run_agents(agents, rows_of, reps=args.reps, output=args.output)
+
+
+def run_agents(agents: list[str], rows_of: Callable[[str, Path], list[Row]], *, reps: int, output: Path) -> int:
+    """Install the agents, measure each (``rows_of(agent, scratch)``; one that fails is reported and the others run
+    on), print the table and write the report: the exit status (2 when npm is missing or an agent failed)."""
     problem = npm_missing()
     if problem:
         print(f"bench-agents: {problem}", file=sys.stderr)
@@ -735,27 +749,28 @@ def main(argv: list[str] | None = None) -> int:
         for agent in agents:
             print(f"running {agent} …", file=sys.stderr, flush=True)
             try:
-                measured = trio.run(partial(measure, agent, args.reps, Path(scratch), floor=args.floor))
+                rows += rows_of(agent, Path(scratch))
             except Exception as exc:
                 errors[agent] = f"{type(exc).__name__}: {exc}"
                 print(f"  {agent} FAILED: {errors[agent]}", file=sys.stderr)
-                continue
-            rows += rows_for(agent, measured.direct, measured.bridged, measured.own, measured.editor)
-            if measured.floor is not None:
-                rows += floor_rows(agent, measured.direct, measured.floor, measured.bridged)
+    return write_report(rows, errors, reps=reps, started=started, output=output)
+
+
+def write_report(rows: list[Row], errors: dict[str, str], *, reps: int, started: float, output: Path) -> int:
+    """Print the table and write the JSON report; the exit status (2 when an agent failed)."""
     text = table(rows)
     print(text)
     report = {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "seconds": round(time.monotonic() - started, 1),
-        "reps": args.reps,
+        "reps": reps,
         "rows": [row.to_json() for row in rows],
         "errors": errors,
         "table": text,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1))
-    print(f"written: {args.output}", file=sys.stderr)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=1))
+    print(f"written: {output}", file=sys.stderr)
     return 2 if errors else 0
 
 

@@ -20,12 +20,10 @@ over ``--memory-requests`` model requests on the editor path (one conversation, 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -33,15 +31,13 @@ from typing import Any
 
 import trio
 
-from bench.agents import STEP_TIMEOUT, WEATHER_TOOL, _lmbridge, _turn, _user
+from bench.agents import STEP_TIMEOUT, WEATHER_TOOL, _lmbridge, _turn, _user, run_agents
 from bench.common import RESULTS, Row, rss_kib, shift, summarize
-from bench.run import table
 from bench.wire import ROOT
 
 sys.path.insert(0, str(ROOT / "tests"))
 
 from interop.fake_models import Call, FakeModel, Text, Turn, call, open_fake_model, say
-from interop.installs import ensure_installed, npm_missing
 from interop.kits import KITS, write_config
 
 from bridge.service.editor_models import SYSTEM_MARKER
@@ -270,40 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown agent(s) {', '.join(unknown)}; lmbridge serves the model APIs of {', '.join(AGENTS)}")
     if args.memory_requests and args.memory_requests <= 20:
         parser.error("--memory-requests must be over 20 (the first 20 are the baseline) or 0")
-    problem = npm_missing()
-    if problem:
-        print(f"bench-agents: {problem}", file=sys.stderr)
-        return 2
-    ensure_installed(agents)
-    started = time.monotonic()
-    rows: list[Row] = []
-    errors: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="lmbridge-bench-editor-") as scratch:
-        for agent in agents:
-            print(f"running {agent} on the editor's model …", file=sys.stderr, flush=True)
-            try:
-                direct, editor, memory = trio.run(
-                    partial(measure, agent, args.reps, args.memory_requests, Path(scratch))
-                )
-            except Exception as exc:
-                errors[agent] = f"{type(exc).__name__}: {exc}"
-                print(f"  {agent} FAILED: {errors[agent]}", file=sys.stderr)
-                continue
-            rows += rows_for(agent, direct, editor, memory, args.memory_requests)
-    text = table(rows)
-    print(text)
-    report = {
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "seconds": round(time.monotonic() - started, 1),
-        "reps": args.reps,
-        "rows": [row.to_json() for row in rows],
-        "errors": errors,
-        "table": text,
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=1))
-    print(f"written: {args.output}", file=sys.stderr)
-    return 2 if errors else 0
+
+    def rows_of(agent: str, scratch: Path) -> list[Row]:
+        direct, editor, memory = trio.run(partial(measure, agent, args.reps, args.memory_requests, scratch))
+        return rows_for(agent, direct, editor, memory, args.memory_requests)
+
+    return run_agents(agents, rows_of, reps=args.reps, output=args.output)
 
 
 if __name__ == "__main__":
