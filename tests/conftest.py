@@ -140,6 +140,9 @@ initialize_timeout = 1
 
 [sessions]
 stop_grace = 2
+# Parallel tool calls go out together however slow the machine: the demo agent reports its calls as being made,
+# and lmbridge waits for every reported call (up to this window), closing the batch as soon as all have come.
+tool_batch_window = 30
 """)
     return path
 

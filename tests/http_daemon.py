@@ -54,6 +54,7 @@ command = "/nonexistent/lmbridge-test-agent"
 
 [sessions]
 stop_grace = 2
+tool_batch_window = 30  # parallel calls together however slow the machine (tests/conftest.py says why)
 {extra}
 """)
     return path

@@ -365,13 +365,14 @@ class DemoAgent:
     async def _do_tools(self, session: _Session, step: Step, _: Any, timeout: float | None = None) -> None:
         from acp import start_tool_call, update_tool_call
 
-        # Announced first, as Claude Code does once the model's response is parsed: the client learns how many
-        # calls are coming (lmbridge ends the batch when they all arrived), and they run concurrently.
+        # Announced first as being made, as Codex reports its calls: the client learns how many calls are coming
+        # and that they are on their way (lmbridge waits for them all, however slow the machine, and ends the batch
+        # when they have arrived); then they run concurrently.
         servers = [getattr(server, "name", "") for server in session.mcp_servers]
         prefix = f"mcp__{servers[0]}__" if servers else "mcp__"
         call_ids = [f"{prefix}{name}-{uuid.uuid4().hex[:8]}" for name, _args in step.calls]
         for call_id, (name, args) in zip(call_ids, step.calls, strict=True):
-            announce = start_tool_call(call_id, f"{prefix}{name}", kind="other", status="pending", raw_input=args)
+            announce = start_tool_call(call_id, f"{prefix}{name}", kind="other", status="in_progress", raw_input=args)
             await self._conn.session_update(session.id, announce)
         results = await self._cancellable(session, self._call_tools(session, step.calls, timeout))
         for call_id, (ok, _text) in zip(call_ids, results, strict=True):
