@@ -185,6 +185,10 @@ async def test_on_a_daemon_each_editors_conversation_thinks_with_that_editors_mo
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(ask, "first", first)
                 nursery.start_soon(ask, "second", second)
+            listed = {name: {m["id"] for m in await c.models()} for name, c in (("first", first), ("second", second))}
+    # Each editor is offered the agent on its own models only.
+    assert "thinker@alpha" in listed["first"] and "thinker@beta" not in listed["first"]
+    assert "thinker@beta" in listed["second"] and "thinker@alpha" not in listed["second"]
     assert answers["first"].text == "alpha heard: I am first\n"
     assert answers["second"].text == "beta heard: I am second\n"
     assert [c["modelId"] for c in alpha.calls] == ["alpha"] and [c["modelId"] for c in beta.calls] == ["beta"]

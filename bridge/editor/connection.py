@@ -151,7 +151,11 @@ class EditorConnection:
         return checked
 
     async def _models(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        return {"models": [entry.describe() for entry in self.service.models()]}
+        # An agent on the editor's models is offered on this editor's own models only (another editor's would not
+        # answer this editor's conversations).
+        own = {model.id for model in self.service.editor_models.shared_by(self)}
+        entries = [e for e in self.service.models() if not e.thinks_with or e.thinks_with.partition(":")[2] in own]
+        return {"models": [entry.describe() for entry in entries]}
 
     async def _chat(self, params: Any, context: RequestContext) -> dict[str, Any]:
         params = _object(params, "params")
