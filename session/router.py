@@ -298,7 +298,7 @@ class SessionRouter:
         conversation = index.create(key)
         index.commit(conversation, request.messages, 0, match.start)
         # Claimed for this request from the start (``chat`` releases the claim when the turn is answered).
-        session = LiveSession(key, request.agent_id, conversation, request.scope, serving=1)
+        session = LiveSession(key, request.agent_id, conversation, request.scope, serving=1, client=request.client)
         self._sessions[key] = session  # visible at once: a concurrent request for it waits for ``ready``
         try:
             stored = await self._stored(request)

@@ -242,3 +242,35 @@ async def test_the_editor_leaving_mid_answer_ends_the_turn_and_a_reconnected_edi
                 again = await back.chat("mine", [*history, user("/llm are you back?")])
     assert "went away" in daemon.stderr
     assert again.error is None and again.text.endswith("scripted-1 heard: are you back?\n"), again
+
+
+async def test_one_process_holding_two_editors_conversations_refuses_rather_than_guesses(tmp_path: Path) -> None:
+    # isolation = "agent" (the default) on a daemon: once the agent's one process holds conversations of two editors,
+    # a model request (which names no conversation) could be either's: refused, saying what to set — never sent to
+    # the wrong editor's model.
+    alpha, beta = ScriptedEditorModel("alpha"), ScriptedEditorModel("beta")
+    async with (
+        serving(tmp_path, _config(tmp_path), "--listen", "127.0.0.1:0") as daemon,
+        sharing_editor(daemon, alpha) as first,
+        sharing_editor(daemon, beta) as second,
+    ):
+        with trio.fail_after(HANG):
+            alone = await first.chat("thinker", [user("/llm only me")])
+            both = await second.chat("thinker", [user("/llm me too")])
+    assert alone.text == "alpha heard: only me\n"
+    assert both.text.startswith("model error: the model refused (400): lmbridge: the agent 'thinker' holds"), both
+    assert 'isolation = "session"' in both.text
+    assert beta.calls == [] and len(alpha.calls) == 1
+
+
+async def test_a_route_serves_the_model_endpoints_only(tmp_path: Path) -> None:
+    model = ScriptedEditorModel("scripted-1")
+    async with open_bridge(
+        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
+    ) as live:
+        url, token = await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+        one = await trio.to_thread.run_sync(_get, f"{url}/v1/models/anything", token)
+        stored = await trio.to_thread.run_sync(_get, f"{url}/v1/responses/resp_0", token)
+        other = await trio.to_thread.run_sync(_get, f"{url}/v2/secrets", token)
+    assert one[0] == 200 and one[1]["editor_model"]["id"] == "scripted-1"
+    assert stored[0] == 404 and other[0] == 404

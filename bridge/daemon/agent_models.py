@@ -28,7 +28,9 @@ class _Launcher:
             from bridge.http.agent_models import AgentModelGateway
             from bridge.http.app import HttpSettings
 
-            self.gateway = AgentModelGateway(self._service, HttpSettings(), log=self._log)
+            # Model requests at once, over every agent on the editor's models: the editors' own limits
+            # ([editor_models] max_concurrent, each) are what bounds them.
+            self.gateway = AgentModelGateway(self._service, HttpSettings(max_turns=1024), log=self._log)
         return await self.gateway.prepare(config)
 
 

@@ -13,6 +13,7 @@ an lmbridge agent (``EditorModels`` refuses to take lmbridge's own models back).
 
 from __future__ import annotations
 
+import fnmatch
 import hmac
 import json
 import os
@@ -30,7 +31,7 @@ from session.router import LiveSession
 from wire.errors import AgentStartError
 from wire.http_server import presented_token
 from wire.observe.logger import Logger
-from wire.observe.redact import add_secret
+from wire.observe.redact import add_secret, remove_secret
 
 from .api import ApiError, EditorTarget
 from .app import HttpFront, HttpSettings
@@ -38,6 +39,8 @@ from .app import HttpFront, HttpSettings
 __all__ = ["PREFIX", "RECIPES", "AgentModelGateway", "recipe_for"]
 
 PREFIX = "/agent-model/"
+# What a route serves: the model APIs only (the stored-responses endpoint is not one an agent needs).
+_ENDPOINTS = ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/v1/chat/completions", "/v1/models")
 _ROUTE_KEY = "lmbridge.agent_model_route"
 
 # What every agent on the editor's models gets, whatever its recipe: for agents lmbridge has no recipe for.
@@ -132,7 +135,8 @@ def recipe_for(config: AgentConfig) -> str:
 def pointed(config: AgentConfig, url: str, token: str) -> AgentConfig:
     """``config`` as started on the editor's models: its recipe's variables and arguments added to its own."""
     pointing = RECIPES[recipe_for(config)](url, token)
-    env = {**config.env, BASE_URL_VARIABLE: url, TOKEN_VARIABLE: token, **pointing.env}
+    own = {k: v for k, v in config.env.items() if not any(fnmatch.fnmatchcase(k, p) for p in pointing.unset)}
+    env = {**own, BASE_URL_VARIABLE: url, TOKEN_VARIABLE: token, **pointing.env}
     return config._replace(env=env, unset_env=(*config.unset_env, *pointing.unset), args=(*config.args, *pointing.args))
 
 
@@ -181,21 +185,36 @@ class AgentModelGateway:
         base = await self._mounted(config)
         route, token = secrets.token_hex(8), secrets.token_urlsafe(32)
         add_secret(token)
+        if self._service.tracer is not None:
+            self._service.tracer.add_secret(token)
         entry = self._routes[route] = _Route(config.id, config.model_source, token.encode())
+        recipe = recipe_for(config)
+        if recipe == "env" and config.model_recipe == "auto":
+            self._log.warning(
+                "no recipe known for this agent's command: it gets only LMBRIDGE_MODEL_BASE_URL and "
+                "LMBRIDGE_MODEL_TOKEN, and uses its own provider unless its env or args point it there",
+                agent=config.id,
+                command=config.command,
+            )
         url = f"{base}/{route}"
-        self._log.info("agent on the editor's models", agent=config.id, recipe=recipe_for(config))
+        self._log.info("agent on the editor's models", agent=config.id, recipe=recipe)
         return _Launch(self, route, pointed(config, url, token), entry)
 
     def forget(self, route: str) -> None:
         """The route's process is gone: its token is refused from now on."""
-        self._routes.pop(route, None)
+        entry = self._routes.pop(route, None)
+        if entry is not None:
+            remove_secret(entry.authorization.decode())
 
     async def _mounted(self, config: AgentConfig) -> str:
         if self._base is None:
             listener = await self._service.tools.loopback_listener()
-            if listener is None:
-                raise AgentStartError(config.id, "cannot listen on 127.0.0.1 for the agent's model requests")
-            self._base = listener.mount(PREFIX, self.app)
+            try:
+                if listener is None:
+                    raise RuntimeError("no socket could be opened")
+                self._base = listener.mount(PREFIX, self.app)
+            except RuntimeError as exc:
+                raise AgentStartError(config.id, f"cannot listen on 127.0.0.1 for its model requests: {exc}") from None
         return self._base
 
     # -- requests ---------------------------------------------------------------------------------------------
@@ -212,6 +231,9 @@ class AgentModelGateway:
             self._log.warning("refused an agent's model request: unknown route or wrong token")
             await _refuse(send)
             return
+        if "/" + rest not in _ENDPOINTS and not rest.startswith("v1/models/"):
+            await _respond(send, 404, "not_found_error", f"no such model endpoint: /{rest}")
+            return
         entry.requests += 1
         inner = {**scope, "path": "/" + rest, "raw_path": ("/" + rest).encode(), "root_path": "", _ROUTE_KEY: entry}
         await self._front.app(inner, receive, send)
@@ -219,60 +241,69 @@ class AgentModelGateway:
     def _target(self, scope: Scope, model: str) -> EditorTarget:
         """The editor model that answers a request of the route's agent, whatever model the agent named."""
         entry: _Route = scope[_ROUTE_KEY]
-        link, serving = self._editor_of(entry)
+        link, running = self._editor_of(entry)
         shared = self._service.editor_models.shared_by(link)
         # The conversation's choice (an ``agent@model`` entry), else the agent's configured model_source.
-        source = (serving.thinks_with if serving is not None else "") or entry.source
+        choices = {s.thinks_with for s in running}
+        if len(choices) > 1:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"lmbridge: the agent {entry.agent_id!r} runs turns of conversations on different models in one "
+                f'process; set [agents.{entry.agent_id}] isolation = "session" to know which model answers',
+            )
+        source = next(iter(choices), "") or entry.source
         wanted = source.partition(":")[2]
         chosen = _choose(shared, wanted)
         if chosen is None:
             if wanted:
                 text = (
-                    f"the conversation's editor shares no model {wanted!r} ([agents.{entry.agent_id}] model_source); "
-                    "it shares: " + (", ".join(m.id for m in shared) or "none")
+                    f"the conversation's editor shares no model {wanted!r} (the conversation's choice, or "
+                    f"[agents.{entry.agent_id}] model_source); it shares: "
+                    + (", ".join(m.id for m in shared) or "none")
                 )
             else:
                 text = "the conversation's editor shares no models; share one (VS Code: lmbridge.shareEditorModels)"
             raise ApiError(400, "invalid_request_error", f"lmbridge: {text}")
         self._log.debug("agent model request", agent=entry.agent_id, named=model, answered_by=chosen.id)
         # One turn running in the process: the request serves it, and ends when it is cancelled.
+        serving = running[0] if len(running) == 1 else None
         cancelled_with = serving.actor.prompt_cancelled() if serving is not None and serving.actor else None
         return EditorTarget(model or chosen.id, chosen, link, cancelled_with)
 
-    def _editor_of(self, entry: _Route) -> tuple[EditorLink, LiveSession | None]:
-        """The editor of the conversation the route's process is serving: the one with a turn running, else the
-        one that sent its sessions' latest requests, else (HTTP clients' conversations) the only editor that shares
-        models; and the session with the turn, when only one has one. Two editors at once in one shared process
-        cannot be told apart (a model request names no session): ``isolation = "session"`` gives each conversation
-        a process."""
+    def _editor_of(self, entry: _Route) -> tuple[EditorLink, list[LiveSession]]:
+        """The editor whose model answers the route's process, and the sessions of the process with a turn running.
+        That editor is the one of every conversation the process holds (an HTTP client's conversation counts as the
+        one editor that shares models, beside it: ``lmbridge stdio --http``). A process holding conversations of two
+        editors cannot tell whose a request is (a model request names no conversation): refused, never guessed —
+        ``isolation = "session"`` gives each conversation a process of its own."""
         process = entry.process
         sessions = [s for s in self._service.router.sessions if process is not None and s.agent is process]
-        running = [s for s in sessions if s.serving]
-        for candidates in (running, sessions):
-            editors = {id(s.client): s.client for s in candidates if s.client is not None}
-            if len(editors) == 1:
-                (client,) = editors.values()
-                link: EditorLink = client  # type: ignore[assignment]  # an editor connection, else refused below
-                return link, running[0] if len(running) == 1 else None
-            if len(editors) > 1:
-                raise ApiError(
-                    400,
-                    "invalid_request_error",
-                    f"lmbridge: the agent {entry.agent_id!r} serves conversations of {len(editors)} editors in one "
-                    f'process; set [agents.{entry.agent_id}] isolation = "session" to know whose model answers',
-                )
-        # Conversations of HTTP clients have no editor of their own: beside one editor (``lmbridge stdio --http``)
-        # theirs is the one that shares models.
         sharing = {id(link): link for _name, _model, link in self._service.editor_models.listed()}
-        if len(sharing) == 1:
-            (only,) = sharing.values()
-            return only, running[0] if len(running) == 1 else None
-        raise ApiError(
-            400,
-            "invalid_request_error",
-            f"lmbridge: the agent {entry.agent_id!r} is not serving an editor's conversation, and "
-            f"{len(sharing)} editors share models: whose model answers is not known",
-        )
+        only = next(iter(sharing.values())) if len(sharing) == 1 else None
+        editors: dict[int, object] = {}
+        for session in sessions:
+            client = session.client if session.client is not None else only
+            editors[id(client) if client is not None else id(session)] = client
+        if not sessions and only is not None:  # no conversation left (a late request): the one sharing editor
+            editors[id(only)] = only
+        if len(editors) > 1:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"lmbridge: the agent {entry.agent_id!r} holds conversations of {len(editors)} clients in one "
+                f'process; set [agents.{entry.agent_id}] isolation = "session" to know whose model answers',
+            )
+        client = next(iter(editors.values()), None)
+        if client is None:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"lmbridge: the agent {entry.agent_id!r} is not serving an editor's conversation, and "
+                f"{len(sharing)} editors share models: whose model answers is not known",
+            )
+        link: EditorLink = client  # type: ignore[assignment]  # an editor connection (else it shares nothing: 400)
+        return link, [s for s in sessions if s.serving]
 
 
 def _choose(shared: list[SharedModel], wanted: str) -> SharedModel | None:
@@ -282,9 +313,11 @@ def _choose(shared: list[SharedModel], wanted: str) -> SharedModel | None:
 
 
 async def _refuse(send: Send) -> None:
-    body = json.dumps(
-        {"type": "error", "error": {"type": "authentication_error", "message": "missing or wrong token"}}
-    ).encode()
+    await _respond(send, 401, "authentication_error", "missing or wrong token")
+
+
+async def _respond(send: Send, status: int, kind: str, message: str) -> None:
+    body = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -348,12 +348,14 @@ class _Exchange:
             try:
                 # Never cut short by a cancel (the turn's, as a part is being written): a send the server has half
                 # done leaves its connection unusable. The socket write under it is shielded by the server already.
-                with trio.CancelScope(shield=True):
+                with trio.CancelScope(shield=True), trio.move_on_after(_WRITE_TIMEOUT) as stuck:
                     if not self._started:
                         self._started = True
                         await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                         events = self._stream.start() + events
                     await self._send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
+                if stuck.cancelled_caught:  # a client that stopped reading: gone, as far as this turn is concerned
+                    self._client_gone()
             except Exception:  # the connection is gone (the watcher will say so too)
                 self._client_gone()
             self._last_write = trio.current_time()
@@ -388,6 +390,8 @@ class _Exchange:
         self._gone = True
         self.cancel.set()
 
+
+_WRITE_TIMEOUT = 60.0  # seconds one write may wait for a client that does not read
 
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["SECRET_NAME", "add_secret", "add_secrets_from_env", "redact"]
+__all__ = ["SECRET_NAME", "add_secret", "add_secrets_from_env", "redact", "remove_secret"]
 
 SECRET_NAME = re.compile(r"(token|secret|password|passwd|authorization|api[_-]?key|credential)", re.IGNORECASE)
 _KEY_SHAPES = re.compile(
@@ -30,6 +30,11 @@ _values: set[str] = set()
 def add_secret(value: str) -> None:
     if len(value) >= _MIN_SECRET_LENGTH:
         _values.add(value)
+
+
+def remove_secret(value: str) -> None:
+    """A secret that is no longer valid anywhere (a token that died with its process): no longer searched for."""
+    _values.discard(value)
 
 
 def add_secrets_from_env(env: Mapping[str, str]) -> None:
