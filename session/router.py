@@ -55,8 +55,9 @@ class AgentHandle(AgentLink, Protocol):
 
 
 class AgentProvider(Protocol):
-    async def acquire(self, agent_id: str) -> AgentHandle:
-        """A running, initialised agent process for ``agent_id`` (started if needed)."""
+    async def acquire(self, agent_id: str, owner: object = None) -> AgentHandle:
+        """A running, initialised agent process for ``agent_id`` (started if needed), for a session of ``owner``
+        (``TurnRequest.client``: an agent whose model requests its client answers has a process per client)."""
 
     def release(self, agent: AgentHandle) -> None:
         """A session on ``agent`` is over (a process of the session's own is stopped)."""
@@ -411,7 +412,7 @@ class SessionRouter:
         Returns how many messages of the request the agent already knows (None for a new session)."""
         assert self._nursery is not None
         self._make_room()
-        agent = session.agent = await self._agents.acquire(request.agent_id)
+        agent = session.agent = await self._agents.acquire(request.agent_id, request.client)
         servers = await self._setup.mcp_servers(session, request)
         opened = await self._reopen(agent, request, stored, servers) if stored is not None else None
         if opened is None:

@@ -244,7 +244,7 @@ class FakeAgentProvider:
     def __init__(self, agent: FakeAgent) -> None:
         self.agent = agent
 
-    async def acquire(self, agent_id: str) -> FakeAgent:
+    async def acquire(self, agent_id: str, owner: object = None) -> FakeAgent:
         return self.agent
 
     def release(self, agent: FakeAgent) -> None:

@@ -244,10 +244,10 @@ async def test_the_editor_leaving_mid_answer_ends_the_turn_and_a_reconnected_edi
     assert again.error is None and again.text.endswith("scripted-1 heard: are you back?\n"), again
 
 
-async def test_one_process_holding_two_editors_conversations_refuses_rather_than_guesses(tmp_path: Path) -> None:
-    # isolation = "agent" (the default) on a daemon: once the agent's one process holds conversations of two editors,
-    # a model request (which names no conversation) could be either's: refused, saying what to set — never sent to
-    # the wrong editor's model.
+async def test_with_one_process_per_agent_each_editor_gets_a_process_of_its_own(tmp_path: Path) -> None:
+    # isolation = "agent" (the default) on a daemon: an agent on the editor's models has one process per editor (a
+    # model request names no conversation, so a process must serve one editor's): each editor's conversations think
+    # with its own model, and its later conversations share its process.
     alpha, beta = ScriptedEditorModel("alpha"), ScriptedEditorModel("beta")
     async with (
         serving(tmp_path, _config(tmp_path), "--listen", "127.0.0.1:0") as daemon,
@@ -255,12 +255,13 @@ async def test_one_process_holding_two_editors_conversations_refuses_rather_than
         sharing_editor(daemon, beta) as second,
     ):
         with trio.fail_after(HANG):
-            alone = await first.chat("thinker", [user("/llm only me")])
-            both = await second.chat("thinker", [user("/llm me too")])
-    assert alone.text == "alpha heard: only me\n"
-    assert both.text.startswith("model error: the model refused (400): lmbridge: the agent 'thinker' holds"), both
-    assert 'isolation = "session"' in both.text
-    assert beta.calls == [] and len(alpha.calls) == 1
+            one = await first.chat("thinker", [user("/llm one")])
+            two = await second.chat("thinker", [user("/llm two")])
+            three = await first.chat("thinker", [user("/llm three")])
+            status = await first.request("daemon/status", {})
+    assert (one.text, two.text, three.text) == ("alpha heard: one\n", "beta heard: two\n", "alpha heard: three\n")
+    assert sorted(a["sessions"] for a in status["agents"] if a["id"] == "thinker") == [1, 2]
+    assert [c["modelId"] for c in beta.calls] == ["beta"]
 
 
 async def test_a_route_serves_the_model_endpoints_only(tmp_path: Path) -> None:

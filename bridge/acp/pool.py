@@ -43,6 +43,15 @@ class Launcher(Protocol):
     async def prepare(self, config: AgentConfig) -> Launch | None: ...
 
 
+# A shared process's key: the agent, and for an agent on the editor's models the editor (by identity; 0 for every
+# other client), whose model it thinks with — a model request names no conversation, so a process serves one editor.
+_Key = tuple[str, int]
+
+
+def _key(config: AgentConfig, owner: object) -> _Key:
+    return (config.id, id(owner) if config.model_source and owner is not None else 0)
+
+
 class _Start:
     """An agent being started, in a task of the pool's own: whoever waits for it may give up (a cancelled turn)
     without aborting the start for the others; the pool's shutdown cancels it."""
@@ -69,9 +78,10 @@ class AgentPool:
         self._idle_ttl = idle_ttl
         self._tracer = tracer
         self._log = log
-        self._running: dict[str, AgentProcess] = {}
-        self._starting: dict[str, _Start] = {}
-        self._idle_since: dict[str, float] = {}
+        # Shared processes by ``_key``: one per agent, or for an agent on the editor's models one per editor.
+        self._running: dict[_Key, AgentProcess] = {}
+        self._starting: dict[_Key, _Start] = {}
+        self._idle_since: dict[_Key, float] = {}
         self._dedicated: set[AgentProcess] = set()  # isolation = "session": one process per session
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -99,22 +109,24 @@ class AgentPool:
     def processes(self) -> list[AgentProcess]:
         return [p for p in [*self._running.values(), *self._dedicated] if p.alive]
 
-    async def acquire(self, agent_id: str) -> AgentProcess:
-        """A running agent for a new session: the agent's shared process (started if needed), or with
-        ``isolation = "session"`` a process of the session's own, stopped by ``release``."""
+    async def acquire(self, agent_id: str, owner: object = None) -> AgentProcess:
+        """A running agent for a new session of ``owner`` (the client whose conversation it is): the agent's shared
+        process (started if needed) — for an agent on the editor's models the one of that editor, whose model it
+        thinks with —, or with ``isolation = "session"`` a process of the session's own, stopped by ``release``."""
         config = self.config(agent_id)
         if config.isolation == "session":
             return await self._start_dedicated(config)
+        key = _key(config, owner)
         while True:
             if self._closed:
                 raise AgentStartError(agent_id, "lmbridge is shutting down")
-            process = self._running.get(agent_id)
+            process = self._running.get(key)
             if process is not None and process.alive:
-                self._idle_since.pop(agent_id, None)
+                self._idle_since.pop(key, None)
                 return process
-            start = self._starting.get(agent_id)
+            start = self._starting.get(key)
             if start is None:
-                start = self._begin(config)
+                start = self._begin(config, key=key)
             await start.done.wait()
             if start.error is not None:
                 raise start.error
@@ -142,36 +154,45 @@ class AgentPool:
             self._dedicated.discard(process)
             self._nursery.start_soon(process.stop)
 
-    def prestart(self, agent_id: str) -> None:
-        """Start the agent in the background unless it runs or is starting (no one waits; a failure is logged and
-        the next ``acquire`` tries again). Unused, it is stopped like any idle agent, after ``idle_ttl``."""
-        config = self.config(agent_id)
-        if self._closed or self._nursery is None or agent_id in self._starting:
+    def prestart(self, agent_id: str, owner: object = None) -> None:
+        """Start the agent (for ``owner``'s conversations, see ``acquire``) in the background unless it runs or is
+        starting (no one waits; a failure is logged and the next ``acquire`` tries again). Unused, it is stopped like
+        any idle agent, after ``idle_ttl``."""
+        self._prestart(self.config(agent_id), _key(self.config(agent_id), owner))
+
+    def _prestart(self, config: AgentConfig, key: _Key) -> None:
+        if self._closed or self._nursery is None or key in self._starting:
             return
-        process = self._running.get(agent_id)
+        process = self._running.get(key)
         if process is None or not process.alive:
-            self._log.info("prestarting an agent", agent=agent_id)
-            self._begin(config)
+            self._log.info("prestarting an agent", agent=config.id)
+            self._begin(config, key=key)
 
     def adopt(self, early: EarlyAgent) -> None:
         """Run an agent process started before the pool existed (``lmbridge stdio`` starts the agent of an editor's
         first chat while it imports the rest of itself), as if ``prestart`` had started it. Stopped at once when
         the pool cannot take it."""
         config = early.config
-        if self._closed or self._nursery is None or config.id in self._starting or config.id in self._running:
+        key = _key(config, None)
+        if self._closed or self._nursery is None or key in self._starting or key in self._running:
             early.abandon()
             return
         early.adopted = True
         self.configs.setdefault(config.id, config)
         self._begin(config, early.process)
 
-    def _begin(self, config: AgentConfig, spawned: subprocess.Popen[bytes] | None = None) -> _Start:
+    def _begin(
+        self, config: AgentConfig, spawned: subprocess.Popen[bytes] | None = None, *, key: _Key | None = None
+    ) -> _Start:
         assert self._nursery is not None
-        start = self._starting[config.id] = _Start()
-        self._nursery.start_soon(self._start, config, start, spawned)
+        key = key or _key(config, None)
+        start = self._starting[key] = _Start()
+        self._nursery.start_soon(self._start, config, start, spawned, key)
         return start
 
-    async def _start(self, config: AgentConfig, start: _Start, spawned: subprocess.Popen[bytes] | None) -> None:
+    async def _start(
+        self, config: AgentConfig, start: _Start, spawned: subprocess.Popen[bytes] | None, key: _Key
+    ) -> None:
         assert self._nursery is not None
         process: AgentProcess | None = None
         begun = trio.current_time()
@@ -179,8 +200,8 @@ class AgentPool:
             with start.scope:
                 process = await self._nursery.start(self._run_process, config, spawned)
                 start.process = process
-                self._running[config.id] = process
-                self._nursery.start_soon(self._restart_after_crash, process)
+                self._running[key] = process
+                self._nursery.start_soon(self._restart_after_crash, process, key)
                 self._log.info(
                     "agent ready", agent=config.id, pid=process.pid, start_seconds=round(trio.current_time() - begun, 3)
                 )
@@ -192,7 +213,7 @@ class AgentPool:
         finally:
             if spawned is not None and (process is None or process.pid is None):  # cancelled before it ran it
                 kill_spawned(spawned)
-            del self._starting[config.id]
+            del self._starting[key]
             start.done.set()
 
     async def _run_process(
@@ -213,12 +234,12 @@ class AgentPool:
             if launch is not None:
                 launch.ended()
 
-    async def _restart_after_crash(self, process: AgentProcess) -> None:
+    async def _restart_after_crash(self, process: AgentProcess, key: _Key) -> None:
         """One agent process serves every session of its agent: when it exits under them, start it again at once
         (once: the new process has no sessions yet), so that their next requests find it ready and reopen their
         conversations (``session/load`` or ``session/resume`` where the agent can, else from the history)."""
         await process.finished.wait()
-        if self._closed or not process.sessions_lost or self._running.get(process.id) not in (process, None):
+        if self._closed or not process.sessions_lost or self._running.get(key) not in (process, None):
             return
         self._log.warning(
             "agent exited under its sessions; starting it again",
@@ -226,7 +247,7 @@ class AgentPool:
             exit_code=process.exit_code,
             sessions=process.sessions_lost,
         )
-        self.prestart(process.id)
+        self._prestart(self.configs.get(process.id) or process.config, key)  # as configured, not as launched
 
     async def stop_all(self) -> None:
         """Stop every agent process group, including those still starting, and wait until they are gone."""
@@ -243,19 +264,19 @@ class AgentPool:
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
-            for agent_id, process in list(self._running.items()):
+            for key, process in list(self._running.items()):
                 if not process.alive:
-                    del self._running[agent_id]
-                    self._idle_since.pop(agent_id, None)
+                    del self._running[key]
+                    self._idle_since.pop(key, None)
                     continue
                 if process.session_count:
-                    self._idle_since.pop(agent_id, None)
+                    self._idle_since.pop(key, None)
                     continue
-                since = self._idle_since.setdefault(agent_id, now)
+                since = self._idle_since.setdefault(key, now)
                 if now - since >= ttl:
-                    self._log.info("stopping an idle agent", agent=agent_id, idle_seconds=round(now - since))
-                    del self._running[agent_id]
-                    self._idle_since.pop(agent_id, None)
+                    self._log.info("stopping an idle agent", agent=process.id, idle_seconds=round(now - since))
+                    del self._running[key]
+                    self._idle_since.pop(key, None)
                     assert self._nursery is not None
                     self._nursery.start_soon(process.stop)
 

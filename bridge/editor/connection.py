@@ -125,7 +125,7 @@ class EditorConnection:
         self.view = ClientView(thinking=hello.thinking, acp_updates=hello.acp_updates)
         if hello.agents:
             self.service.add_agents(hello.agents)
-        self.service.prestart_agents()
+        self.service.prestart_agents(self)
         if self._unwatch_models is None:
             self._unwatch_models = self.service.watch_models(self._models_changed)
         self.initialized = True

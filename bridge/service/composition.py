@@ -198,13 +198,13 @@ class BridgeService:
             if stored is not None:
                 self.catalog.seed(config.id, AgentOffer.from_json(stored))
 
-    def prestart_agents(self) -> None:
+    def prestart_agents(self, editor: object = None) -> None:
         """An editor connected: start the agents configured with ``prestart``, and the imports serving its tools
         needs (the HTTP server and the schema checker, ~0.1 s of CPU once per process; the MCP SDK only when something
         needs it), which its first chat would otherwise wait for (editors send their tools with every chat)."""
         for config in self.pool.configs.values():
             if config.prestart:
-                self.pool.prestart(config.id)
+                self.pool.prestart(config.id, editor)
         self.tools.preload()
 
     def status(self) -> dict[str, Any]:
