@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 import trio
-from conftest import gone_after_kill, processes_with_marker
+from conftest import HANG, gone_after_kill, processes_with_marker
 
 from bridge.acp.pool import AgentPool
 from bridge.acp.spawn import EarlyAgent, first_chat_agent, spawn_agent, start_early
@@ -70,7 +71,11 @@ def _sleeper(marker: str) -> AgentConfig:
 def _started(marker: str) -> EarlyAgent:
     early = EarlyAgent(_sleeper(marker), spawn_agent(_sleeper(marker)))
     assert early.process.stdout is not None and early.process.stdout.readline() == b"ready\n"
-    assert len(processes_with_marker(marker)) == 2
+    # Both processes of the group, as /proc shows them (a loaded machine may show the child a moment later).
+    deadline = time.monotonic() + HANG
+    while len(processes_with_marker(marker)) < 2:
+        assert time.monotonic() < deadline, processes_with_marker(marker)
+        time.sleep(0.05)
     return early
 
 
