@@ -360,8 +360,9 @@ async def test_the_agents_mcp_session_is_served_without_the_mcp_sdk(live: LiveBr
 
 # How long lmbridge gathers parallel calls into one response: the defaults (50 ms, 15 ms idle) suit a calm machine,
 # and the agents' calls come milliseconds apart — on a machine busy with other work, tens of milliseconds. Here the
-# gaps a batch tolerates are wide, so that what is checked is the grouping itself, never how fast the machine is.
-WIDE_BATCHES = {"tool_batch_window": 30.0, "tool_batch_idle": 2.0}
+# gaps a batch tolerates are wide, so that what is checked is the grouping itself, never how fast the machine is (a
+# machine running two test suites beside stress-ng showed Codex 2 s between two calls of one response).
+WIDE_BATCHES = {"tool_batch_window": 30.0, "tool_batch_idle": 5.0}
 
 
 @pytest.mark.parametrize(
