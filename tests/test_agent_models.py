@@ -40,6 +40,17 @@ stop_grace = 2
     return path
 
 
+def _sharing(tmp_path: Path, model: ScriptedEditorModel, *extra: str, config: Path | None = None) -> Any:
+    """``lmbridge stdio`` with the agent on the editor's models, and an editor sharing ``model``'s models."""
+    config = config or _config(tmp_path)
+    return open_bridge(tmp_path, config, *extra, initialize={"editorModels": model.models}, serve=model.answer)
+
+
+async def _route(live: Any) -> tuple[str, str]:
+    """The agent process's route and token, as the agent was given them."""
+    return await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+
+
 async def _env(live: Any, name: str) -> str:
     reply = await live.chat(f"/env {name}", model="thinker")
     return str(reply.text).strip().partition("=")[2]
@@ -48,16 +59,14 @@ async def _env(live: Any, name: str) -> str:
 @pytest.mark.smoke
 async def test_the_agents_model_requests_are_answered_by_the_editors_model(tmp_path: Path) -> None:
     model = ScriptedEditorModel("scripted-1", "scripted-2")
-    async with open_bridge(
-        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
-    ) as live:
+    async with _sharing(tmp_path, model) as live:
         reply = await live.chat("/llm what is 6 times 7?", model="thinker")
         assert reply.stop_reason == "end_turn", reply
         assert reply.text == "scripted-1 heard: what is 6 times 7?\n"
         (call,) = model.calls
         assert call["modelId"] == "scripted-1"  # "editor": the first model the editor shares
         assert call["messages"] == [{"role": "user", "content": [{"type": "text", "value": "what is 6 times 7?"}]}]
-        url, token = await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+        url, token = await _route(live)
     assert url.startswith("http://127.0.0.1:") and "/agent-model/" in url
     assert len(token) > 30 and token not in live.stderr_path.read_text()  # never in lmbridge's log (debug level)
 
@@ -65,7 +74,7 @@ async def test_the_agents_model_requests_are_answered_by_the_editors_model(tmp_p
 async def test_a_named_editor_model_and_what_the_agent_is_told_when_there_is_none(tmp_path: Path) -> None:
     model = ScriptedEditorModel("scripted-1", "scripted-2")
     config = _config(tmp_path, "editor:scripted-2")
-    async with open_bridge(tmp_path, config, initialize={"editorModels": model.models}, serve=model.answer) as live:
+    async with _sharing(tmp_path, model, config=config) as live:
         named = await live.chat("/llm hello", model="thinker")
         await live.client.share_models([])
         with trio.fail_after(HANG):
@@ -79,9 +88,7 @@ async def test_a_named_editor_model_and_what_the_agent_is_told_when_there_is_non
 
 async def test_a_prompt_over_the_models_input_limit_is_refused_as_too_long(tmp_path: Path) -> None:
     model = ScriptedEditorModel("scripted-1")  # maxInputTokens 8192
-    async with open_bridge(
-        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
-    ) as live:
+    async with _sharing(tmp_path, model) as live:
         reply = await live.chat("/llm " + "word " * 40_000, model="thinker")
     assert "model error: the model refused (400): prompt is too long:" in reply.text, reply.text
     assert "> 8192 maximum" in reply.text
@@ -90,9 +97,7 @@ async def test_a_prompt_over_the_models_input_limit_is_refused_as_too_long(tmp_p
 
 async def test_cancel_reaches_the_editors_model_and_the_next_turn_works(tmp_path: Path) -> None:
     model = ScriptedEditorModel("scripted-1")
-    async with open_bridge(
-        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
-    ) as live:
+    async with _sharing(tmp_path, model) as live:
         turn = await live.client.start_chat("thinker", [user("/llm /wait")])
         with trio.fail_after(HANG):
             await model.waiting.wait()
@@ -107,10 +112,8 @@ async def test_cancel_reaches_the_editors_model_and_the_next_turn_works(tmp_path
 
 async def test_the_token_opens_model_requests_only_and_dies_with_the_process(tmp_path: Path) -> None:
     model = ScriptedEditorModel("scripted-1")
-    async with open_bridge(
-        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
-    ) as live:
-        url, token = await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+    async with _sharing(tmp_path, model) as live:
+        url, token = await _route(live)
         listed = await trio.to_thread.run_sync(_get, f"{url}/v1/models", token)
         assert listed[0] == 200 and [m["id"] for m in listed[1]["data"]] == ["scripted-1"], listed
         root = url.split("/agent-model/")[0]
@@ -150,9 +153,7 @@ async def test_an_http_client_beside_the_editor_gets_the_agent_on_the_editors_mo
     # conversation, so the editor that shares models answers its agent's model requests.
     model = ScriptedEditorModel("scripted-1")
     token_file = tmp_path / "token"
-    extra = ("--http", "127.0.0.1:0", "--token-file", str(token_file))
-    shared = {"editorModels": model.models}
-    async with open_bridge(tmp_path, _config(tmp_path), *extra, initialize=shared, serve=model.answer) as live:
+    async with _sharing(tmp_path, model, "--http", "127.0.0.1:0", "--token-file", str(token_file)) as live:
         with trio.fail_after(HANG):
             status = await live.client.request("daemon/status", {})
         client = openai.OpenAI(
@@ -198,9 +199,7 @@ async def test_the_model_picker_offers_the_agent_on_each_shared_model_and_a_conv
     tmp_path: Path,
 ) -> None:
     model = ScriptedEditorModel("scripted-1", "scripted-2")
-    async with open_bridge(
-        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
-    ) as live:
+    async with _sharing(tmp_path, model) as live:
         listed = {entry["id"]: entry for entry in await live.client.models()}
         chosen = await live.chat("/llm which one?", model="thinker@scripted-2")
         default = await live.chat("/llm and now?", model="thinker")
@@ -266,10 +265,8 @@ async def test_with_one_process_per_agent_each_editor_gets_a_process_of_its_own(
 
 async def test_a_route_serves_the_model_endpoints_only(tmp_path: Path) -> None:
     model = ScriptedEditorModel("scripted-1")
-    async with open_bridge(
-        tmp_path, _config(tmp_path), initialize={"editorModels": model.models}, serve=model.answer
-    ) as live:
-        url, token = await _env(live, "LMBRIDGE_MODEL_BASE_URL"), await _env(live, "LMBRIDGE_MODEL_TOKEN")
+    async with _sharing(tmp_path, model) as live:
+        url, token = await _route(live)
         one = await trio.to_thread.run_sync(_get, f"{url}/v1/models/anything", token)
         stored = await trio.to_thread.run_sync(_get, f"{url}/v1/responses/resp_0", token)
         other = await trio.to_thread.run_sync(_get, f"{url}/v2/secrets", token)
