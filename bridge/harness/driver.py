@@ -132,8 +132,14 @@ def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: st
             initialize_timeout=float(timeouts.initialize) + 5.0,
         )
         data["agents"] = {agent.id: table}
-    # The state file is private: no session is resumed from another run.
-    data["sessions"] = {"cancel_drain_timeout": float(timeouts.cancel), "state_file": str(state_file)}
+    # The state file is private: no session is resumed from another run. Parallel tool calls the agent reports as
+    # being made are waited for up to 10 s (not 50 ms): what a turn shows the editor must not depend on how busy the
+    # machine is (a recorded session replays to the same view).
+    data["sessions"] = {
+        "cancel_drain_timeout": float(timeouts.cancel),
+        "state_file": str(state_file),
+        "tool_batch_window": 10.0,
+    }
     data["permissions"] = {"policy": permission_policy}
     return tomli_w.dumps(data)
 
