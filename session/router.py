@@ -15,6 +15,7 @@ until it is closed and routes again.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -100,6 +101,10 @@ class TurnRequest:
     # For an agent whose model requests its client answers (an editor's model): which of its models, "" for the
     # agent's configured one. Opaque here, like ``client``.
     thinks_with: str = ""
+    # Whose conversation it is (a key's principal on a shared daemon; "" in a process with one user). Histories are
+    # matched, and stored sessions found, among the principal's own conversations only: no request of one principal
+    # continues, cancels or reads another's session, whatever the history or scope it sends.
+    principal: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +135,7 @@ class LiveSession:
     close_reason: str | None = None
     client: object = None  # the client of its latest request (``TurnRequest.client``): whose conversation it is
     thinks_with: str = ""  # and that request's ``TurnRequest.thinks_with``
+    principal: str = ""  # whose conversation it is (``TurnRequest.principal``), for good
     retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
 
     @property
@@ -175,7 +181,7 @@ class SessionRouter:
         self._settings = settings
         self._log = log
         self._setup = setup or _NoopSetup()
-        self._indexes: dict[tuple[str, str], ConversationIndex] = {}  # by (agent, scope)
+        self._indexes: dict[tuple[str, str, str], ConversationIndex] = {}  # by (agent, principal, scope)
         self._sessions: dict[str, LiveSession] = {}
         self._retiring: dict[str, LiveSession] = {}  # by ACP session id: closed here, the agent not yet told
         self.capacity = CapacityMeter()
@@ -224,7 +230,7 @@ class SessionRouter:
         turn_id = next(self._turn_ids)
         self._setup.prepare(request)
         for _attempt in range(4):
-            index = self._indexes.setdefault((request.agent_id, request.scope), ConversationIndex())
+            index = self._indexes.setdefault(_index_key(request), ConversationIndex())
             match = index.match(request.messages)
             if match.conversation is not None and not request.share_running:
                 # For clients that do not share (HTTP), a session busy with another request, or a history the
@@ -299,7 +305,15 @@ class SessionRouter:
         conversation = index.create(key)
         index.commit(conversation, request.messages, 0, match.start)
         # Claimed for this request from the start (``chat`` releases the claim when the turn is answered).
-        session = LiveSession(key, request.agent_id, conversation, request.scope, serving=1, client=request.client)
+        session = LiveSession(
+            key,
+            request.agent_id,
+            conversation,
+            request.scope,
+            serving=1,
+            client=request.client,
+            principal=request.principal,
+        )
         self._sessions[key] = session  # visible at once: a concurrent request for it waits for ``ready``
         try:
             stored = await self._stored(request)
@@ -371,7 +385,7 @@ class SessionRouter:
             self._log.debug("a conversation whose session the cap closed came back", agent=request.agent_id)
         if store is None or not stored:
             return None
-        hit = store.lookup(request.agent_id, chain, request.scope)
+        hit = store.lookup(request.agent_id, chain, _stored_scope(request.principal, request.scope))
         if hit is None:
             return None
         retiring = self._retiring.get(hit[1].session_id)
@@ -392,7 +406,7 @@ class SessionRouter:
             session.session_id,
             request.cwd,
             [conversation.fingerprint, conversation.fingerprint_with_provisional],
-            session.scope,
+            _stored_scope(session.principal, session.scope),
         )
 
     async def _ask(self, agent: AgentHandle, agent_id: str, method: str, params: dict[str, Any]) -> Any:
@@ -412,7 +426,9 @@ class SessionRouter:
         Returns how many messages of the request the agent already knows (None for a new session)."""
         assert self._nursery is not None
         self._make_room()
-        agent = session.agent = await self._agents.acquire(request.agent_id, request.client)
+        # Whose process it may share: the client's (an editor), else the principal's (an HTTP client's).
+        owner = request.client if request.client is not None else (request.principal or None)
+        agent = session.agent = await self._agents.acquire(request.agent_id, owner)
         servers = await self._setup.mcp_servers(session, request)
         opened = await self._reopen(agent, request, stored, servers) if stored is not None else None
         if opened is None:
@@ -535,11 +551,12 @@ class SessionRouter:
     def _forget(self, session: LiveSession) -> None:
         if self._sessions.get(session.key) is session:
             del self._sessions[session.key]
-        index = self._indexes.get((session.agent_id, session.scope))
+        index_key = (session.agent_id, session.principal, session.scope)
+        index = self._indexes.get(index_key)
         if index is not None and index.get(session.key) is session.conversation:
             index.forget(session.conversation)
             if not len(index):
-                del self._indexes[(session.agent_id, session.scope)]
+                del self._indexes[index_key]
 
     def _make_room(self, *, opening: bool = True) -> None:
         """Keep under the LRU cap (with room for one more when ``opening``): close the least recently used sessions
@@ -589,6 +606,16 @@ class SessionRouter:
                 if idle_for >= ttl and actor.machine.open_turn is None and not session.serving:
                     self._log.info("closing an idle session", session=session.session_id, idle_seconds=round(idle_for))
                     self._close(session, "idle timeout")
+
+
+def _index_key(request: TurnRequest) -> tuple[str, str, str]:
+    return (request.agent_id, request.principal, request.scope)
+
+
+def _stored_scope(principal: str, scope: str) -> str:
+    """The scope a session is stored under: the principal's, then the front's. A process either has one user
+    (principal "", the scope as it is) or names every principal (a daemon's owner too), so the two never meet."""
+    return json.dumps([principal, scope]) if principal else scope
 
 
 async def _unless(

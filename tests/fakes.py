@@ -251,12 +251,17 @@ class FakeAgentProvider:
         pass
 
 
-async def answer_next_prompt(agent: FakeAgent, stop_reason: str = "end_turn", text: str | None = None) -> str:
-    """Wait for a prompt to run, say ``text`` (if any) and end it with ``stop_reason``; its session id."""
+async def answer_next_prompt(
+    agent: FakeAgent, stop_reason: str = "end_turn", text: str | Callable[[str], str] | None = None
+) -> str:
+    """Wait for a prompt to run, say ``text`` (if any; a function: of the session id) and end it with
+    ``stop_reason``; its session id."""
     while not agent.running:
         agent.prompt_started = trio.Event()
         await agent.prompt_started.wait()
     (session_id,) = list(agent.running)
+    if callable(text):
+        text = text(session_id)
     if text is not None:
         await agent.endpoints[session_id].on_agent_update(
             {

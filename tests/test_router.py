@@ -250,7 +250,7 @@ async def test_the_outcome_hook_hears_a_turn_end_before_it_returns_with_its_hist
 
     def on_outcome(outcome: Any) -> None:
         follow_up = [*history, assistant("hi there"), user("and then?")]
-        matched = router._indexes[("fake", "")].match(follow_up)  # what a request arriving now would meet
+        matched = router._indexes[("fake", "", "")].match(follow_up)  # what a request arriving now would meet
         heard.append((outcome.stop_reason, list(parts), returned, matched.kind))
 
     async with trio.open_nursery() as turn:

@@ -25,6 +25,7 @@ __all__ = [
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "REQUEST_CANCELLED",
+    "SCOPE_MISSING",
     "TOO_MANY_REQUESTS",
     "AgentError",
     "AgentExitedError",
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidParams",
     "MessageError",
     "RpcError",
+    "ScopeMissing",
     "TooManyRequests",
     "UnknownModel",
 ]
@@ -55,6 +57,7 @@ AGENT_EXITED = -32002  # the agent process exited during the turn
 AGENT_ERROR = -32003  # the agent answered with an error, or with something that is not an answer
 TOO_MANY_REQUESTS = -32004  # a limit on requests in flight was reached; retry after an answer came
 EDITOR_MODEL_FAILED = -32005  # a model an editor shares failed, refused, timed out, or its editor went away
+SCOPE_MISSING = -32006  # the key the connection was opened with lacks the scope this method needs
 
 
 class RpcError(Exception):
@@ -109,6 +112,19 @@ class TooManyRequests(RpcError):
         super().__init__(TOO_MANY_REQUESTS, message, {"limit": limit, "retryAfter": retry_after})
         self.limit = limit
         self.retry_after = retry_after
+
+
+class ScopeMissing(RpcError):
+    """-32006: the caller's key was not given the scope a request needs (``lmbridge keys add --scope``)."""
+
+    def __init__(self, scope: str, has: list[str]) -> None:
+        super().__init__(
+            SCOPE_MISSING,
+            f"this key lacks the {scope!r} scope (it has: {', '.join(sorted(has)) or 'none'}); ask the operator for "
+            "a key with it",
+            {"scope": scope},
+        )
+        self.scope = scope
 
 
 # -- the agent's fault --------------------------------------------------------------------------------------------

@@ -43,13 +43,16 @@ class Launcher(Protocol):
     async def prepare(self, config: AgentConfig) -> Launch | None: ...
 
 
-# A shared process's key: the agent, and for an agent on the editor's models the editor (by identity; 0 for every
-# other client), whose model it thinks with — a model request names no conversation, so a process serves one editor.
-_Key = tuple[str, int]
+# A shared process's key: the agent, and for an agent on the editor's models its owner — the editor (by identity), or
+# for an HTTP client the principal (by id) —, whose model it thinks with: a model request names no conversation, so
+# a process serves one editor. 0 for every other agent.
+_Key = tuple[str, int | str]
 
 
 def _key(config: AgentConfig, owner: object) -> _Key:
-    return (config.id, id(owner) if config.model_source and owner is not None else 0)
+    if not config.model_source or owner is None:
+        return (config.id, 0)
+    return (config.id, owner if isinstance(owner, str) else id(owner))
 
 
 class _Start:

@@ -5,6 +5,7 @@ subcommand's work lives in its own module, imported only when that subcommand ru
 
 - ``chat``: ``lmbridge chat``, an agent from the terminal
 - ``demo``: ``lmbridge demo``, the scripted conversation
+- ``keys``: ``lmbridge keys``, the keys of a shared daemon
 
 May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.editor``, ``bridge.config``, ``wire``. Nothing imports it
 but ``python -m bridge``.
@@ -108,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token clients must present (created 0600 with a random token if absent; "
         "default $XDG_STATE_HOME/lmbridge/token)",
     )
+    serve.add_argument(
+        "--keys-file",
+        metavar="FILE",
+        help="keys of other principals (lmbridge keys; default keys.json beside the token file)",
+    )
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --listen address (needs TLS)")
     serve.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
     serve.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
@@ -159,8 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from bridge.harness.commands import add_replay_parser, add_test_parser
 
+    from .keys import add_keys_parser
+
     add_test_parser(commands)
     add_replay_parser(commands)
+    add_keys_parser(commands)
 
     return parser
 
@@ -171,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bridge.harness.commands import run
 
         return run(args)
+    if args.command == "keys":  # files only: no config, no logging
+        from .keys import run_keys
+
+        return run_keys(args)
     from bridge.config import ConfigError, load_config
 
     try:
@@ -292,6 +305,7 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         port=port,
         unix_path=args.unix,
         token_file=args.token_file,
+        keys_file=args.keys_file,
         allow_remote=args.allow_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

@@ -5,6 +5,7 @@ Origin, TLS, limits.
 - ``stdio``: stdout reserved for the protocol, ``initialize`` answered before the rest is imported, the stop
   conditions
 - ``security``: the token file, loopback and Origin rules, TLS contexts
+- ``keys``: a key per person (``lmbridge keys``), the keys file, whose principal a credential is
 - ``serve``: the listening sockets, one editor connection per WebSocket, the orderly stop
 - ``http_listener``: the HTTP API front on its socket, under the same token, Origin and TLS rules
 

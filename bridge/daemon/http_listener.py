@@ -1,24 +1,28 @@
 """The daemon's HTTP listener: the HTTP API front (``bridge.http``) on its socket, under the daemon's rules.
 
 Owns the socket (loopback unless allowed, TLS when given), the ``authorize`` check the front applies to every
-request (Origin, then the token as ``Authorization: Bearer`` or ``x-api-key``), serving the front's application on
-the project's HTTP server, and stopping in order: running turns end as cancelled and their responses are finished
-before the server drops its connections.
+request (Origin, then the token or a key as ``Authorization: Bearer`` or ``x-api-key``: whose request it is),
+serving the front's application on the project's HTTP server, and stopping in order: running turns end as
+cancelled and their responses are finished before the server drops its connections.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Callable
 
 import trio
 
 from bridge.http.app import HttpFront, HttpSettings
 from bridge.service.composition import BridgeService
+from bridge.service.principals import Principal
 from wire.http_server import listening_socket, presented_token, serve_asgi
 from wire.observe.logger import Logger
 
-from .security import Refusal, ServeError, check_listen_address, check_origin, check_token, origins_in
+from .security import Refusal, ServeError, check_listen_address, check_origin, origins_in
+
+Authenticate = Callable[[bytes | None], Principal]  # ``KeyRing.authenticate``: raises ``Refusal``
 
 __all__ = ["HttpListener"]
 
@@ -37,7 +41,7 @@ class HttpListener:
         service: BridgeService,
         address: tuple[str, int],
         settings: HttpSettings,
-        token: str,
+        authenticate: Authenticate,
         *,
         tls: ssl.SSLContext | None,
         allow_remote: bool,
@@ -52,17 +56,15 @@ class HttpListener:
             raise ServeError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc}") from None
         shown = host if ":" not in host else f"[{host}]"
         url = f"{'https' if tls else 'http'}://{shown}:{sock.getsockname()[1]}"
-        secret = token.encode()
         allowed = settings.allowed_origins
 
-        def authorize(raw_headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+        def authorize(raw_headers: list[tuple[bytes, bytes]]) -> Principal | tuple[int, str]:
             headers = {name.lower(): value for name, value in raw_headers}
             try:
                 check_origin(origins_in(raw_headers), allowed)
-                check_token(presented_token(headers), secret)
+                return authenticate(presented_token(headers))
             except Refusal as refusal:
                 return refusal.status, refusal.reason
-            return None
 
         return cls(HttpFront(service, settings, authorize, log=log), sock, url, tls)
 

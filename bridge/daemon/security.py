@@ -1,13 +1,13 @@
 """What stands between a socket and the agents: the token file, the loopback rule, the Origin rule and TLS.
 
 Owns the rules every listener of ``lmbridge serve`` applies before anything else runs (the WebSocket editor
-protocol today; any other front tomorrow): which addresses may be listened on, how the token is stored and checked,
-which browser origins may connect, and the TLS context. Pure functions and small values; no sockets.
+protocol and the HTTP API): which addresses may be listened on, how the token is stored, which browser origins may
+connect, and the TLS context. Who a credential belongs to is ``bridge.daemon.keys``. Pure functions and small values;
+no sockets.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import os
 import secrets
@@ -21,7 +21,6 @@ __all__ = [
     "ServeError",
     "check_listen_address",
     "check_origin",
-    "check_token",
     "default_token_path",
     "is_loopback",
     "load_token",
@@ -107,16 +106,6 @@ def ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     except (OSError, ssl.SSLError) as exc:
         raise ServeError(f"cannot load the TLS certificate/key: {exc}") from None
     return context
-
-
-def check_token(presented: bytes | None, token: bytes) -> None:
-    """``presented``: the credential the client sent (the bearer token, without its scheme), or None."""
-    if not presented:
-        raise Refusal(
-            401, "missing token: send the header 'Authorization: Bearer <token>' (the token is in the token file)"
-        )
-    if not hmac.compare_digest(presented, token):
-        raise Refusal(401, "wrong token")
 
 
 def origins_in(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:

@@ -29,6 +29,7 @@ import trio_websocket
 from bridge.config import Config
 from bridge.editor.connection import EditorConnection
 from bridge.service.composition import BridgeService
+from bridge.service.principals import Principal
 from wire.http_server import bearer
 from wire.observe.logger import Logger
 from wire.observe.redact import add_secret
@@ -36,12 +37,12 @@ from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
 from wire.rpc.websocket import WebSocketWire
 
 from .agent_models import install_agent_models
+from .keys import KeyRing, KeysFile, keys_path_for
 from .security import (
     Refusal,
     ServeError,
     check_listen_address,
     check_origin,
-    check_token,
     default_token_path,
     load_token,
     origins_in,
@@ -57,6 +58,7 @@ class ServeOptions:
     port: int = 0
     unix_path: str | None = None
     token_file: str | None = None
+    keys_file: str | None = None  # default: keys.json beside the token file
     allow_remote: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -90,12 +92,12 @@ class WebSocketDaemon:
     refuse new editors while answering the connected ones)."""
 
     def __init__(
-        self, service: BridgeService, options: ServeOptions, token: str, *, log: Logger, tracer: Any = None
+        self, service: BridgeService, options: ServeOptions, keyring: KeyRing, *, log: Logger, tracer: Any = None
     ) -> None:
         self._service = service
         self.handlers: trio.Nursery | None = None
         self._options = options
-        self._token = token.encode()
+        self._keyring = keyring
         self._log = log
         self._tracer = tracer
         self._connections: dict[int, tuple[EditorConnection, JsonRpcConnection]] = {}
@@ -161,9 +163,9 @@ class WebSocketDaemon:
     # -- connections --------------------------------------------------------------------------------------------
 
     async def _handle(self, request: trio_websocket.WebSocketRequest) -> None:
-        refusal = self._check(request.headers)
-        if refusal is not None:
-            status, why = refusal
+        checked = self._check(request.headers)
+        if not isinstance(checked, Principal):
+            status, why = checked
             self._log.warning("refused a connection", reason=why)
             await request.reject(status, extra_headers=[(b"content-type", b"text/plain")], body=why.encode())
             return
@@ -171,16 +173,20 @@ class WebSocketDaemon:
         # together cannot all pass a check that only counts connections already accepted.
         self._admitted += 1
         try:
-            await self._serve_connection(request)
+            await self._serve_connection(request, checked)
         finally:
             self._admitted -= 1
 
-    async def _serve_connection(self, request: trio_websocket.WebSocketRequest) -> None:
+    async def _serve_connection(self, request: trio_websocket.WebSocketRequest, principal: Principal) -> None:
         ws = await request.accept()
         number = next(self._ids)
         name = f"editor:{number}"
         editor = EditorConnection(
-            self._service, name=name, default_cwd=self._options.default_cwd, shutdown_stops_daemon=False
+            self._service,
+            name=name,
+            default_cwd=self._options.default_cwd,
+            shutdown_stops_daemon=False,
+            principal=principal,
         )
         wire = WebSocketWire(ws)
         connection = JsonRpcConnection(
@@ -195,7 +201,7 @@ class WebSocketDaemon:
         )
         editor.connection = connection
         self._connections[number] = (editor, connection)
-        self._log.info("editor connected", conn=name, connections=len(self._connections))
+        self._log.info("editor connected", conn=name, key=principal.name, connections=len(self._connections))
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(connection.serve)
@@ -210,18 +216,28 @@ class WebSocketDaemon:
             del self._connections[number]
             self._log.info("editor disconnected", conn=name, connections=len(self._connections))
 
-    def _check(self, raw_headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:
+    def _check(self, raw_headers: list[tuple[bytes, bytes]]) -> Principal | tuple[int, str]:
+        """Whose connection it is, or why it is refused (status, reason)."""
         headers = {name.lower(): value for name, value in raw_headers}
         if not self._accepting:
             return 503, "lmbridge is shutting down"
         if self._admitted >= self._options.max_connections:
             return 503, f"too many connections (the limit is {self._options.max_connections})"
         try:
-            check_token(bearer(headers.get(b"authorization")), self._token)
+            principal = self._keyring.authenticate(bearer(headers.get(b"authorization")))
             check_origin(origins_in(raw_headers), self._options.allowed_origins)
         except Refusal as refusal:
             return refusal.status, refusal.reason
-        return None
+        return principal
+
+    async def end_principal(self, principal: Principal) -> None:
+        """Its key was revoked or expired: its running turns end (cancelled) and its connections close."""
+        ended = [(e, c) for e, c in self._connections.values() if e.principal.id == principal.id]
+        for editor, _connection in ended:
+            editor.cancel_turns()
+        async with trio.open_nursery() as nursery:
+            for _editor, connection in ended:
+                nursery.start_soon(connection.aclose)
 
     async def _close_when_idle(
         self, connection: JsonRpcConnection, wire: WebSocketWire, editor: EditorConnection
@@ -256,11 +272,13 @@ async def serve_daemon(
     add_secret(token)
     if tracer is not None:
         tracer.add_secret(token)
+    keys_path = Path(options.keys_file).expanduser() if options.keys_file else keys_path_for(token_path)
+    keyring = KeyRing(token, KeysFile(keys_path))
     service = BridgeService(config, log=log, tracer=tracer)
     install_agent_models(service, log)
-    server = WebSocketDaemon(service, options, token, log=log, tracer=tracer)
+    server = WebSocketDaemon(service, options, keyring, log=log, tracer=tracer)
     service.connection_count = lambda: server.connection_count
-    http = _http_listener(service, options, token, log) if options.http is not None else None
+    http = _http_listener(service, options, keyring, log) if options.http is not None else None
     out = stdout if stdout is not None else sys.stdout
     try:
         listeners = await server.open_listeners() if options.websocket else []
@@ -268,8 +286,10 @@ async def serve_daemon(
         if http is not None:
             ready["http"] = service.http_url = http.url
         ready["tokenFile"] = str(token_path.resolve())
+        ready["keysFile"] = str(keys_path.resolve())
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
+            nursery.start_soon(_watch_keys, keyring, server, http, log)
             async with trio.open_nursery() as connections:
                 server.handlers = connections
                 with trio.CancelScope() as accepting:
@@ -296,7 +316,7 @@ async def serve_daemon(
     return 0
 
 
-def _http_listener(service: BridgeService, options: ServeOptions, token: str, log: Logger) -> Any:
+def _http_listener(service: BridgeService, options: ServeOptions, keyring: KeyRing, log: Logger) -> Any:
     from bridge.http.app import HttpSettings
 
     from .http_listener import HttpListener
@@ -311,8 +331,45 @@ def _http_listener(service: BridgeService, options: ServeOptions, token: str, lo
     )
     tls = ssl_context(options.tls_cert, options.tls_key)
     return HttpListener.open(
-        service, options.http, settings, token, tls=tls, allow_remote=options.allow_remote, log=log
+        service, options.http, settings, keyring.authenticate, tls=tls, allow_remote=options.allow_remote, log=log
     )
+
+
+KEYS_CHECK_INTERVAL = 1.0  # seconds between looks at the keys file (a revoked key is refused from the next look)
+USED_WRITE_INTERVAL = 30.0  # seconds between writes of when each key was last used
+
+
+async def _watch_keys(keyring: KeyRing, server: WebSocketDaemon, http: Any, log: Logger) -> None:
+    """Take in changes of the keys file as they come, and end what a revoked or expired key had running."""
+    last_write = trio.current_time()
+    problem = ""  # said once, not every second
+    try:
+        while True:
+            await trio.sleep(KEYS_CHECK_INTERVAL)
+            try:
+                ended = keyring.refresh()
+            except ServeError as exc:
+                if str(exc) != problem:
+                    problem = str(exc)
+                    log.error("cannot read the keys file; the keys read before stay in force", error=problem)
+                continue
+            problem = ""
+            for principal in ended:
+                log.warning("key revoked or expired: its turns are ended, its connections closed", key=principal.name)
+                if http is not None:
+                    http.front.cancel_turns(principal.id)
+                await server.end_principal(principal)
+            if trio.current_time() - last_write >= USED_WRITE_INTERVAL:
+                last_write = trio.current_time()
+                try:
+                    await trio.to_thread.run_sync(keyring.flush_used)
+                except OSError as exc:
+                    log.warning("cannot record when keys were last used", error=str(exc))
+    finally:
+        try:
+            keyring.flush_used()
+        except OSError as exc:
+            log.warning("cannot record when keys were last used", error=str(exc))
 
 
 async def _wait_for_signal(log: Logger) -> None:

@@ -202,16 +202,20 @@ def _http_listener(
     from pathlib import Path
 
     from bridge.http.app import HttpSettings
+    from bridge.service.principals import LOCAL
     from wire.observe.redact import add_secret
 
     from .http_listener import HttpListener
+    from .keys import KeyRing
     from .security import default_token_path, load_token
 
     path = Path(token_file).expanduser() if token_file else default_token_path()
     token = load_token(path)
     add_secret(token)
     settings = HttpSettings(max_turns=config.serve.max_turns, activity=config.serve.activity)
-    listener = HttpListener.open(service, address, settings, token, tls=None, allow_remote=False, log=log)
+    # One person's: the token's holder is the editor's own user (no keys, conversations scoped as the editor's).
+    authenticate = KeyRing(token, None, owner=LOCAL).authenticate
+    listener = HttpListener.open(service, address, settings, authenticate, tls=None, allow_remote=False, log=log)
     listener.token_file = str(path.resolve())
     return listener
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bridge.service.composition import BridgeService
+from bridge.service.principals import LOCAL, Principal
 from bridge.service.shared_models import parse_shared_models
 from bridge.service.view import ClientView
 from session.options import read_choices
@@ -46,19 +47,23 @@ class EditorConnection:
         name: str = "editor",
         default_cwd: str | None = None,
         shutdown_stops_daemon: bool = True,
+        principal: Principal = LOCAL,
     ) -> None:
         """``shutdown_stops_daemon``: with stdio, ``shutdown`` stops the whole bridge; on a shared daemon it only
-        ends this editor's turns (the daemon serves others)."""
+        ends this editor's turns (the daemon serves others). ``principal``: whose key opened the connection (its
+        conversations, its models and what it may do)."""
         self.service = service
         self.name = name
+        self.principal = principal
         self.methods = MethodTable()
         self.methods.request("initialize", self._initialize, inline=True)
-        initialized = self._require_initialized  # checked in arrival order, not when the handler gets to run
-        self.methods.request("lm/models", self._models, precondition=initialized)
-        self.methods.request("lm/chat", self._chat, handles_cancel=True, precondition=initialized)
-        self.methods.request("lm/countTokens", self._count_tokens, precondition=initialized)
+        # Checked in arrival order, not when the handler gets to run: initialized, and the key's scope.
+        chat, models = self._needs("chat"), self._needs("models")
+        self.methods.request("lm/models", self._models, precondition=models)
+        self.methods.request("lm/chat", self._chat, handles_cancel=True, precondition=chat)
+        self.methods.request("lm/countTokens", self._count_tokens, precondition=chat)
         self.methods.request("shutdown", self._shutdown)
-        self.methods.request("daemon/status", self._status, precondition=initialized)
+        self.methods.request("daemon/status", self._status, precondition=self._require_initialized)
         self.methods.notification("editor/modelsChanged", self._editor_models_changed)
         self.methods.notification("editor/part", self._editor_parts, batch=True)
         self.connection: JsonRpcConnection | None = None
@@ -93,6 +98,10 @@ class EditorConnection:
         workspaces, whose conversations open alike never share a session."""
         folders = "\0".join(sorted(self.workspace_folders)) or self._default_cwd
         return f"editor\0{self.client_info.get('name') or ''}\0{folders}"
+
+    @property
+    def principal_id(self) -> str:
+        return self.principal.id
 
     @property
     def label(self) -> str:
@@ -137,6 +146,13 @@ class EditorConnection:
         if not self.initialized:
             raise RpcError(INVALID_REQUEST, "Invalid Request: call initialize first")
 
+    def _needs(self, scope: str) -> Callable[[], None]:
+        def precondition() -> None:
+            self._require_initialized()
+            self.principal.require(scope)
+
+        return precondition
+
     def _models_changed(self) -> None:
         connection = self.connection
         if connection is not None and not connection.closed:
@@ -154,7 +170,8 @@ class EditorConnection:
         # An agent on the editor's models is offered on this editor's own models only (another editor's would not
         # answer this editor's conversations).
         own = {model.id for model in self.service.editor_models.shared_by(self)}
-        entries = [e for e in self.service.models() if not e.thinks_with or e.thinks_with.partition(":")[2] in own]
+        listed = self.service.models(self.principal)
+        entries = [e for e in listed if not e.thinks_with or e.thinks_with.partition(":")[2] in own]
         return {"models": [entry.describe() for entry in entries]}
 
     async def _chat(self, params: Any, context: RequestContext) -> dict[str, Any]:
@@ -162,7 +179,7 @@ class EditorConnection:
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        entry = self.service.resolve_model(model_id)  # unknown model → -32602
+        entry = self.service.resolve_model(model_id, self.principal)  # unknown model → -32602
         messages = params.get("messages")
         if not isinstance(messages, list) or not messages:
             raise InvalidParams("messages", "must be a non-empty list of messages")
@@ -178,7 +195,15 @@ class EditorConnection:
             raise InvalidParams("options.conversationId", "must be a string of 1 to 256 characters")
         scope = self.scope if conversation is None else f"{self.scope}\0{conversation}"
         request = self.service.turn_request(
-            entry, messages, tools, cwd=self.cwd, view=self.view, scope=scope, choices=settings, client=self
+            entry,
+            messages,
+            tools,
+            cwd=self.cwd,
+            view=self.view,
+            scope=scope,
+            choices=settings,
+            client=self,
+            principal=self.principal,
         )
         connection = context.connection
         request_id = context.id
@@ -219,7 +244,7 @@ class EditorConnection:
         model_id = params.get("modelId")
         if not isinstance(model_id, str):
             raise InvalidParams("modelId", "is required and must be a string")
-        self.service.resolve_model(model_id)
+        self.service.resolve_model(model_id, self.principal)
         if "text" in params:
             if not isinstance(params["text"], str):
                 raise InvalidParams("text", "must be a string")
@@ -229,7 +254,7 @@ class EditorConnection:
         raise InvalidParams("text", "give either text or message")
 
     async def _status(self, params: Any, context: RequestContext) -> dict[str, Any]:
-        return self.service.status()
+        return self.service.status(self.principal)
 
     # -- the editor's own models ------------------------------------------------------------------------------
 

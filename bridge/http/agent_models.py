@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 from bridge.config import AgentConfig
 from bridge.service.composition import BridgeService
 from bridge.service.editor_models import EditorLink
+from bridge.service.principals import LOCAL
 from bridge.service.shared_models import SharedModel
 from session.router import LiveSession
 from wire.errors import AgentStartError
@@ -173,7 +174,7 @@ class AgentModelGateway:
         self._log = log.bind(part="agent models")
         self._routes: dict[str, _Route] = {}
         self._base: str | None = None
-        self._front = HttpFront(service, settings, lambda headers: None, log=log, target=self._target)
+        self._front = HttpFront(service, settings, lambda headers: LOCAL, log=log, target=self._target)
 
     @property
     def routes(self) -> int:
@@ -279,14 +280,15 @@ class AgentModelGateway:
         ``isolation = "session"`` gives each conversation a process of its own."""
         process = entry.process
         sessions = [s for s in self._service.router.sessions if process is not None and s.agent is process]
-        sharing = {id(link): link for _name, _model, link in self._service.editor_models.listed()}
-        only = next(iter(sharing.values())) if len(sharing) == 1 else None
         editors: dict[int, object] = {}
         for session in sessions:
-            client = session.client if session.client is not None else only
+            # An HTTP client's conversation: the one editor of its principal that shares models (never another's).
+            client = session.client if session.client is not None else self._only_sharing(session.principal)
             editors[id(client) if client is not None else id(session)] = client
-        if not sessions and only is not None:  # no conversation left (a late request): the one sharing editor
-            editors[id(only)] = only
+        if not sessions:  # no conversation left (a late request): the one editor sharing models, if one
+            only = self._only_sharing(None)
+            if only is not None:
+                editors[id(only)] = only
         if len(editors) > 1:
             raise ApiError(
                 400,
@@ -299,11 +301,16 @@ class AgentModelGateway:
             raise ApiError(
                 400,
                 "invalid_request_error",
-                f"lmbridge: the agent {entry.agent_id!r} is not serving an editor's conversation, and "
-                f"{len(sharing)} editors share models: whose model answers is not known",
+                f"lmbridge: the agent {entry.agent_id!r} is not serving an editor's conversation, and not exactly one "
+                "editor (of the conversation's key) shares models: whose model answers is not known",
             )
         link: EditorLink = client  # type: ignore[assignment]  # an editor connection (else it shares nothing: 400)
         return link, [s for s in sessions if s.serving]
+
+    def _only_sharing(self, principal: str | None) -> EditorLink | None:
+        """The editor sharing models, when exactly one of ``principal``'s does (``None``: of anyone's)."""
+        sharing = {id(link): link for _name, _model, link in self._service.editor_models.listed(principal)}
+        return next(iter(sharing.values())) if len(sharing) == 1 else None
 
 
 def _choose(shared: list[SharedModel], wanted: str) -> SharedModel | None:

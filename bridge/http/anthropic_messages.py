@@ -70,7 +70,7 @@ class Messages:
     stream_by_accept = False  # its clients always say, with ``stream``
 
     @staticmethod
-    def parse(request: CountTokensBody) -> ParsedRequest:
+    def parse(request: CountTokensBody, principal: str = "") -> ParsedRequest:
         if not request.messages:
             raise ApiError.bad_request("messages must hold at least one message", "messages")
         system = _system(request.system)

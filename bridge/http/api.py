@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from bridge.service.editor_models import EditorLink
 from bridge.service.models import ModelEntry
+from bridge.service.principals import Principal
 from bridge.service.shared_models import SharedModel
 from session.messages import DataPart, Message, TextPart, check_image_size
 from session.options import read_choices
@@ -107,6 +108,7 @@ class ParsedRequest:
     entry: ModelEntry | None = None  # ``model`` resolved (``TurnRunner.resolve``), once, when the request is read...
     editor_model: EditorTarget | None = None  # ...or, for ``editor/<id>``, the editor's model it names
     max_tokens: int | None = None  # the client's limit on the answer's length (an editor's model takes it)
+    principal: Principal | None = None  # whose request it is (None: a process with one user)
 
 
 @dataclass
@@ -166,8 +168,9 @@ class HttpApi(Protocol):
     def stream_by_accept(self) -> bool:
         """Whether ``Accept: text/event-stream`` asks for a stream when the body does not say."""
 
-    def parse(self, body: Any) -> ParsedRequest:
-        """The validated ``body_model`` in the session path's terms; ``ApiError`` (400) naming the field at fault."""
+    def parse(self, body: Any, principal: str = "") -> ParsedRequest:
+        """The validated ``body_model`` in the session path's terms; ``ApiError`` (400) naming the field at fault.
+        ``principal``: whose request it is (what it refers to of earlier requests must be its own)."""
 
     def error_body(self, error: ApiError) -> dict[str, Any]: ...
 

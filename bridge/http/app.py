@@ -25,8 +25,10 @@ from starlette.types import Message, Receive, Scope, Send
 from bridge.config import EDITOR_MODELS_PREFIX
 from bridge.service.composition import BridgeService
 from bridge.service.editor_models import EditorLink
+from bridge.service.principals import Principal
 from bridge.service.shared_models import SharedModel
 from wire.cancel import CancelRequest
+from wire.errors import ScopeMissing
 from wire.http_server import read_body
 from wire.observe.logger import Logger
 
@@ -38,8 +40,8 @@ from .turns import TurnRunner
 
 __all__ = ["Authorize", "HttpFront", "HttpSettings", "Target"]
 
-# The daemon's rules for a request's headers: None to let it in, else (HTTP status, reason).
-Authorize = Callable[[list[tuple[bytes, bytes]]], "tuple[int, str] | None"]  # the raw headers: Origin may repeat
+# The daemon's rules for a request's headers: whose request it is, else (HTTP status, reason) to refuse it.
+Authorize = Callable[[list[tuple[bytes, bytes]]], "Principal | tuple[int, str]"]  # raw headers: Origin may repeat
 # For a front that serves one editor model whatever the request names (an agent's own model requests): the target
 # of a request, from its ASGI scope and the model it named; ``ApiError`` when there is none.
 Target = Callable[[Scope, str], EditorTarget]
@@ -62,14 +64,29 @@ class HttpSettings:
 
 class _Endpoint:
     """A handler as a raw ASGI application, which is how Starlette routes to it (a turn needs ``receive`` itself,
-    to watch for the client going away)."""
+    to watch for the client going away), behind the scope of a key it needs (403 without)."""
 
-    def __init__(self, handler: Callable[..., Awaitable[None]], args: tuple[Any, ...]) -> None:
+    def __init__(self, handler: Callable[..., Awaitable[None]], needs: str, args: tuple[Any, ...]) -> None:
         self._handler = handler
+        self._needs = needs
         self._args = args
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            _principal(scope).require(self._needs)
+        except ScopeMissing as missing:
+            error = ApiError(403, "permission_error", missing.message)
+            await _respond_json(send, 403, _error_shape(scope).error_body(error))
+            return
         await self._handler(scope, receive, send, *self._args)
+
+
+PRINCIPAL = "lmbridge.principal"  # the ASGI scope's key for whose request it is
+
+
+def _principal(scope: Scope) -> Principal:
+    principal: Principal = scope[PRINCIPAL]
+    return principal
 
 
 class _ClientGone(Exception):
@@ -100,18 +117,18 @@ class HttpFront:
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
         chat, messages = ChatCompletions(), Messages()
-        self._turns: set[CancelRequest] = set()  # the cancel signals of the turns running now
+        self._turns: dict[CancelRequest, str] = {}  # the cancel signals of the turns running now: their principal
         self._idle = trio.Event()
         self._idle.set()
         self._router = Router(
             [
-                Route("/v1/models", self._asgi(self._models), methods=["GET"]),
-                Route("/v1/models/{model:path}", self._asgi(self._model), methods=["GET"]),
-                Route("/v1/chat/completions", self._asgi(self._turn, chat), methods=["POST"]),
-                Route("/v1/responses", self._asgi(self._turn, self.responses), methods=["POST"]),
-                Route("/v1/responses/{response_id}", self._asgi(self._stored_response), methods=["GET"]),
-                Route("/v1/messages", self._asgi(self._turn, messages), methods=["POST"]),
-                Route("/v1/messages/count_tokens", self._asgi(self._count_tokens), methods=["POST"]),
+                Route("/v1/models", self._asgi(self._models, "models"), methods=["GET"]),
+                Route("/v1/models/{model:path}", self._asgi(self._model, "models"), methods=["GET"]),
+                Route("/v1/chat/completions", self._asgi(self._turn, "chat", chat), methods=["POST"]),
+                Route("/v1/responses", self._asgi(self._turn, "chat", self.responses), methods=["POST"]),
+                Route("/v1/responses/{response_id}", self._asgi(self._stored_response, "chat"), methods=["GET"]),
+                Route("/v1/messages", self._asgi(self._turn, "chat", messages), methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._asgi(self._count_tokens, "chat"), methods=["POST"]),
             ],
             default=self._not_found,
         )
@@ -120,10 +137,12 @@ class HttpFront:
     def running(self) -> int:
         return len(self._turns)
 
-    def cancel_turns(self) -> None:
-        """End every running turn (the daemon is stopping): each response ends as a cancelled turn."""
-        for cancel in list(self._turns):
-            cancel.set()
+    def cancel_turns(self, principal_id: str | None = None) -> None:
+        """End every running turn (the daemon is stopping), or ``principal_id``'s (its key was revoked): each
+        response ends as a cancelled turn."""
+        for cancel, principal in list(self._turns.items()):
+            if principal_id is None or principal == principal_id:
+                cancel.set()
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -141,21 +160,21 @@ class HttpFront:
             if scope["method"] == "OPTIONS":  # a CORS preflight: it carries no token, and needs none
                 await _respond(send, 204, b"", extra=_PREFLIGHT)
                 return
-        refusal = self._authorize(scope["headers"])
-        if refusal is not None:
-            status, reason = refusal
+        checked = self._authorize(scope["headers"])
+        if not isinstance(checked, Principal):
+            status, reason = checked
             self.log.warning("refused an HTTP request", path=scope["path"], reason=reason)
             error = ApiError(status, "authentication_error" if status == 401 else "permission_error", reason)
             extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
             await _respond_json(send, status, api.error_body(error), extra=extra)
             return
-        await self._router(scope, receive, send)
+        await self._router({**scope, PRINCIPAL: checked}, receive, send)
 
     def _origin_allowed(self, origin: bytes) -> bool:
         return origin.decode("latin-1") in self.settings.allowed_origins
 
-    def _asgi(self, handler: Callable[..., Awaitable[None]], *args: Any) -> _Endpoint:
-        return _Endpoint(handler, args)
+    def _asgi(self, handler: Callable[..., Awaitable[None]], needs: str, *args: Any) -> _Endpoint:
+        return _Endpoint(handler, needs, args)
 
     async def _not_found(self, scope: Scope, receive: Receive, send: Send) -> None:
         api = _error_shape(scope)
@@ -174,8 +193,10 @@ class HttpFront:
             data = [_shared_object(target.model.id, target.model, target.link)]
             await _respond_json(send, 200, {"object": "list", "data": data})
             return
-        data = [_model_object(entry.id, entry.name) for entry in self.runner.service.models()]
-        data += [_shared_object(name, model, link) for name, model, link in self.runner.service.editor_models.listed()]
+        principal = _principal(scope)
+        service = self.runner.service
+        data = [_model_object(entry.id, entry.name) for entry in service.models(principal)]
+        data += [_shared_object(name, model, link) for name, model, link in service.editor_models.listed(principal.id)]
         await _respond_json(send, 200, {"object": "list", "data": data})
 
     async def _model(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -185,13 +206,13 @@ class HttpFront:
                 target = self._target(scope, name)
                 body = _shared_object(name, target.model, target.link)
             elif name.startswith(EDITOR_MODELS_PREFIX + "/"):
-                probe = ParsedRequest(name, [], [])
+                probe = ParsedRequest(name, [], [], principal=_principal(scope))
                 self.runner.resolve_into(probe)
                 assert probe.editor_model is not None
                 target = probe.editor_model
                 body = _shared_object(target.name, target.model, target.link)
             else:
-                entry = self.runner.resolve(name)
+                entry = self.runner.resolve(name, _principal(scope))
                 body = _model_object(entry.id, entry.name)
         except ApiError as error:
             await _respond_json(send, 404, ChatCompletions.error_body(error))
@@ -200,7 +221,7 @@ class HttpFront:
 
     async def _stored_response(self, scope: Scope, receive: Receive, send: Send) -> None:
         response_id = scope["path_params"]["response_id"]
-        stored = self.responses.store.get(response_id)
+        stored = self.responses.store.get(response_id, _principal(scope).id)
         if stored is None:
             error = ApiError(404, "not_found_error", f"no stored response {response_id!r}", param="response_id")
             await _respond_json(send, 404, Responses.error_body(error))
@@ -240,19 +261,20 @@ class HttpFront:
             await _respond_error(send, api, error)
             return
         exchange = _Exchange(self, api, request, receive, send)
-        self._turns.add(exchange.cancel)
+        self._turns[exchange.cancel] = _principal(scope).id
         if self._idle.is_set():  # (a waiter holds the current event: replace it only once it has fired)
             self._idle = trio.Event()
         started = trio.current_time()
         try:
             result = await exchange.run(cwd)
         finally:
-            self._turns.discard(exchange.cancel)
+            self._turns.pop(exchange.cancel, None)
             if not self._turns:
                 self._idle.set()
         self.log.info(
             "turn done" if result.error is None else "turn failed",
             api=api.name,
+            key=_principal(scope).name,
             model=request.model,
             stream=request.stream,
             seconds=round(trio.current_time() - started, 3),
@@ -275,7 +297,9 @@ class HttpFront:
             where = ".".join(str(part) for part in first["loc"])
             problem = "is required" if first["type"] == "missing" else first["msg"]
             raise ApiError.bad_request(f"{where}: {problem}", where) from None
-        request = api.parse(validated)
+        principal = _principal(scope)
+        request = api.parse(validated, principal.id)
+        request.principal = principal
         if self._target is not None:
             request.editor_model = self._target(scope, request.model)
         else:

@@ -90,7 +90,7 @@ class ChatCompletions:
     stream_by_accept = True
 
     @staticmethod
-    def parse(request: ChatCompletionsBody) -> ParsedRequest:
+    def parse(request: ChatCompletionsBody, principal: str = "") -> ParsedRequest:
         if not request.messages:
             raise ApiError.bad_request("messages must hold at least one message", "messages")
         messages = [_message(message, f"messages[{index}]") for index, message in enumerate(request.messages)]

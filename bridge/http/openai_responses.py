@@ -74,6 +74,7 @@ class _Stored:
     messages: list[dict[str, Any]]  # this request's new input and the response, as editor messages
     response: dict[str, Any]
     conversation: str
+    principal: str  # whose it is: another principal's request finds nothing under its id
 
 
 class ResponseStore:
@@ -84,17 +85,18 @@ class ResponseStore:
         self._responses: OrderedDict[str, _Stored] = OrderedDict()
         self._limit = limit
 
-    def get(self, response_id: str) -> dict[str, Any] | None:
+    def get(self, response_id: str, principal: str = "") -> dict[str, Any] | None:
         stored = self._responses.get(response_id)
-        return stored.response if stored else None
+        return stored.response if stored is not None and stored.principal == principal else None
 
-    def history(self, response_id: str) -> tuple[list[dict[str, Any]], str]:
-        """The conversation up to and including ``response_id``, and its conversation scope."""
+    def history(self, response_id: str, principal: str = "") -> tuple[list[dict[str, Any]], str]:
+        """The conversation up to and including ``response_id``, and its conversation scope: ``principal``'s own
+        (another's is answered as if it were not stored, the same words)."""
         chain: list[_Stored] = []
         current: str | None = response_id
         while current is not None:
             stored = self._responses.get(current)
-            if stored is None:
+            if stored is None or stored.principal != principal:
                 raise ApiError.bad_request(
                     f"previous response {current!r} is not stored here (lmbridge keeps the newest {self._limit}, "
                     "in memory); send the whole conversation as input instead",
@@ -112,8 +114,9 @@ class ResponseStore:
         parent: str | None,
         messages: list[dict[str, Any]],
         conversation: str,
+        principal: str = "",
     ) -> None:
-        self._responses[response["id"]] = _Stored(parent, messages, response, conversation)
+        self._responses[response["id"]] = _Stored(parent, messages, response, conversation, principal)
         while len(self._responses) > self._limit:
             self._responses.popitem(last=False)
 
@@ -126,14 +129,14 @@ class Responses:
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
 
-    def parse(self, request: ResponsesBody) -> ParsedRequest:
+    def parse(self, request: ResponsesBody, principal: str = "") -> ParsedRequest:
         new = _input_messages(request.input)
         if not new:
             raise ApiError.bad_request("input must hold at least one item", "input")
         earlier: list[dict[str, Any]] = []
         conversation = str((request.metadata or {}).get("lmbridge_conversation") or "")
         if request.previous_response_id:
-            earlier, stored_conversation = self.store.history(request.previous_response_id)
+            earlier, stored_conversation = self.store.history(request.previous_response_id, principal)
             conversation = conversation or stored_conversation
         system = [{"role": "system", "content": [text_part(request.instructions)]}] if request.instructions else []
         tools = []
@@ -198,7 +201,8 @@ class Responses:
         if not request.extra["store"]:
             return
         messages = [*request.extra["new"], {"role": "assistant", "content": list(result.parts)}]
-        self.store.put(response, request.extra["previous_response_id"], messages, request.conversation)
+        principal = request.principal.id if request.principal is not None else ""
+        self.store.put(response, request.extra["previous_response_id"], messages, request.conversation, principal)
 
 
 class ResponsesStream:

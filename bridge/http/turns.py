@@ -17,6 +17,7 @@ from typing import Any
 from bridge.config import EDITOR_MODELS_PREFIX
 from bridge.service.composition import BridgeService
 from bridge.service.models import ModelEntry
+from bridge.service.principals import Principal
 from bridge.service.view import ClientView
 from session.permissions import PermissionQuestions
 from session.tokens import estimate_message_tokens, estimate_tokens
@@ -40,28 +41,33 @@ class TurnRunner:
         self._activity = activity
         self._default_cwd = default_cwd or os.getcwd()
 
-    def resolve(self, model: str) -> ModelEntry:
-        """The entry of a model (an agent id, or ``agent/model``); ``ApiError`` 404 for one lmbridge does not offer."""
+    def resolve(self, model: str, principal: Principal | None = None) -> ModelEntry:
+        """The entry of a model (an agent id, or ``agent/model``) for ``principal``; ``ApiError`` 404 for one
+        lmbridge does not offer it."""
         try:
-            return self.service.resolve_model(model)
+            return self.service.resolve_model(model, principal)
         except UnknownModel as error:
-            raise ApiError.from_error(self._unknown(model, error)) from None
+            raise ApiError.from_error(self._unknown(model, error, principal)) from None
 
     def resolve_into(self, request: ParsedRequest) -> None:
         """Resolve the request's model, once: an agent's entry, or a model an editor shares (``editor/<id>``)."""
+        principal = request.principal
         if request.model.startswith(EDITOR_MODELS_PREFIX + "/"):
+            who = principal.id if principal is not None else None
             try:
-                model, link = self.service.editor_models.resolve(request.model)
+                model, link = self.service.editor_models.resolve(request.model, who)
             except UnknownModel as error:
-                raise ApiError.from_error(self._unknown(request.model, error)) from None
+                raise ApiError.from_error(self._unknown(request.model, error, principal)) from None
             request.editor_model = EditorTarget(request.model, model, link)
         else:
-            request.entry = self.resolve(request.model)
+            request.entry = self.resolve(request.model, principal)
 
-    def _unknown(self, model: str, error: UnknownModel) -> UnknownModel:
-        """Unknown wherever it was looked for: the error lists the agents' models and the editors' alike."""
-        shared = [name for name, _model, _link in self.service.editor_models.listed()]
-        agents = [entry.id for entry in self.service.models()]
+    def _unknown(self, model: str, error: UnknownModel, principal: Principal | None) -> UnknownModel:
+        """Unknown wherever it was looked for: the error lists the agents' models and the editors' alike (those
+        ``principal`` may use)."""
+        who = principal.id if principal is not None else None
+        shared = [name for name, _model, _link in self.service.editor_models.listed(who)]
+        agents = [entry.id for entry in self.service.models(principal)]
         return UnknownModel(model, agents + shared, field=error.data.get("field", "model"))
 
     async def run(
@@ -91,7 +97,7 @@ class TurnRunner:
             await on_part(part)
 
         native = request.native_reasoning and self._activity == "native"
-        entry = request.entry or self.resolve(request.model)
+        entry = request.entry or self.resolve(request.model, request.principal)
         turn = self.service.turn_request(
             entry,
             messages,
@@ -101,6 +107,7 @@ class TurnRunner:
             scope=request.conversation,
             share_running=False,
             choices=self._settings(request, entry),
+            principal=request.principal,
         )
         outcome = await self.service.chat(turn, sink, cancel)
         stop_reason = outcome.stop_reason or "end_turn"

@@ -5,6 +5,7 @@ shutdown).
 - ``composition``: ``BridgeService``, built once per process; the order of shutdown
 - ``models``: the model list every front shows (an entry per agent and per model it offers), and resolving a name
 - ``view``: how a client shows the agent's activity (``ClientView``)
+- ``principals``: who asks (``Principal``): the scope of its conversations, what it may do and use
 
 May import: ``session``, ``mcp_synthetic``, ``bridge.acp``, ``bridge.config``, ``wire``. Nothing here knows a
 front's wire format; fronts call it, it never calls them.

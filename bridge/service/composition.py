@@ -17,6 +17,7 @@ import trio
 from bridge.acp.pool import AgentPool
 from bridge.config import AgentConfig, Config
 from bridge.service.models import ModelEntry, model_entries, resolve_model
+from bridge.service.principals import Principal
 from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
 from wire.observe.logger import Logger
@@ -155,19 +156,29 @@ class BridgeService:
         self.pool.add(configs)
         self._seed_offers(configs.values())
 
-    def models(self) -> list[ModelEntry]:
-        """What the fronts list: per agent its default entry, then one per model it offers (``models``)."""
-        return model_entries(self.pool.configs, self.catalog, self._shared_models())
+    def models(self, principal: Principal | None = None) -> list[ModelEntry]:
+        """What the fronts list to ``principal`` (``None``: everything, in a process with one user): per agent it
+        may use its default entry, then one per model it offers (``models``)."""
+        return model_entries(self._agents_of(principal), self.catalog, self._shared_models(principal))
 
-    def resolve_model(self, model_id: str) -> ModelEntry:
-        """The entry a request names; ``UnknownModel`` (-32602, listing the models) when there is none."""
-        return resolve_model(model_id, self.pool.configs, self.catalog, self._shared_models())
+    def resolve_model(self, model_id: str, principal: Principal | None = None) -> ModelEntry:
+        """The entry a request names; ``UnknownModel`` (-32602, listing the models) when there is none, or it is an
+        agent ``principal`` may not use (as if absent)."""
+        return resolve_model(model_id, self._agents_of(principal), self.catalog, self._shared_models(principal))
 
-    def _shared_models(self) -> list[Any]:
-        """The models editors share, each id once (for the entries of agents on the editor's models)."""
+    def _agents_of(self, principal: Principal | None) -> Mapping[str, AgentConfig]:
+        configs = self.pool.configs
+        if principal is None or principal.agents is None:
+            return configs
+        return {agent_id: config for agent_id, config in configs.items() if principal.may_use(agent_id)}
+
+    def _shared_models(self, principal: Principal | None) -> list[Any]:
+        """The models the principal's editors share, each id once (for the entries of agents on the editor's
+        models)."""
         if not any(config.model_source for config in self.pool.configs.values()):
             return []
-        unique = {model.id: model for _name, model, _link in self.editor_models.listed()}
+        who = principal.id if principal is not None else None
+        unique = {model.id: model for _name, model, _link in self.editor_models.listed(who)}
         return list(unique.values())
 
     def _editor_models_changed(self) -> None:
@@ -207,12 +218,18 @@ class BridgeService:
                 self.pool.prestart(config.id, editor)
         self.tools.preload()
 
-    def status(self) -> dict[str, Any]:
+    def status(self, principal: Principal | None = None) -> dict[str, Any]:
+        """The daemon's state (``daemon/status``). A principal without the ``admin`` scope sees its own sessions
+        and the version only: not other principals' counts, nor the agents' processes."""
         from bridge import __version__
 
         sessions: dict[str, int] = {}
+        admin = principal is None or "admin" in principal.scopes
         for session in self.router.sessions:
-            sessions[session.agent_id] = sessions.get(session.agent_id, 0) + 1
+            if admin or session.principal == principal.id:  # type: ignore[union-attr]  # not admin: a principal
+                sessions[session.agent_id] = sessions.get(session.agent_id, 0) + 1
+        if not admin:
+            return {"version": __version__, "sessions": sessions}
         capacity = self.router.capacity
         return {
             "version": __version__,
@@ -241,12 +258,14 @@ class BridgeService:
         share_running: bool = True,
         choices: tuple[tuple[str, Any], ...] = (),
         client: object = None,
+        principal: Principal | None = None,
     ) -> TurnRequest:
         """The one request object of a turn, built by the front from what it resolved (``entry``, see
         ``resolve_model``) and read: the history, the client's tools (the permission tool among them when the client
         offers it), how it shows the agent's activity (``view``), where (``scope``) and how (``share_running``) its
         history is matched, its choices of the agent's session options (``session.options``), and who the client is
-        (an editor connection, whose shared models the agent may ask: ``editor_models``)."""
+        (an editor connection, whose shared models the agent may ask: ``editor_models``) and whose conversation it is
+        (``principal``: matched among its own only)."""
         from session.machine import TurnOptions
         from session.router import TurnRequest
 
@@ -263,7 +282,16 @@ class BridgeService:
             settings=tuple(settings.items()),
         )
         return TurnRequest(
-            entry.agent.id, messages, cwd, options, bridged, scope, share_running, client, entry.thinks_with
+            entry.agent.id,
+            messages,
+            cwd,
+            options,
+            bridged,
+            scope,
+            share_running,
+            client,
+            entry.thinks_with,
+            principal.id if principal is not None else "",
         )
 
 

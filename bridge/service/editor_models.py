@@ -60,6 +60,10 @@ class EditorLink(Protocol):
     def label(self) -> str:
         """Which editor, for logs and model lists (its client name and workspace)."""
 
+    @property
+    def principal_id(self) -> str:
+        """Whose editor it is (``Principal.id``): its models answer that principal's requests only."""
+
     async def editor_chat(self, params: dict[str, Any], on_part: PartSink, cancel: CancelRequest) -> Any:
         """Send ``editor/chat``; each ``editor/part`` goes to ``on_part``; the answer is returned. ``cancel`` (or
         cancelling the caller) sends ``$/cancelRequest``. Raises ``RpcError`` for the editor's error answer,
@@ -167,28 +171,36 @@ class EditorModels:
         editor = self._editors.get(link)
         return list(editor.models.values()) if editor is not None else []
 
-    def listed(self) -> list[tuple[str, SharedModel, EditorLink]]:
-        """Every shared model with the name clients use for it, editors in the order they connected."""
+    def _editors_of(self, principal: str | None) -> list[_Editor]:
+        editors = self._editors.values()
+        if principal is not None:
+            editors = [editor for editor in editors if editor.link.principal_id == principal]  # type: ignore[assignment]
+        return sorted(editors, key=lambda e: e.ordinal)
+
+    def listed(self, principal: str | None = None) -> list[tuple[str, SharedModel, EditorLink]]:
+        """Every model the editors of ``principal`` share (``None``: all editors'), with the name clients use for it,
+        editors in the order they connected. One principal's names never depend on another's editors."""
         out: list[tuple[str, SharedModel, EditorLink]] = []
         taken: set[str] = set()
-        for editor in sorted(self._editors.values(), key=lambda e: e.ordinal):
+        for editor in self._editors_of(principal):
             for model in editor.models.values():
                 public = editor_model_id(model, editor.ordinal, model.id in taken)
                 taken.add(model.id)
                 out.append((public, model, editor.link))
         return out
 
-    def resolve(self, public_id: str) -> tuple[SharedModel, EditorLink]:
-        """The model a client names: as listed, or ``editor/<id>@<n>`` for editor ``n``'s model whatever is listed (a
-        name that stays with its editor while others come and go). ``UnknownModel`` lists those shared."""
-        listed = self.listed()
+    def resolve(self, public_id: str, principal: str | None = None) -> tuple[SharedModel, EditorLink]:
+        """The model a client of ``principal`` names: as listed, or ``editor/<id>@<n>`` for editor ``n``'s model
+        whatever is listed (a name that stays with its editor while others come and go). ``UnknownModel`` lists those
+        shared; another principal's editors are as if absent."""
+        listed = self.listed(principal)
         for name, model, link in listed:
             if name == public_id:
                 return model, link
         base, at, ordinal = public_id.rpartition("@")
         if at and ordinal.isdigit() and base.startswith(f"{EDITOR_MODELS_PREFIX}/"):
             model_id = base.removeprefix(f"{EDITOR_MODELS_PREFIX}/")
-            for editor in self._editors.values():
+            for editor in self._editors_of(principal):
                 if editor.ordinal == int(ordinal) and model_id in editor.models:
                     return editor.models[model_id], editor.link
         raise UnknownModel(public_id, [name for name, _, _ in listed], field="model")

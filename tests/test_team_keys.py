@@ -1,0 +1,226 @@
+"""A daemon shared by a team, over real sockets on 127.0.0.1: each key its own principal on both fronts (the HTTP API
+through the official SDK, the WebSocket editor protocol), conversations that cannot be continued, read or listed
+across keys, scopes, and a key revoked while its turn runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import trio
+from conftest import HANG, processes_with_marker
+from fakes import ScriptedEditorModel, user
+from test_serve import Daemon, serving
+
+from bridge.daemon.keys import KeysFile
+from bridge.editor.client import EditorClient, connect_daemon
+from wire.rpc.connection import ConnectionClosed
+
+pytestmark = pytest.mark.wire
+
+
+@pytest.fixture
+async def team(tmp_path: Path, agents_toml: Path, marker: str) -> AsyncIterator[tuple[Daemon, dict[str, str]]]:
+    keys_file = KeysFile(tmp_path / "state" / "keys.json")  # beside the token file: found without an option
+    keys = {name: keys_file.add(name)[1] for name in ("alice", "bob", "carol")}
+    keys["reader"] = keys_file.add("reader", scopes=["models"])[1]
+    async with serving(tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as live:
+        yield live, keys
+    assert live.process.returncode == 0, live.stderr[-2000:]
+    assert processes_with_marker(marker) == []
+    for key in keys.values():
+        assert key not in live.stderr  # no key in the logs
+
+
+def _sdk(daemon: Daemon, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=key, max_retries=0, timeout=HANG)
+
+
+@asynccontextmanager
+async def _editor(daemon: Daemon, key: str, folder: Path, **initialize: Any) -> AsyncIterator[EditorClient]:
+    async with connect_daemon(daemon.url, key) as client:
+        with trio.fail_after(HANG):
+            await client.initialize(clientInfo={"name": "code"}, workspaceFolders=[str(folder)], **initialize)
+        yield client
+
+
+async def test_a_key_never_continues_or_reads_another_keys_conversation_over_http(team: Any) -> None:
+    daemon, keys = team
+    alice, bob = _sdk(daemon, keys["alice"]), _sdk(daemon, keys["bob"])
+    same = {"x-lmbridge-conversation": "standup"}  # the same conversation name too
+
+    def ask(client: openai.OpenAI, messages: list[dict[str, str]]) -> str:
+        reply = client.chat.completions.create(model="scripted", messages=messages, extra_headers=same)  # type: ignore[arg-type]
+        return reply.choices[0].message.content or ""
+
+    def converse() -> dict[str, str]:
+        opening = [{"role": "user", "content": "/say good morning"}]
+        first = ask(alice, opening)
+        history = [*opening, {"role": "assistant", "content": first}]
+        ask(alice, [*history, {"role": "user", "content": "/say alice's secret plan"}])
+        # bob sends alice's opening and her first answer, word for word, and asks what the session heard.
+        bobs = ask(bob, [*history, {"role": "user", "content": "/recall"}])
+        # alice, asking the same, gets her session's memory: the check below can see a leak.
+        alices = ask(
+            alice,
+            [
+                *history,
+                {"role": "user", "content": "/say alice's secret plan"},
+                {"role": "assistant", "content": "alice's secret plan"},
+                {"role": "user", "content": "/recall"},
+            ],
+        )
+        return {"bob": bobs, "alice": alices}
+
+    seen = await trio.to_thread.run_sync(converse)
+    assert "alice's secret plan" in seen["alice"], seen
+    assert "secret" not in seen["bob"], seen
+
+    def responses() -> dict[str, Any]:
+        stored = alice.responses.create(model="scripted", input="/say for alice only")
+        out: dict[str, Any] = {"alice_get": alice.responses.retrieve(stored.id).id}
+        try:
+            bob.responses.create(model="scripted", input="/recall", previous_response_id=stored.id)
+        except openai.BadRequestError as error:
+            out["bob_continue"] = str(error)
+        try:
+            bob.responses.retrieve(stored.id)
+        except openai.NotFoundError as error:
+            out["bob_get"] = error.status_code
+        return out
+
+    seen = await trio.to_thread.run_sync(responses)
+    assert seen["alice_get"].startswith("resp_")
+    assert "is not stored here" in seen["bob_continue"]  # the same words as for an id that never was
+    assert seen["bob_get"] == 404
+
+
+async def test_a_key_never_continues_another_keys_conversation_over_the_editor_protocol(
+    team: Any, tmp_path: Path
+) -> None:
+    daemon, keys = team
+    folder = tmp_path / "shared-repo"  # the same editor, the same workspace: only the key differs
+    folder.mkdir()
+    opening = [user("/say good morning")]
+    async with _editor(daemon, keys["alice"], folder) as alice:
+        first = await alice.chat("scripted", opening)
+        history = [*opening, first.assistant_message()]
+        await alice.chat("scripted", [*history, user("/say alice's secret plan")])
+    async with _editor(daemon, keys["bob"], folder) as bob:
+        seen = await bob.chat("scripted", [*history, user("/recall")])
+        status = await bob.request("daemon/status", {})
+    assert "secret" not in seen.text, seen.text
+    # bob (no admin scope) sees his own sessions, not alice's, and not the agents' processes
+    assert status["sessions"] == {"scripted": 1} and "agents" not in status
+    async with _editor(daemon, daemon.token, folder) as owner:
+        everything = await owner.request("daemon/status", {})
+    assert everything["sessions"] == {"scripted": 2}
+
+
+async def test_an_editors_models_answer_its_own_keys_requests_only(team: Any, tmp_path: Path) -> None:
+    daemon, keys = team
+    model = ScriptedEditorModel("alices-model")
+    async with connect_daemon(daemon.url, keys["alice"]) as editor:
+        editor.serve_models(model.answer)
+        with trio.fail_after(HANG):
+            await editor.initialize(editorModels=model.models)
+
+        def list_and_ask() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for name in ("alice", "bob"):
+                out[name] = [m.id for m in _sdk(daemon, keys[name]).models.list().data]
+            out["alice_asks"] = (
+                _sdk(daemon, keys["alice"])
+                .chat.completions.create(model="editor/alices-model", messages=[{"role": "user", "content": "hi"}])
+                .choices[0]
+                .message.content
+            )
+            try:
+                _sdk(daemon, keys["bob"]).chat.completions.create(
+                    model="editor/alices-model", messages=[{"role": "user", "content": "hi"}]
+                )
+            except openai.NotFoundError as error:
+                out["bob_asks"] = str(error)
+            return out
+
+        seen = await trio.to_thread.run_sync(list_and_ask)
+    assert "editor/alices-model" in seen["alice"] and "editor/alices-model" not in seen["bob"]
+    assert seen["alice_asks"] == "alices-model heard: hi"
+    assert seen["bob_asks"].endswith(
+        "'editor/alices-model' does not exist; models: demo, failing, missing, scripted, silent"
+    )
+    assert len(model.calls) == 1  # bob's request never reached alice's editor
+
+
+async def test_scopes_are_enforced_on_both_fronts(team: Any, tmp_path: Path) -> None:
+    daemon, keys = team
+    reader = _sdk(daemon, keys["reader"])
+
+    def try_it() -> dict[str, Any]:
+        out: dict[str, Any] = {"models": [m.id for m in reader.models.list().data]}
+        try:
+            reader.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hi"}])
+        except openai.PermissionDeniedError as error:
+            out["chat"] = error.status_code, str(error)
+        return out
+
+    seen = await trio.to_thread.run_sync(try_it)
+    assert "scripted" in seen["models"]
+    assert seen["chat"][0] == 403 and "lacks the 'chat' scope (it has: models)" in seen["chat"][1]
+    async with _editor(daemon, keys["reader"], tmp_path) as editor:
+        assert any(m["id"] == "scripted" for m in await editor.models())
+        refused = (await editor.chat("scripted", [user("hi")])).error
+    assert refused is not None and refused.code == -32006 and refused.data == {"scope": "chat"}
+
+
+async def test_a_revoked_key_is_refused_and_its_running_turns_end(team: Any, tmp_path: Path) -> None:
+    daemon, keys = team
+    carol = _sdk(daemon, keys["carol"])
+    outcome: dict[str, Any] = {}
+
+    def long_turn() -> None:
+        stream = carol.chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": "/say started\n/sleep 600000"}], stream=True
+        )
+        outcome["stream"] = stream
+        said = ""
+        for chunk in stream:
+            said += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+            if said:
+                outcome.setdefault("first", said)
+        outcome["text"] = said
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, long_turn)
+        try:
+            async with _editor(daemon, keys["carol"], tmp_path) as editor:
+                with trio.fail_after(HANG):
+                    while not outcome.get("first"):
+                        await trio.sleep(0.05)  # polling what the SDK's thread has read: the turn is running
+                KeysFile(tmp_path / "state" / "keys.json").revoke("carol")
+                with trio.fail_after(HANG):  # the stream ends (cancelled) once the daemon has seen the revocation
+                    while "text" not in outcome:
+                        await trio.sleep(0.05)
+                with trio.fail_after(HANG), pytest.raises(ConnectionClosed):  # the editor's connection is closed
+                    await editor.models()
+        finally:
+            if "text" not in outcome and "stream" in outcome:
+                outcome["stream"].close()  # a check failed: the SDK's thread must not read for ever
+    assert outcome["text"].startswith("started")
+
+    def again() -> int:
+        try:
+            carol.models.list()
+        except openai.AuthenticationError as error:
+            return error.status_code
+        return 200
+
+    assert await trio.to_thread.run_sync(again) == 401
+    log = daemon.stderr
+    assert "key revoked or expired" in log and "key=carol" in log
+    assert json.dumps(keys["carol"])[1:-1] not in log
