@@ -613,9 +613,10 @@ def _index_key(request: TurnRequest) -> tuple[str, str, str]:
 
 
 def _stored_scope(principal: str, scope: str) -> str:
-    """The scope a session is stored under: the principal's, then the front's. A process either has one user
-    (principal "", the scope as it is) or names every principal (a daemon's owner too), so the two never meet."""
-    return json.dumps([principal, scope]) if principal else scope
+    """The scope a session is stored under: the principal's and the front's, as a JSON pair — but for the one user of
+    a process without principals (""), the front's as it is (what earlier versions stored), unless it looks like a
+    pair: processes of either kind may share the state file, and their scopes never meet."""
+    return json.dumps([principal, scope]) if principal or scope.startswith("[") else scope
 
 
 async def _unless(

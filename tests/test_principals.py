@@ -179,6 +179,39 @@ def test_the_key_ring_knows_the_owner_and_each_key_until_it_is_revoked_or_expire
     assert keys.last_used() == {alice.id: t + 2000, bob.id: t + 2000}
 
 
+def test_what_was_let_in_is_checked_again_and_a_broken_keys_file_refuses_every_key(tmp_path: Path) -> None:
+    keys = KeysFile(tmp_path / "keys.json")
+    _alice, alice_key = keys.add("alice")
+    ring = KeyRing("the-owner-token-0123456789", keys)
+    # Added, used and revoked between two refreshes: what it let in is still found out.
+    _dave, dave_key = keys.add("dave")
+    dave = ring.authenticate(dave_key.encode())
+    keys.revoke("dave")
+    assert not ring.valid(dave) and ring.valid(OWNER)
+    assert ring.valid(ring.authenticate(alice_key.encode()))
+    # A keys file broken by hand: every key is refused (a key removed by that edit must not live on), not the owner.
+    keys.path.write_text("{broken")
+    with pytest.raises(Refusal):
+        ring.authenticate(alice_key.encode())
+    with pytest.raises(ServeError, match="not JSON"):
+        ring.refresh()
+    assert ring.authenticate(b"the-owner-token-0123456789") is OWNER
+    keys.path.unlink()
+    _erin, erin_key = keys.add("erin")  # mended: its keys work again
+    assert ring.authenticate(erin_key.encode()).name == "erin"
+    with pytest.raises(Refusal):
+        ring.authenticate(alice_key.encode())  # (alice's entry went with the broken file)
+
+
+def test_stored_scopes_of_principals_and_of_a_one_user_process_never_meet() -> None:
+    from session.router import _stored_scope
+
+    assert _stored_scope("", "editor\0code") == "editor\0code"  # what earlier versions stored
+    forged = json.dumps(["key:a", "standup"])  # a one-user process's client naming its conversation like this
+    assert _stored_scope("", forged) != _stored_scope("key:a", "standup")
+    assert _stored_scope("key:a", "x") != _stored_scope("key:b", "x")
+
+
 def test_a_missing_scope_is_refused_with_what_the_key_has() -> None:
     reader = Principal("key:r", "reader", frozenset({"models"}))
     reader.require("models")

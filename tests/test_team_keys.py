@@ -19,7 +19,7 @@ from test_serve import Daemon, serving
 
 from bridge.daemon.keys import KeysFile
 from bridge.editor.client import EditorClient, connect_daemon
-from wire.rpc.connection import ConnectionClosed
+from wire.rpc.connection import ConnectionClosed, RpcError
 
 pytestmark = pytest.mark.wire
 
@@ -176,6 +176,18 @@ async def test_scopes_are_enforced_on_both_fronts(team: Any, tmp_path: Path) -> 
         assert any(m["id"] == "scripted" for m in await editor.models())
         refused = (await editor.chat("scripted", [user("hi")])).error
     assert refused is not None and refused.code == -32006 and refused.data == {"scope": "chat"}
+
+
+async def test_only_an_admin_key_may_define_agents_for_everyone(team: Any, tmp_path: Path) -> None:
+    daemon, keys = team
+    agents = {"sneaky": {"command": "/bin/sh", "args": ["-c", "touch pwned"], "prestart": True}}
+    async with connect_daemon(daemon.url, keys["alice"]) as client:
+        with trio.fail_after(HANG), pytest.raises(RpcError) as refused:
+            await client.initialize(agents=agents, workspaceFolders=[str(tmp_path)])
+    assert refused.value.code == -32006 and refused.value.data == {"scope": "admin"}
+    async with _editor(daemon, keys["bob"], tmp_path) as bob:
+        assert "sneaky" not in {m["id"] for m in await bob.models()}
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
 async def test_a_revoked_key_is_refused_and_its_running_turns_end(team: Any, tmp_path: Path) -> None:

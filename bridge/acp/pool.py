@@ -40,19 +40,27 @@ class Launcher(Protocol):
     """Prepares an agent's process before it is started (an agent on the editor's models gets the address and a
     token of its own for its model requests). ``prepare`` returns ``None`` for an agent it has nothing for."""
 
-    async def prepare(self, config: AgentConfig) -> Launch | None: ...
+    async def prepare(self, config: AgentConfig, principal: str | None) -> Launch | None:
+        """``principal``: whose conversations the process is for (``None``: anyone's)."""
 
 
-# A shared process's key: the agent, and for an agent on the editor's models its owner — the editor (by identity), or
-# for an HTTP client the principal (by id) —, whose model it thinks with: a model request names no conversation, so
-# a process serves one editor. 0 for every other agent.
-_Key = tuple[str, int | str]
+# A shared process's key: the agent, and for an agent on the editor's models its owner — an editor (its principal and
+# serial number, never reused), or an HTTP client's principal —, whose model it thinks with: a model request names no
+# conversation, so a process serves one editor. "" for every other agent.
+_Key = tuple[str, str]
 
 
 def _key(config: AgentConfig, owner: object) -> _Key:
     if not config.model_source or owner is None:
-        return (config.id, 0)
-    return (config.id, owner if isinstance(owner, str) else id(owner))
+        return (config.id, "")
+    if isinstance(owner, str):
+        return (config.id, f"{owner}\0")
+    return (config.id, f"{getattr(owner, 'principal_id', '')}\0{getattr(owner, 'serial', id(owner))}")
+
+
+def _principal_of(key: _Key) -> str | None:
+    """Whose conversations a process of ``key`` is for (``None``: anyone's)."""
+    return key[1].partition("\0")[0] if key[1] else None
 
 
 class _Start:
@@ -117,9 +125,9 @@ class AgentPool:
         process (started if needed) — for an agent on the editor's models the one of that editor, whose model it
         thinks with —, or with ``isolation = "session"`` a process of the session's own, stopped by ``release``."""
         config = self.config(agent_id)
-        if config.isolation == "session":
-            return await self._start_dedicated(config)
         key = _key(config, owner)
+        if config.isolation == "session":
+            return await self._start_dedicated(config, _principal_of(key))
         while True:
             if self._closed:
                 raise AgentStartError(agent_id, "lmbridge is shutting down")
@@ -136,11 +144,11 @@ class AgentPool:
             if start.process is not None:
                 return start.process
 
-    async def _start_dedicated(self, config: AgentConfig) -> AgentProcess:
+    async def _start_dedicated(self, config: AgentConfig, principal: str | None) -> AgentProcess:
         if self._closed or self._nursery is None:
             raise AgentStartError(config.id, "lmbridge is shutting down")
         begun = trio.current_time()
-        process: AgentProcess = await self._nursery.start(self._run_process, config, None)
+        process: AgentProcess = await self._nursery.start(self._run_process, config, None, principal)
         self._dedicated.add(process)
         self._log.info(
             "agent ready",
@@ -201,7 +209,7 @@ class AgentPool:
         begun = trio.current_time()
         try:
             with start.scope:
-                process = await self._nursery.start(self._run_process, config, spawned)
+                process = await self._nursery.start(self._run_process, config, spawned, _principal_of(key))
                 start.process = process
                 self._running[key] = process
                 self._nursery.start_soon(self._restart_after_crash, process, key)
@@ -223,11 +231,13 @@ class AgentPool:
         self,
         config: AgentConfig,
         spawned: subprocess.Popen[bytes] | None,
+        principal: str | None,
         *,
         task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run one agent process, as the launcher prepared it (an adopted process was started without it)."""
-        launch = await self.launcher.prepare(config) if self.launcher is not None and spawned is None else None
+        launcher = self.launcher if spawned is None else None
+        launch = await launcher.prepare(config, principal) if launcher is not None else None
         try:
             process = AgentProcess(
                 launch.config if launch else config, stop_grace=self._stop_grace, tracer=self._tracer, spawned=spawned

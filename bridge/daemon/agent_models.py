@@ -21,7 +21,7 @@ class _Launcher:
         self._log = log
         self.gateway: AgentModelGateway | None = None
 
-    async def prepare(self, config: AgentConfig) -> Any:  # bridge.acp.pool.Launch | None
+    async def prepare(self, config: AgentConfig, principal: str | None) -> Any:  # bridge.acp.pool.Launch | None
         if not config.model_source:
             return None
         if self.gateway is None:
@@ -31,7 +31,7 @@ class _Launcher:
             # Model requests at once, over every agent on the editor's models: the editors' own limits
             # ([editor_models] max_concurrent, each) are what bounds them.
             self.gateway = AgentModelGateway(self._service, HttpSettings(max_turns=1024), log=self._log)
-        return await self.gateway.prepare(config)
+        return await self.gateway.prepare(config, principal)
 
 
 def install_agent_models(service: BridgeService, log: Logger) -> None:

@@ -295,6 +295,7 @@ class KeyRing:
         self._signature: tuple[int, int, int] | None = None
         self._used: dict[str, float] = {}
         self._used_dirty = False
+        self._broken = ""  # why the keys file cannot be read now
         if keys is not None:
             self._records = keys.load()
             self._signature = keys.signature()
@@ -318,7 +319,7 @@ class KeyRing:
         try:
             self._reload()
         except ServeError:
-            pass  # the keys read before stay in force; ``refresh`` logs why
+            pass  # every key is refused until the file is mended; ``refresh`` logs why
         owner = hmac.compare_digest(presented, self._token)
         presented_digest = digest(presented).encode()
         found: KeyRecord | None = None
@@ -339,13 +340,29 @@ class KeyRing:
 
     def refresh(self, now: float | None = None) -> list[Principal]:
         """Read the keys file again if it changed; returns the principals that ended since the last call (their
-        key revoked or expired). ``ServeError``: the file became unreadable (the keys read before stay in force)."""
+        key revoked or expired). ``ServeError``: the file became unreadable (then every key is refused, the owner's
+        token still works, until it is mended)."""
         now = time.time() if now is None else now
-        self._reload()
-        in_force = {record.id: record for record in self._records if not record.expired(now)}
-        ended = [record.principal() for record_id, record in self._in_force.items() if record_id not in in_force]
-        self._in_force = in_force
+        try:
+            self._reload()
+        finally:
+            in_force = {record.id: record for record in self._records if not record.expired(now)}
+            ended = [record.principal() for record_id, record in self._in_force.items() if record_id not in in_force]
+            self._in_force = in_force
         return ended
+
+    def valid(self, principal: Principal, now: float | None = None) -> bool:
+        """Whether ``principal``'s credential still holds (the owner's always does): what was let in before a key
+        was revoked or expired is checked again with this."""
+        if not principal.id.startswith("key:"):
+            return True
+        try:
+            self._reload()
+        except ServeError:
+            pass  # every key is refused until the file is mended
+        now = time.time() if now is None else now
+        record_id = principal.id.removeprefix("key:")
+        return any(record.id == record_id and not record.expired(now) for record in self._records)
 
     def flush_used(self) -> None:
         """Write when each key was last used to the sidecar (``keys list`` shows it), if anything changed."""
@@ -358,5 +375,12 @@ class KeyRing:
             return
         signature = self._file.signature()
         if signature != self._signature:
-            self._records = self._file.load()
             self._signature = signature
+            try:
+                self._records = self._file.load()
+                self._broken = ""
+            except ServeError as exc:
+                self._records = []  # fail closed: a key removed by hand must not live on because the file broke
+                self._broken = str(exc)
+        if self._broken:
+            raise ServeError(self._broken)

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,7 @@ class WebSocketDaemon:
             default_cwd=self._options.default_cwd,
             shutdown_stops_daemon=False,
             principal=principal,
+            authorized=lambda: self._keyring.valid(principal),
         )
         wire = WebSocketWire(ws)
         connection = JsonRpcConnection(
@@ -230,14 +232,16 @@ class WebSocketDaemon:
             return refusal.status, refusal.reason
         return principal
 
-    async def end_principal(self, principal: Principal) -> None:
-        """Its key was revoked or expired: its running turns end (cancelled) and its connections close."""
-        ended = [(e, c) for e, c in self._connections.values() if e.principal.id == principal.id]
-        for editor, _connection in ended:
+    async def end_connections(self, ended: Callable[[Principal], bool]) -> list[str]:
+        """Close the connections whose principal has ``ended`` (its key revoked or expired), their running turns
+        ended (cancelled) first; the names of their keys."""
+        closing = [(e, c) for e, c in self._connections.values() if ended(e.principal)]
+        for editor, _connection in closing:
             editor.cancel_turns()
         async with trio.open_nursery() as nursery:
-            for _editor, connection in ended:
+            for _editor, connection in closing:
                 nursery.start_soon(connection.aclose)
+        return [editor.principal.name for editor, _connection in closing]
 
     async def _close_when_idle(
         self, connection: JsonRpcConnection, wire: WebSocketWire, editor: EditorConnection
@@ -340,25 +344,28 @@ USED_WRITE_INTERVAL = 30.0  # seconds between writes of when each key was last u
 
 
 async def _watch_keys(keyring: KeyRing, server: WebSocketDaemon, http: Any, log: Logger) -> None:
-    """Take in changes of the keys file as they come, and end what a revoked or expired key had running."""
+    """Take in changes of the keys file as they come, and end what a revoked or expired key has running: every
+    connection and turn is looked at each time, so one let in as its key was revoked does not stay."""
     last_write = trio.current_time()
     problem = ""  # said once, not every second
     try:
         while True:
             await trio.sleep(KEYS_CHECK_INTERVAL)
             try:
-                ended = keyring.refresh()
+                keyring.refresh()
+                problem = ""
             except ServeError as exc:
                 if str(exc) != problem:
                     problem = str(exc)
-                    log.error("cannot read the keys file; the keys read before stay in force", error=problem)
-                continue
-            problem = ""
-            for principal in ended:
-                log.warning("key revoked or expired: its turns are ended, its connections closed", key=principal.name)
-                if http is not None:
-                    http.front.cancel_turns(principal.id)
-                await server.end_principal(principal)
+                    log.error("cannot read the keys file: every key is refused until it is mended", error=problem)
+
+            def ended(principal: Principal) -> bool:
+                return not keyring.valid(principal)
+
+            names = set(http.front.cancel_turns(ended)) if http is not None else set()
+            names.update(await server.end_connections(ended))
+            for name in sorted(names):
+                log.warning("key revoked or expired: its turns are ended, its connections closed", key=name)
             if trio.current_time() - last_write >= USED_WRITE_INTERVAL:
                 last_write = trio.current_time()
                 try:

@@ -11,6 +11,7 @@ keep the two in step.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from .initialize import PROTOCOL_VERSION, EditorHello, initialize_result, parse_
 
 __all__ = ["PROTOCOL_VERSION", "EditorConnection"]
 
+_SERIALS = itertools.count(1)
+
 
 class EditorConnection:
     """One editor's connection. ``methods`` is registered on its ``JsonRpcConnection`` by the caller."""
@@ -48,13 +51,16 @@ class EditorConnection:
         default_cwd: str | None = None,
         shutdown_stops_daemon: bool = True,
         principal: Principal = LOCAL,
+        authorized: Callable[[], bool] = lambda: True,
     ) -> None:
         """``shutdown_stops_daemon``: with stdio, ``shutdown`` stops the whole bridge; on a shared daemon it only
         ends this editor's turns (the daemon serves others). ``principal``: whose key opened the connection (its
-        conversations, its models and what it may do)."""
+        conversations, its models and what it may do); ``authorized``: whether that key still holds."""
         self.service = service
         self.name = name
         self.principal = principal
+        self.serial = next(_SERIALS)  # which connection, never reused (an agent process may be this editor's)
+        self._authorized = authorized
         self.methods = MethodTable()
         self.methods.request("initialize", self._initialize, inline=True)
         # Checked in arrival order, not when the handler gets to run: initialized, and the key's scope.
@@ -128,13 +134,19 @@ class EditorConnection:
         return initialize_result(self.service.permission_tool)
 
     def apply(self, hello: EditorHello) -> None:
-        """Take what the editor said in ``initialize`` (also when ``lmbridge stdio`` answered it early)."""
+        """Take what the editor said in ``initialize`` (also when ``lmbridge stdio`` answered it early). Agents it
+        defines are every client's (on a daemon: only a key with the ``admin`` scope may), and sharing its models
+        is a ``chat`` matter."""
+        if hello.agents:
+            self.principal.require("admin")
+        if hello.editor_models:
+            self.principal.require("chat")
         self.client_info = hello.client_info
         self.workspace_folders = list(hello.workspace_folders)
         self.view = ClientView(thinking=hello.thinking, acp_updates=hello.acp_updates)
         if hello.agents:
             self.service.add_agents(hello.agents)
-        self.service.prestart_agents(self)
+        self.service.prestart_agents(self, self.principal)
         if self._unwatch_models is None:
             self._unwatch_models = self.service.watch_models(self._models_changed)
         self.initialized = True
@@ -149,6 +161,8 @@ class EditorConnection:
     def _needs(self, scope: str) -> Callable[[], None]:
         def precondition() -> None:
             self._require_initialized()
+            if not self._authorized():
+                raise RpcError(INVALID_REQUEST, "Invalid Request: this connection's key was revoked or has expired")
             self.principal.require(scope)
 
         return precondition
@@ -262,6 +276,7 @@ class EditorConnection:
         if not self.initialized:
             raise InvalidParams("editor/modelsChanged", "call initialize first")
         models = parse_shared_models(_object(params, "params").get("models"), "models")
+        self.principal.require("chat")
         self.service.editor_models.share(self, models)
 
     async def _editor_parts(self, batch: list[Any]) -> None:

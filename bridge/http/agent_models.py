@@ -146,6 +146,7 @@ class _Route:
     agent_id: str
     source: str  # "editor" or "editor:<model id>"
     authorization: bytes  # the token
+    principal: str | None = None  # whose conversations its process is for (None: anyone's, in a one-user process)
     process: object = None  # the agent process (bridge.acp.process.AgentProcess), once it runs
     requests: int = 0
 
@@ -180,7 +181,7 @@ class AgentModelGateway:
     def routes(self) -> int:
         return len(self._routes)
 
-    async def prepare(self, config: AgentConfig) -> _Launch | None:
+    async def prepare(self, config: AgentConfig, principal: str | None = None) -> _Launch | None:
         if not config.model_source:
             return None
         base = await self._mounted(config)
@@ -188,7 +189,7 @@ class AgentModelGateway:
         add_secret(token)
         if self._service.tracer is not None:
             self._service.tracer.add_secret(token)
-        entry = self._routes[route] = _Route(config.id, config.model_source, token.encode())
+        entry = self._routes[route] = _Route(config.id, config.model_source, token.encode(), principal)
         recipe = recipe_for(config)
         if recipe == "env" and config.model_recipe == "auto":
             self._log.warning(
@@ -285,8 +286,8 @@ class AgentModelGateway:
             # An HTTP client's conversation: the one editor of its principal that shares models (never another's).
             client = session.client if session.client is not None else self._only_sharing(session.principal)
             editors[id(client) if client is not None else id(session)] = client
-        if not sessions:  # no conversation left (a late request): the one editor sharing models, if one
-            only = self._only_sharing(None)
+        if not sessions:  # no conversation (yet, or left: a late request): the one editor of its key sharing models
+            only = self._only_sharing(entry.principal)
             if only is not None:
                 editors[id(only)] = only
         if len(editors) > 1:

@@ -117,7 +117,7 @@ class HttpFront:
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
         chat, messages = ChatCompletions(), Messages()
-        self._turns: dict[CancelRequest, str] = {}  # the cancel signals of the turns running now: their principal
+        self._turns: dict[CancelRequest, Principal] = {}  # the cancel signals of the turns running now: whose
         self._idle = trio.Event()
         self._idle.set()
         self._router = Router(
@@ -137,12 +137,15 @@ class HttpFront:
     def running(self) -> int:
         return len(self._turns)
 
-    def cancel_turns(self, principal_id: str | None = None) -> None:
-        """End every running turn (the daemon is stopping), or ``principal_id``'s (its key was revoked): each
-        response ends as a cancelled turn."""
+    def cancel_turns(self, ended: Callable[[Principal], bool] | None = None) -> list[str]:
+        """End every running turn (the daemon is stopping), or those whose principal has ``ended`` (its key was
+        revoked): each response ends as a cancelled turn. The names of the principals whose turns were ended."""
+        names = []
         for cancel, principal in list(self._turns.items()):
-            if principal_id is None or principal == principal_id:
+            if (ended is None or ended(principal)) and not cancel.is_set():
                 cancel.set()
+                names.append(principal.name)
+        return names
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -255,13 +258,15 @@ class HttpFront:
                     f"{limit} turns are running, the limit (serve.max_turns); retry when one has finished",
                     retry_after=1.0,
                 )
+            if not isinstance(self._authorize(scope["headers"]), Principal):  # revoked while the body was read
+                raise ApiError(401, "authentication_error", "the key was revoked or expired")
         except _ClientGone:
             return
         except ApiError as error:
             await _respond_error(send, api, error)
             return
         exchange = _Exchange(self, api, request, receive, send)
-        self._turns[exchange.cancel] = _principal(scope).id
+        self._turns[exchange.cancel] = _principal(scope)
         if self._idle.is_set():  # (a waiter holds the current event: replace it only once it has fired)
             self._idle = trio.Event()
         started = trio.current_time()

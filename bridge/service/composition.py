@@ -209,11 +209,11 @@ class BridgeService:
             if stored is not None:
                 self.catalog.seed(config.id, AgentOffer.from_json(stored))
 
-    def prestart_agents(self, editor: object = None) -> None:
+    def prestart_agents(self, editor: object = None, principal: Principal | None = None) -> None:
         """An editor connected: start the agents configured with ``prestart``, and the imports serving its tools
         needs (the HTTP server and the schema checker, ~0.1 s of CPU once per process; the MCP SDK only when something
         needs it), which its first chat would otherwise wait for (editors send their tools with every chat)."""
-        for config in self.pool.configs.values():
+        for config in self._agents_of(principal).values():
             if config.prestart:
                 self.pool.prestart(config.id, editor)
         self.tools.preload()
