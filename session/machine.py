@@ -314,13 +314,6 @@ WITHDRAWN_MOVED_ON = "The user moved on without running this tool; the call was 
 WITHDRAWN_AGENT_GONE = "The session ended; the tool call was withdrawn."
 
 
-# How long before the first call of a batch arrives the agent must have reported its calls in progress for those
-# reports to count as telling of the whole batch. Codex over HTTP reports all of a response's calls ~16-20 ms
-# before its first MCP request arrives; over the stdio relay its reports and requests arrive within a millisecond
-# of each other, in either order.
-_REPORT_LEAD = 0.005
-
-
 class SessionMachine:
     def __init__(
         self,
@@ -358,12 +351,12 @@ class SessionMachine:
         # reports every call of the model's response as pending once it is parsed; Codex reports each as in
         # progress as it starts them (over HTTP all of a response's ~20 ms before the first MCP request arrives,
         # over the stdio relay interleaved with the requests); Gemini CLI asks permission for each (answered here).
-        # When every call told of has arrived, the batch ends at once instead of waiting for the idle timer --
-        # unless a call was reported in progress less than _REPORT_LEAD before the batch's first call arrived, or
-        # after it: then the agent's reports race its calls, and they never say that no more are coming.
+        # When every call told of has arrived, the batch ends at once instead of waiting for the idle timer -- if
+        # they were told of as the model's (pending, or asked permission for), all at once. Calls reported only as
+        # they are made (in progress) never say that no more are coming: on a calm machine Codex reports all of a
+        # response's calls before its first MCP request arrives, on a busy one the next report comes after it.
         self._announced_calls: set[str] = set()
         self._last_running_report: float | None = None
-        self._told_while_calling = False
         self._batch_arrivals = 0
         self._drain_deadline: float | None = None
         self._options = TurnOptions()  # the latest turn's: decides permission handling while no turn is open
@@ -665,11 +658,9 @@ class SessionMachine:
             self._emit(self._turn, pending.part, out)
             if pending.permission is None:
                 self._batch_arrivals += 1
-                reported = self._last_running_report
-                if self._batch_arrivals == 1 and reported is not None and now - reported < _REPORT_LEAD:
-                    self._told_while_calling = True
             self._arm_window(now)
-            complete = 0 < len(self._announced_calls) <= self._batch_arrivals and not self._told_while_calling
+            told_by_the_model = self._last_running_report is None
+            complete = 0 < len(self._announced_calls) <= self._batch_arrivals and told_by_the_model
             if pending.permission is None and complete and self.state is State.STREAMING:
                 self._close_batch(out)  # every call the agent announced is here: nothing more to wait for
         # else: announced by the next turn's buffer flush
@@ -695,8 +686,6 @@ class SessionMachine:
         self._announced_calls.add(call_id)
         if as_made and new:
             self._last_running_report = now
-            if self._batch_arrivals:
-                self._told_while_calling = True
             if self._window_opened is not None and self.state is State.STREAMING:
                 self._arm_window(now)  # a call being made while the batch is open: wait for it (the window)
 
@@ -860,7 +849,6 @@ class SessionMachine:
         self._window_opened = None
         self._announced_calls.clear()
         self._last_running_report = None
-        self._told_while_calling = False
         self._batch_arrivals = 0
         pending = tuple(call_id for call_id, p in self._pending.items() if p.emitted)
         context = self._renderer.usage
