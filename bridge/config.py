@@ -23,6 +23,8 @@ __all__ = [
     "Config",
     "ConfigError",
     "EditorModelSettings",
+    "LimitSettings",
+    "Limits",
     "PermissionSettings",
     "ServeSettings",
     "SessionSettings",
@@ -42,6 +44,7 @@ ISOLATIONS = ("agent", "session")  # one process per agent, shared by its sessio
 MODEL_RECIPES = ("auto", "claude", "codex", "opencode", "env")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
+_NO_LIMITS: Mapping[str, Any] = MappingProxyType({})
 
 # The records below are NamedTuples, not dataclasses: `lmbridge stdio` reads this file before it starts the agent of
 # an editor's first chat, and importing dataclasses (which imports inspect, ast, dis...) and building six of them
@@ -146,6 +149,26 @@ class ServeSettings(NamedTuple):
 HTTP_ACTIVITY = ("native", "text")
 
 
+class LimitSettings(NamedTuple):
+    """What one key may use (0: no limit): turns running at once, requests a minute (a token bucket: a burst of that
+    many, refilled evenly), and tokens a UTC day (as the agents report them, else estimated)."""
+
+    concurrent_turns: int = 0
+    requests_per_minute: int = 0
+    daily_tokens: int = 0
+
+
+class Limits(NamedTuple):
+    """``[limits]``: the defaults for every key, and ``[limits.keys.NAME]``: a key's own (keys not named there get the
+    defaults; a key's table replaces the defaults it names, and keeps the others)."""
+
+    default: LimitSettings = LimitSettings()
+    keys: Mapping[str, LimitSettings] = _NO_LIMITS
+
+    def of(self, name: str) -> LimitSettings:
+        return self.keys.get(name, self.default)
+
+
 class Config(NamedTuple):
     agents: Mapping[str, AgentConfig]
     sessions: SessionSettings = SessionSettings()
@@ -153,6 +176,7 @@ class Config(NamedTuple):
     serve: ServeSettings = ServeSettings()
     tools: ToolSettings = ToolSettings()
     editor_models: EditorModelSettings = EditorModelSettings()
+    limits: Limits = Limits()
     path: Path | None = None
 
 
@@ -202,7 +226,8 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         line = _line_from_toml_error(str(exc)) or (len(text.splitlines()) if "end of document" in str(exc) else None)
         raise ConfigError(f"invalid TOML: {exc}", path=path, line=line) from exc
     locate = _Locator(text, path)
-    _check_keys(data, {"agents", "sessions", "permissions", "serve", "tools", "editor_models"}, locate, table="")
+    known = {"agents", "sessions", "permissions", "serve", "tools", "editor_models", "limits"}
+    _check_keys(data, known, locate, table="")
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT_ID: demo_agent()}
     raw_agents = data.get("agents", {})
@@ -226,6 +251,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         raise locate.error(f"must be one of {', '.join(HTTP_ACTIVITY)}", "serve.activity")
     tools = _settings(ToolSettings, data.get("tools", {}), locate, "tools")
     editor_models = _settings(EditorModelSettings, data.get("editor_models", {}), locate, "editor_models")
+    limits = _limits(data.get("limits", {}), locate)
     return Config(
         agents=agents,
         sessions=sessions,
@@ -233,8 +259,27 @@ def parse_config(text: str, path: Path | None = None) -> Config:
         serve=serve,
         tools=tools,
         editor_models=editor_models,
+        limits=limits,
         path=path,
     )
+
+
+def _limits(raw: Any, locate: "_Locator") -> Limits:
+    if not isinstance(raw, dict):
+        raise locate.error("must be a table", "limits")
+    own = raw.get("keys", {})
+    if not isinstance(own, dict):
+        raise locate.error("must be a table of keys' limits, e.g. [limits.keys.alice]", "limits.keys")
+    defaults = {key: value for key, value in raw.items() if key != "keys"}
+    default = _settings(LimitSettings, defaults, locate, "limits", zero=True)
+    keys = {}
+    for name, table in own.items():
+        where = f"limits.keys.{name}"
+        if not isinstance(table, dict):
+            raise locate.error("must be a table", where)
+        given = _settings(LimitSettings, table, locate, where, zero=True)
+        keys[name] = default._replace(**{key: getattr(given, key) for key in table})
+    return Limits(default, MappingProxyType(keys))
 
 
 def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> AgentConfig:
@@ -352,7 +397,8 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
     return AgentConfig(**values)
 
 
-def _settings(cls: Any, raw: Any, locate: "_Locator", table: str) -> Any:
+def _settings(cls: Any, raw: Any, locate: "_Locator", table: str, *, zero: bool = False) -> Any:
+    """``zero``: an integer may be 0 (for limits, where 0 is none)."""
     if not isinstance(raw, dict):
         raise locate.error("must be a table", table)
     defaults = cls()
@@ -370,8 +416,8 @@ def _settings(cls: Any, raw: Any, locate: "_Locator", table: str) -> Any:
             expected = f"a positive number up to {MAX_SECONDS:,}"
             value = float(value) if ok else value
         elif isinstance(default, int):
-            ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-            expected = "a positive integer"
+            ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if zero else value > 0)
+            expected = "an integer, 0 or more" if zero else "a positive integer"
         elif isinstance(default, tuple):
             ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
             expected = "a list of strings"

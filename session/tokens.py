@@ -14,7 +14,7 @@ from typing import Any
 
 from .messages import check_message
 
-__all__ = ["estimate_message_tokens", "estimate_tokens"]
+__all__ = ["estimate_message_tokens", "estimate_tokens", "estimate_turn_tokens"]
 
 _MESSAGE_OVERHEAD = 4
 _IMAGE_TOKENS = 85
@@ -32,8 +32,19 @@ def estimate_message_tokens(message: Any, where: str = "message") -> int:
     return _MESSAGE_OVERHEAD + sum(_part_tokens(part) for part in check_message(message, where))
 
 
+def estimate_turn_tokens(messages: list[Any], answered: Any) -> int:
+    """A turn's tokens when its agent reported none: the history it was given (its model reads all of it again each
+    turn) and the parts it answered. The messages were checked when the turn began."""
+    total = 0
+    for message in messages:
+        parts = message.get("content") if isinstance(message, dict) else None
+        if isinstance(parts, list):
+            total += _MESSAGE_OVERHEAD + sum(_part_tokens(part) for part in parts if isinstance(part, dict))
+    return total + sum(_part_tokens(part) for part in answered if isinstance(part, dict))
+
+
 def _part_tokens(part: dict[str, Any]) -> int:
-    kind = part["type"]
+    kind = part.get("type")
     if kind in ("text", "thinking"):
         return estimate_tokens(part["value"])
     if kind == "tool_call":

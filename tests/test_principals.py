@@ -129,6 +129,8 @@ def test_keys_file_mistakes_say_what_to_do(tmp_path: Path) -> None:
         keys.add("bob", scopes=["chat", "root"])
     with pytest.raises(ServeError, match="key name"):
         keys.add("-bob")
+    with pytest.raises(ServeError, match="'owner' is the token file's holder"):
+        keys.add("owner")
     with pytest.raises(ServeError, match="no key named 'carol' \\(keys: alice\\)"):
         keys.revoke("carol")
     keys.path.chmod(0o644)

@@ -236,3 +236,79 @@ async def test_a_revoked_key_is_refused_and_its_running_turns_end(team: Any, tmp
     log = daemon.stderr
     assert "key revoked or expired" in log and "key=carol" in log
     assert json.dumps(keys["carol"])[1:-1] not in log
+
+
+async def test_a_key_over_its_limits_is_refused_before_any_work_and_other_keys_are_not(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    config = tmp_path / "limited.toml"
+    config.write_text(
+        agents_toml.read_text()
+        + """
+[limits.keys.alice]
+requests_per_minute = 1
+
+[limits.keys.bob]
+concurrent_turns = 1
+
+[limits.keys.carol]
+daily_tokens = 1000
+"""
+    )
+    keys_file = KeysFile(tmp_path / "state" / "keys.json")
+    keys = {name: keys_file.add(name)[1] for name in ("alice", "bob", "carol", "dave")}
+    hello = [{"role": "user", "content": "/say hello"}]
+
+    def refusal(client: openai.OpenAI, content: str = "/say hello") -> tuple[int, str, str]:
+        try:
+            client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": content}])
+        except openai.RateLimitError as error:
+            body = error.body if isinstance(error.body, dict) else {}
+            return error.status_code, error.response.headers.get("retry-after", ""), str(body.get("message"))
+        return 200, "", ""
+
+    async with serving(tmp_path, config, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:
+        alice, bob, carol, dave = (_sdk(daemon, keys[name]) for name in ("alice", "bob", "carol", "dave"))
+
+        # alice: one request a minute, on both fronts together.
+        assert await trio.to_thread.run_sync(refusal, alice) == (200, "", "")
+        status, retry, message = await trio.to_thread.run_sync(refusal, alice)
+        assert status == 429 and 1 <= int(retry) <= 60 and "requests_per_minute" in message
+        async with _editor(daemon, keys["alice"], tmp_path) as editor:
+            refused = (await editor.chat("scripted", [user("/say hello")])).error
+        assert refused is not None and refused.code == -32004
+        assert refused.data["name"] == "requests_per_minute" and refused.data["limit"] == 1
+        assert await trio.to_thread.run_sync(refusal, dave) == (200, "", "")  # no limits: never refused
+
+        # carol: a budget of 1000 tokens a day; her turn reports 1501 (admitted under it, so it finishes).
+        assert await trio.to_thread.run_sync(refusal, carol, "/usage 1500 200000\n/say counted") == (200, "", "")
+        status, retry, message = await trio.to_thread.run_sync(refusal, carol)
+        assert status == 429 and 1 <= int(retry) <= 86400 and "1501 tokens today" in message
+
+        # bob: one turn at a time; a second waits for the first to end.
+        opened: dict[str, Any] = {}
+
+        def long_turn() -> None:
+            stream = bob.chat.completions.create(
+                model="scripted", messages=[{"role": "user", "content": "/say started\n/sleep 600000"}], stream=True
+            )
+            opened["stream"] = stream
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    opened["first"] = True
+                    return
+
+        with trio.fail_after(HANG):
+            await trio.to_thread.run_sync(long_turn)
+        try:
+            status, retry, message = await trio.to_thread.run_sync(refusal, bob)
+            assert (status, retry) == (429, "1") and "concurrent_turns" in message
+            assert await trio.to_thread.run_sync(refusal, dave) == (200, "", "")
+        finally:
+            opened["stream"].close()  # the client goes away: its turn is cancelled, its slot freed
+        with trio.fail_after(HANG):
+            while await trio.to_thread.run_sync(refusal, bob) != (200, "", ""):
+                await trio.sleep(0.05)  # polling: the daemon sees the disconnect and ends the turn
+        assert await trio.to_thread.run_sync(lambda: bob.chat.completions.create(model="scripted", messages=hello))
+    assert daemon.process.returncode == 0, daemon.stderr[-2000:]
+    assert processes_with_marker(marker) == []

@@ -106,12 +106,17 @@ class UnknownModel(InvalidParams):
 
 
 class TooManyRequests(RpcError):
-    """-32004: a limit on work in flight was reached. ``retry_after``: seconds after which trying again is sensible."""
+    """-32004: a limit was reached. ``limit``: its value; ``retry_after``: seconds after which trying again is
+    sensible; ``name``: which limit, when it is one of a key's (``requests_per_minute``, ...)."""
 
-    def __init__(self, message: str, *, limit: int, retry_after: float = 1.0) -> None:
-        super().__init__(TOO_MANY_REQUESTS, message, {"limit": limit, "retryAfter": retry_after})
+    def __init__(self, message: str, *, limit: int, retry_after: float = 1.0, name: str = "") -> None:
+        data: dict[str, Any] = {"limit": limit, "retryAfter": retry_after}
+        if name:
+            data["name"] = name
+        super().__init__(TOO_MANY_REQUESTS, message, data)
         self.limit = limit
         self.retry_after = retry_after
+        self.name = name
 
 
 class ScopeMissing(RpcError):

@@ -160,6 +160,8 @@ class KeysFile:
             raise ServeError(
                 f"key name {name!r}: use 1 to 64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
             )
+        if name == OWNER.name:
+            raise ServeError(f"{name!r} is the token file's holder (logs and [limits.keys] name it so); choose another")
         scopes = tuple(dict.fromkeys(scopes))
         unknown = [scope for scope in scopes if scope not in SCOPES]
         if unknown or not scopes:

@@ -20,7 +20,7 @@ from bridge.service.models import ModelEntry
 from bridge.service.principals import Principal
 from bridge.service.view import ClientView
 from session.permissions import PermissionQuestions
-from session.tokens import estimate_message_tokens, estimate_tokens
+from session.tokens import estimate_message_tokens, estimate_tokens, estimate_turn_tokens
 from wire.cancel import CancelRequest
 from wire.errors import UnknownModel
 from wire.vocabulary import TOOL_CALLS
@@ -109,7 +109,7 @@ class TurnRunner:
             choices=self._settings(request, entry),
             principal=request.principal,
         )
-        outcome = await self.service.chat(turn, sink, cancel)
+        outcome = await self.service.chat(turn, sink, cancel, principal=request.principal)
         stop_reason = outcome.stop_reason or "end_turn"
         if stop_reason == TOOL_CALLS and not calls:
             stop_reason = "end_turn"  # only a question was asked: the client's turn to speak
@@ -125,15 +125,19 @@ class TurnRunner:
             sent.append(part)
             await on_part(part)
 
-        answer = await self.service.editor_models.call(
-            target.link,
-            target.model,
-            list(request.messages),  # type: ignore[arg-type]  # TypedDict messages: the call takes plain dicts
-            sink,
-            cancel,
-            tools=request.tools or None,
-            max_tokens=request.max_tokens,
-        )
+        # Limited as a turn of the client; an agent thinking with the editor model asks as the local principal, not
+        # limited (the turn that started it was).
+        with self.service.metered(request.principal) as meter:
+            answer = await self.service.editor_models.call(
+                target.link,
+                target.model,
+                list(request.messages),  # type: ignore[arg-type]  # TypedDict messages: the call takes plain dicts
+                sink,
+                cancel,
+                tools=request.tools or None,
+                max_tokens=request.max_tokens,
+            )
+            meter.count(answer.usage, lambda: estimate_turn_tokens(request.messages, sent))
         return HttpTurnResult(answer.stop_reason, answer.usage, None, sent)
 
     def _settings(self, request: ParsedRequest, entry: ModelEntry) -> tuple[tuple[str, Any], ...]:

@@ -9,23 +9,28 @@ then agent process groups are stopped.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from bridge.acp.pool import AgentPool
 from bridge.config import AgentConfig, Config
+from bridge.service.limits import TurnLimits
 from bridge.service.models import ModelEntry, model_entries, resolve_model
-from bridge.service.principals import Principal
+from bridge.service.principals import LOCAL, Principal
 from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
 from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
+    from session.actor import OutcomeHook, PartSink, TurnOutcome
     from session.router import TurnRequest
+    from wire.cancel import CancelRequest
 
-__all__ = ["BridgeService"]
+__all__ = ["BridgeService", "Meter"]
 
 
 # Seconds between a change of the session store and its write: what a crash (not a shutdown) may lose.
@@ -95,8 +100,7 @@ class BridgeService:
             catalog=self.catalog,
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
-        # Run one turn: ``chat(request, sink, cancel_requested, on_outcome=None)`` (``SessionRouter.chat``).
-        self.chat = self.router.chat
+        self.limits = TurnLimits(config.limits)
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
         self.http_url: str | None = None  # the HTTP API's address, when the process serves it (daemon/status says)
         self.stopped = trio.Event()
@@ -246,6 +250,35 @@ class BridgeService:
             **({"http": self.http_url} if self.http_url else {}),
         }
 
+    async def chat(
+        self,
+        request: TurnRequest,
+        sink: PartSink,
+        cancel: CancelRequest,
+        on_outcome: OutcomeHook | None = None,
+        *,
+        principal: Principal | None = None,
+    ) -> TurnOutcome:
+        """Run one turn (``SessionRouter.chat``) within ``principal``'s limits: ``TooManyRequests`` before any work
+        when it is over one."""
+        from session.tokens import estimate_turn_tokens
+
+        with self.metered(principal) as meter:
+            outcome = await self.router.chat(request, sink, cancel, on_outcome)
+            meter.count(outcome.usage, lambda: estimate_turn_tokens(request.messages, outcome.emitted))
+            return outcome
+
+    @contextmanager
+    def metered(self, principal: Principal | None) -> Iterator[Meter]:
+        """A turn of ``principal`` (``None``: the process's one user) within its limits, from admission (raising
+        ``TooManyRequests`` when it is over one) to its end, whatever that is; the turn tells the meter its usage."""
+        admission = self.limits.admit(principal or LOCAL, now=trio.current_time(), wall=time.time())
+        meter = Meter(counted=admission.limited)
+        try:
+            yield meter
+        finally:
+            self.limits.finish(admission, meter.tokens, wall=time.time())
+
     def turn_request(
         self,
         entry: ModelEntry,
@@ -293,6 +326,34 @@ class BridgeService:
             entry.thinks_with,
             principal.id if principal is not None else "",
         )
+
+
+class Meter:
+    """What one turn used, as the turn tells it: the tokens the agent reported, else an estimate (made only when
+    something counts them)."""
+
+    __slots__ = ("counted", "estimated", "tokens")
+
+    def __init__(self, *, counted: bool) -> None:
+        self.counted = counted
+        self.tokens = 0
+        self.estimated = False
+
+    def count(self, usage: dict[str, Any] | None, estimate: Callable[[], int]) -> None:
+        reported = _reported_total(usage)
+        if reported is not None:
+            self.tokens = reported
+        elif self.counted:
+            self.tokens, self.estimated = estimate(), True
+
+
+def _reported_total(usage: dict[str, Any] | None) -> int | None:
+    if not usage:
+        return None
+    if isinstance(usage.get("totalTokens"), int):
+        return int(usage["totalTokens"])
+    counts = [usage[key] for key in ("inputTokens", "outputTokens") if isinstance(usage.get(key), int)]
+    return sum(counts) if counts else None
 
 
 def _command_line(config: AgentConfig) -> list[str]:

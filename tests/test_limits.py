@@ -1,0 +1,151 @@
+"""Per-key limits, as pure objects on given clocks: turns at once, the request bucket, the daily token budget, and
+the ``[limits]`` table that configures them."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.config import ConfigError, Limits, LimitSettings, parse_config
+from bridge.service.composition import Meter
+from bridge.service.limits import DAY, TurnLimits
+from bridge.service.principals import LOCAL, Principal
+from wire.errors import TOO_MANY_REQUESTS, TooManyRequests
+
+ALICE, BOB = Principal("k-alice", "alice"), Principal("k-bob", "bob")
+NOON = 20_000 * DAY + DAY / 2  # a wall-clock time in the middle of a UTC day
+
+
+def limits(**default: int) -> TurnLimits:
+    return TurnLimits(Limits(LimitSettings(**default)))
+
+
+def refused(limits: TurnLimits, principal: Principal, *, now: float = 0.0, wall: float = NOON) -> TooManyRequests:
+    with pytest.raises(TooManyRequests) as caught:
+        limits.admit(principal, now=now, wall=wall)
+    return caught.value
+
+
+def test_turns_at_once_are_counted_per_key_and_freed_when_a_turn_ends() -> None:
+    turns = limits(concurrent_turns=2)
+    first = turns.admit(ALICE, now=0, wall=NOON)
+    turns.admit(ALICE, now=0, wall=NOON)
+    error = refused(turns, ALICE)
+    assert error.code == TOO_MANY_REQUESTS
+    assert error.data == {"limit": 2, "retryAfter": 1.0, "name": "concurrent_turns"}
+    turns.admit(BOB, now=0, wall=NOON)  # another key's turns are its own
+    turns.finish(first, 10, wall=NOON)
+    turns.admit(ALICE, now=0, wall=NOON)
+
+
+def test_the_bucket_allows_a_burst_then_refills_evenly_and_says_when_to_retry() -> None:
+    turns = limits(requests_per_minute=3)
+    for _ in range(3):
+        turns.finish(turns.admit(ALICE, now=100.0, wall=NOON), 0, wall=NOON)
+    error = refused(turns, ALICE, now=100.0)
+    assert error.name == "requests_per_minute" and error.retry_after == pytest.approx(20.0)
+    assert refused(turns, ALICE, now=110.0).retry_after == pytest.approx(10.0)  # half a token back
+    turns.admit(ALICE, now=120.0, wall=NOON)  # one whole token: one more request
+    refused(turns, ALICE, now=120.0)
+    turns.admit(BOB, now=120.0, wall=NOON)  # bob's bucket is full
+    # A long pause refills to the burst, never beyond it.
+    for _ in range(3):
+        turns.admit(ALICE, now=10_000.0, wall=NOON)
+    refused(turns, ALICE, now=10_000.0)
+
+
+def test_the_daily_budget_counts_what_turns_used_and_is_renewed_at_midnight_utc() -> None:
+    turns = limits(daily_tokens=1000)
+    turns.finish(turns.admit(ALICE, now=0, wall=NOON), 600, wall=NOON)
+    turns.finish(turns.admit(ALICE, now=0, wall=NOON), 600, wall=NOON)  # admitted under the budget: it finishes
+    assert turns.used_today(ALICE.id, wall=NOON) == 1200
+    error = refused(turns, ALICE, wall=NOON)
+    assert error.name == "daily_tokens" and error.limit == 1000
+    assert error.retry_after == pytest.approx(DAY / 2)  # until midnight UTC
+    turns.admit(BOB, now=0, wall=NOON)
+    tomorrow = NOON + DAY / 2 + 1
+    assert turns.used_today(ALICE.id, wall=tomorrow) == 0
+    turns.admit(ALICE, now=0, wall=tomorrow)
+
+
+def test_a_turn_that_ends_after_midnight_counts_for_the_new_day() -> None:
+    turns = limits(daily_tokens=1000)
+    admitted = turns.admit(ALICE, now=0, wall=NOON)
+    turns.finish(admitted, 900, wall=NOON + DAY)
+    assert turns.used_today(ALICE.id, wall=NOON) == 0
+    assert turns.used_today(ALICE.id, wall=NOON + DAY) == 900
+
+
+def test_a_refused_request_costs_nothing() -> None:
+    turns = limits(concurrent_turns=1, requests_per_minute=2)
+    held = turns.admit(ALICE, now=0, wall=NOON)
+    for _ in range(5):
+        assert refused(turns, ALICE).name == "concurrent_turns"  # refused before the bucket was touched
+    turns.finish(held, 0, wall=NOON)
+    turns.admit(ALICE, now=0, wall=NOON)  # the second token of the burst is still there
+
+
+def test_the_local_user_and_keys_without_limits_are_never_refused() -> None:
+    turns = TurnLimits(Limits(LimitSettings(concurrent_turns=1), {"bob": LimitSettings()}))
+    for _ in range(3):
+        turns.admit(LOCAL, now=0, wall=NOON)
+        turns.admit(BOB, now=0, wall=NOON)
+    turns.admit(ALICE, now=0, wall=NOON)
+    refused(turns, ALICE)
+
+
+def test_a_key_is_limited_by_its_name_so_a_new_key_of_that_name_starts_afresh() -> None:
+    turns = limits(concurrent_turns=1)
+    turns.admit(ALICE, now=0, wall=NOON)
+    turns.admit(Principal("k-alice-2", "alice"), now=0, wall=NOON)  # revoked and re-added: someone else
+
+
+def test_the_meter_takes_the_reported_tokens_and_estimates_only_when_counted() -> None:
+    def never() -> int:
+        raise AssertionError("estimated although nothing counts it")
+
+    meter = Meter(counted=False)
+    meter.count(None, never)
+    assert (meter.tokens, meter.estimated) == (0, False)
+    meter = Meter(counted=True)
+    meter.count({"inputTokens": 30, "outputTokens": 12}, never)
+    assert (meter.tokens, meter.estimated) == (42, False)
+    meter.count({"totalTokens": 50, "inputTokens": 30}, never)
+    assert meter.tokens == 50
+    meter.count({"contextUsed": 9}, lambda: 77)
+    assert (meter.tokens, meter.estimated) == (77, True)
+
+
+def test_the_limits_table_has_defaults_and_per_key_overrides() -> None:
+    config = parse_config(
+        """
+[limits]
+concurrent_turns = 4
+requests_per_minute = 60
+
+[limits.keys.alice]
+requests_per_minute = 600
+daily_tokens = 2000000
+
+[limits.keys.ci]
+concurrent_turns = 0
+"""
+    )
+    assert config.limits.of("bob") == LimitSettings(4, 60, 0)
+    assert config.limits.of("alice") == LimitSettings(4, 600, 2_000_000)  # the defaults it does not name are kept
+    assert config.limits.of("ci") == LimitSettings(0, 60, 0)  # 0: no limit
+    assert parse_config("").limits.of("anyone") == LimitSettings()
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "says"),
+    [
+        ("[limits]\nrequests_per_minte = 5", "limits.requests_per_minte", "unknown key"),
+        ("[limits]\nconcurrent_turns = -1", "limits.concurrent_turns", "an integer, 0 or more"),
+        ("[limits.keys.alice]\ndaily_tokens = 'lots'", "limits.keys.alice.daily_tokens", "an integer"),
+        ("[limits]\nkeys = 3", "limits.keys", "table of keys' limits"),
+    ],
+)
+def test_a_mistake_in_the_limits_table_names_its_key(text: str, key: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert key in str(caught.value) and says in str(caught.value)
