@@ -92,6 +92,7 @@ class TurnOutcome:
     emitted: tuple[dict[str, Any], ...] = ()
     pending_calls: tuple[str, ...] = ()
     usage: dict[str, Any] | None = None
+    session_id: str = ""  # the ACP session that ran the turn (set by the router; "" when none did)
 
     @classmethod
     def from_action(cls, action: EndTurn) -> TurnOutcome:

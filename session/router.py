@@ -18,7 +18,7 @@ import itertools
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import trio
@@ -295,7 +295,7 @@ class SessionRouter:
                 # Sessions opened while all others were busy may exceed the cap: now that this one may be idle,
                 # bring the count back down (least recently used first).
                 self._make_room(opening=False)
-            return outcome
+            return replace(outcome, session_id=session.session_id or "")
         raise InternalError("could not route the request: its sessions kept closing")
 
     async def _new_session_turn(

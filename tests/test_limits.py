@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from bridge.config import ConfigError, Limits, LimitSettings, parse_config
-from bridge.service.composition import Meter
 from bridge.service.limits import DAY, TurnLimits
 from bridge.service.principals import LOCAL, Principal
+from bridge.service.usage import Meter
 from wire.errors import TOO_MANY_REQUESTS, TooManyRequests
 
 ALICE, BOB = Principal("k-alice", "alice"), Principal("k-bob", "bob")
@@ -103,16 +103,17 @@ def test_the_meter_takes_the_reported_tokens_and_estimates_only_when_counted() -
     def never() -> int:
         raise AssertionError("estimated although nothing counts it")
 
-    meter = Meter(counted=False)
+    who = (NOON, ALICE.id, ALICE.name, "http", "scripted", "scripted")
+    meter = Meter(who, counted=False, clock=lambda: 0.0)
     meter.count(None, never)
-    assert (meter.tokens, meter.estimated) == (0, False)
-    meter = Meter(counted=True)
+    assert (meter.tokens, meter.estimated, meter.record().total_tokens) == (0, False, None)
+    meter = Meter(who, counted=True, clock=lambda: 0.0)
     meter.count({"inputTokens": 30, "outputTokens": 12}, never)
     assert (meter.tokens, meter.estimated) == (42, False)
     meter.count({"totalTokens": 50, "inputTokens": 30}, never)
     assert meter.tokens == 50
     meter.count({"contextUsed": 9}, lambda: 77)
-    assert (meter.tokens, meter.estimated) == (77, True)
+    assert (meter.tokens, meter.estimated, meter.record().total_tokens) == (77, True, 77)
 
 
 def test_the_limits_table_has_defaults_and_per_key_overrides() -> None:

@@ -5,6 +5,7 @@ across keys, scopes, and a key revoked while its turn runs."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -312,3 +313,22 @@ daily_tokens = 1000
         assert await trio.to_thread.run_sync(lambda: bob.chat.completions.create(model="scripted", messages=hello))
     assert daemon.process.returncode == 0, daemon.stderr[-2000:]
     assert processes_with_marker(marker) == []
+
+    # Every turn left its row in the usage ledger, every refusal too; nothing of what was said.
+    ledger = tmp_path / "state" / "usage.db"
+    report = await trio.run_process(
+        [sys.executable, "-m", "bridge", "usage", "--ledger", str(ledger), "--since", "1d", "--json"],
+        capture_stdout=True,
+    )
+    rows = {row["group"]: row for row in json.loads(report.stdout)["rows"]}
+    assert (rows["alice"]["turns"], rows["alice"]["refused"]) == (1, 2)  # refused on HTTP and the editor protocol
+    assert (rows["carol"]["turns"], rows["carol"]["refused"], rows["carol"]["totalTokens"]) == (1, 1, 1501)
+    assert rows["carol"]["estimatedTokens"] == 0  # reported by the agent
+    assert rows["bob"]["cancelled"] == 1 and rows["bob"]["turns"] >= 3 and rows["bob"]["refused"] >= 1
+    assert rows["dave"]["turns"] == 2 and rows["dave"]["estimatedTokens"] == rows["dave"]["totalTokens"] > 0
+    assert b"alice's" not in ledger.read_bytes() and b"hello" not in ledger.read_bytes()
+
+    # A restarted daemon goes on from the ledger: carol's budget for today is still spent.
+    async with serving(tmp_path, config, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:
+        status, _retry, message = await trio.to_thread.run_sync(refusal, _sdk(daemon, keys["carol"]))
+        assert status == 429 and "1501 tokens today" in message

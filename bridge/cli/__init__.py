@@ -6,6 +6,7 @@ subcommand's work lives in its own module, imported only when that subcommand ru
 - ``chat``: ``lmbridge chat``, an agent from the terminal
 - ``demo``: ``lmbridge demo``, the scripted conversation
 - ``keys``: ``lmbridge keys``, the keys of a shared daemon
+- ``usage``: ``lmbridge usage``, what its turns used, from the usage ledger
 
 May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.editor``, ``bridge.config``, ``wire``. Nothing imports it
 but ``python -m bridge``.
@@ -114,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="keys of other principals (lmbridge keys; default keys.json beside the token file)",
     )
+    serve.add_argument(
+        "--ledger",
+        metavar="FILE",
+        help="the usage ledger, one row per turn (lmbridge usage; default usage.db beside the token file)",
+    )
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --listen address (needs TLS)")
     serve.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
     serve.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
@@ -166,10 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     from bridge.harness.commands import add_replay_parser, add_test_parser
 
     from .keys import add_keys_parser
+    from .usage import add_usage_parser
 
     add_test_parser(commands)
     add_replay_parser(commands)
     add_keys_parser(commands)
+    add_usage_parser(commands)
 
     return parser
 
@@ -184,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .keys import run_keys
 
         return run_keys(args)
+    if args.command == "usage":  # the ledger only
+        from .usage import run_usage
+
+        return run_usage(args)
     from bridge.config import ConfigError, load_config
 
     try:
@@ -306,6 +318,7 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         unix_path=args.unix,
         token_file=args.token_file,
         keys_file=args.keys_file,
+        ledger_file=args.ledger,
         allow_remote=args.allow_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

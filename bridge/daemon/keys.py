@@ -17,7 +17,6 @@ import json
 import os
 import re
 import secrets
-import stat
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -28,7 +27,7 @@ from typing import Any
 
 from bridge.service.principals import SCOPES, Principal
 
-from .security import Refusal, ServeError
+from .security import Refusal, ServeError, check_private
 
 __all__ = [
     "DEFAULT_SCOPES",
@@ -226,13 +225,7 @@ class KeysFile:
 
 
 def _read_private(path: Path) -> str:
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):
-        raise ServeError(f"{path} is not a regular file")
-    if info.st_mode & 0o077:
-        raise ServeError(
-            f"{path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 600 {path}"
-        )
+    check_private(path, path.stat())
     return path.read_text()
 
 
@@ -262,15 +255,25 @@ _UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 def parse_expiry(text: str, now: float | None = None) -> float:
     """``30d``, ``12h``, ``90m``, ``2w`` from now, or a date / date and time (ISO 8601; UTC unless it says)."""
+    return _moment(text, now, later=True, option="--expires")
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """``30d``, ``12h``, ``90m``, ``2w`` ago, or a date / date and time (ISO 8601; UTC unless it says)."""
+    return _moment(text, now, later=False, option="--since")
+
+
+def _moment(text: str, now: float | None, *, later: bool, option: str) -> float:
     now = time.time() if now is None else now
     match = _DURATION.match(text.strip())
     if match:
-        return now + int(match.group(1)) * _UNITS[match.group(2)]
+        seconds = int(match.group(1)) * _UNITS[match.group(2)]
+        return now + seconds if later else now - seconds
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ServeError(
-            f"--expires {text!r}: give a duration (90m, 12h, 30d, 2w) or a date (2027-01-31, 2027-01-31T12:00)"
+            f"{option} {text!r}: give a duration (90m, 12h, 30d, 2w) or a date (2027-01-31, 2027-01-31T12:00)"
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)

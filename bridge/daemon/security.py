@@ -58,19 +58,23 @@ def load_token(path: Path) -> str:
         with os.fdopen(fd, "w") as handle:
             handle.write(token + "\n")
         return token
-    if not stat.S_ISREG(info.st_mode):
-        raise ServeError(f"token file {path} is not a regular file")
-    if info.st_mode & 0o077:
-        raise ServeError(
-            f"token file {path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
-            f"run: chmod 600 {path}"
-        )
+    check_private(path, info, "token file ")
     token = path.read_text().strip()
     if len(token) < 16:
         raise ServeError(
             f"token file {path} holds no usable token (at least 16 characters); delete it to get a new one"
         )
     return token
+
+
+def check_private(path: Path, info: os.stat_result, what: str = "") -> None:
+    """``ServeError`` unless ``path`` (``info``: its ``stat``) is a regular file only its owner can read."""
+    if not stat.S_ISREG(info.st_mode):
+        raise ServeError(f"{what}{path} is not a regular file")
+    if info.st_mode & 0o077:
+        raise ServeError(
+            f"{what}{path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 600 {path}"
+        )
 
 
 def is_loopback(host: str) -> bool:

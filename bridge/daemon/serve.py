@@ -18,7 +18,9 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ import trio_websocket
 from bridge.config import Config
 from bridge.editor.connection import EditorConnection
 from bridge.service.composition import BridgeService
+from bridge.service.limits import DAY
 from bridge.service.principals import Principal
 from wire.http_server import bearer
 from wire.observe.logger import Logger
@@ -39,6 +42,7 @@ from wire.rpc.websocket import WebSocketWire
 
 from .agent_models import install_agent_models
 from .keys import KeyRing, KeysFile, keys_path_for
+from .ledger import UsageLedger, ledger_path_for
 from .security import (
     Refusal,
     ServeError,
@@ -60,6 +64,7 @@ class ServeOptions:
     unix_path: str | None = None
     token_file: str | None = None
     keys_file: str | None = None  # default: keys.json beside the token file
+    ledger_file: str | None = None  # the usage ledger; default: usage.db beside the token file
     allow_remote: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -278,7 +283,12 @@ async def serve_daemon(
         tracer.add_secret(token)
     keys_path = Path(options.keys_file).expanduser() if options.keys_file else keys_path_for(token_path)
     keyring = KeyRing(token, KeysFile(keys_path))
+    ledger = UsageLedger(Path(options.ledger_file).expanduser() if options.ledger_file else ledger_path_for(token_path))
+    ledger.open()
     service = BridgeService(config, log=log, tracer=tracer)
+    service.ledger = ledger.record
+    now = time.time()
+    service.limits.seed(ledger.tokens_today(now - now % DAY), wall=now)
     install_agent_models(service, log)
     server = WebSocketDaemon(service, options, keyring, log=log, tracer=tracer)
     service.connection_count = lambda: server.connection_count
@@ -291,9 +301,11 @@ async def serve_daemon(
             ready["http"] = service.http_url = http.url
         ready["tokenFile"] = str(token_path.resolve())
         ready["keysFile"] = str(keys_path.resolve())
+        ready["ledger"] = str(ledger.path.resolve())
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
             nursery.start_soon(_watch_keys, keyring, server, http, log)
+            nursery.start_soon(_keep_ledger, ledger, log)
             async with trio.open_nursery() as connections:
                 server.handlers = connections
                 with trio.CancelScope() as accepting:
@@ -317,6 +329,7 @@ async def serve_daemon(
     finally:
         if http is not None:
             http.close()
+        ledger.close()
     return 0
 
 
@@ -377,6 +390,34 @@ async def _watch_keys(keyring: KeyRing, server: WebSocketDaemon, http: Any, log:
             keyring.flush_used()
         except OSError as exc:
             log.warning("cannot record when keys were last used", error=str(exc))
+
+
+LEDGER_WRITE_INTERVAL = 1.0  # seconds between writes of the turns' rows to the usage ledger
+
+
+async def _keep_ledger(ledger: UsageLedger, log: Logger) -> None:
+    """Move the rows turns left to the ledger file, in a worker thread, once a second; the last ones on the way out.
+    A disk that refuses them is said once; the rows wait for the next write (the oldest dropped past a bound)."""
+    problem = ""
+    try:
+        while True:
+            await trio.sleep(LEDGER_WRITE_INTERVAL)
+            rows = ledger.take()
+            try:
+                await trio.to_thread.run_sync(ledger.write, rows)
+                problem = ""
+            except (sqlite3.Error, OSError) as exc:
+                ledger.give_back(rows)
+                if str(exc) != problem:
+                    problem = str(exc)
+                    log.error("cannot write the usage ledger: its rows wait", error=problem, ledger=str(ledger.path))
+    finally:
+        try:
+            ledger.write(ledger.take())
+        except (sqlite3.Error, OSError) as exc:
+            log.error("cannot write the usage ledger: its last rows are lost", error=str(exc))
+        if ledger.dropped:
+            log.error("usage ledger rows were dropped while it could not be written", rows=ledger.dropped)
 
 
 async def _wait_for_signal(log: Logger) -> None:

@@ -237,7 +237,9 @@ class EditorConnection:
             self._no_turns = trio.Event()
         started = trio.current_time()
         try:
-            outcome = await self.service.chat(request, sink, cancel, on_outcome=answer, principal=self.principal)
+            outcome = await self.service.chat(
+                request, sink, cancel, on_outcome=answer, principal=self.principal, front="editor", model=model_id
+            )
         finally:
             self._turn_events.discard(cancel)
             if not self._turn_events:

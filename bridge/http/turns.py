@@ -109,7 +109,9 @@ class TurnRunner:
             choices=self._settings(request, entry),
             principal=request.principal,
         )
-        outcome = await self.service.chat(turn, sink, cancel, principal=request.principal)
+        outcome = await self.service.chat(
+            turn, sink, cancel, principal=request.principal, front="http", model=request.model
+        )
         stop_reason = outcome.stop_reason or "end_turn"
         if stop_reason == TOOL_CALLS and not calls:
             stop_reason = "end_turn"  # only a question was asked: the client's turn to speak
@@ -127,7 +129,7 @@ class TurnRunner:
 
         # Limited as a turn of the client; an agent thinking with the editor model asks as the local principal, not
         # limited (the turn that started it was).
-        with self.service.metered(request.principal) as meter:
+        with self.service.metered(request.principal, "http", EDITOR_MODELS_PREFIX, request.model) as meter:
             answer = await self.service.editor_models.call(
                 target.link,
                 target.model,
@@ -138,6 +140,7 @@ class TurnRunner:
                 max_tokens=request.max_tokens,
             )
             meter.count(answer.usage, lambda: estimate_turn_tokens(request.messages, sent))
+            meter.ended(answer.stop_reason, None)
         return HttpTurnResult(answer.stop_reason, answer.usage, None, sent)
 
     def _settings(self, request: ParsedRequest, entry: ModelEntry) -> tuple[tuple[str, Any], ...]:

@@ -21,8 +21,10 @@ from bridge.config import AgentConfig, Config
 from bridge.service.limits import TurnLimits
 from bridge.service.models import ModelEntry, model_entries, resolve_model
 from bridge.service.principals import LOCAL, Principal
+from bridge.service.usage import Meter, Recorder, refused
 from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
+from wire.errors import TooManyRequests
 from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
@@ -30,7 +32,7 @@ if TYPE_CHECKING:  # imported on first use: the session layer is not on the path
     from session.router import TurnRequest
     from wire.cancel import CancelRequest
 
-__all__ = ["BridgeService", "Meter"]
+__all__ = ["BridgeService"]
 
 
 # Seconds between a change of the session store and its write: what a crash (not a shutdown) may lose.
@@ -101,6 +103,7 @@ class BridgeService:
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
         self.limits = TurnLimits(config.limits)
+        self.ledger: Recorder | None = None  # where each turn's record goes (the daemon's usage ledger), if anywhere
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
         self.http_url: str | None = None  # the HTTP API's address, when the process serves it (daemon/status says)
         self.stopped = trio.Event()
@@ -258,26 +261,42 @@ class BridgeService:
         on_outcome: OutcomeHook | None = None,
         *,
         principal: Principal | None = None,
+        front: str = "",
+        model: str = "",
     ) -> TurnOutcome:
-        """Run one turn (``SessionRouter.chat``) within ``principal``'s limits: ``TooManyRequests`` before any work
-        when it is over one."""
+        """Run one turn (``SessionRouter.chat``) within ``principal``'s limits — ``TooManyRequests`` before any work
+        when it is over one — and account for it (``front``, ``model``: as the request came)."""
         from session.tokens import estimate_turn_tokens
 
-        with self.metered(principal) as meter:
-            outcome = await self.router.chat(request, sink, cancel, on_outcome)
+        with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
+            outcome = await self.router.chat(request, meter.sink(sink), cancel, on_outcome)
             meter.count(outcome.usage, lambda: estimate_turn_tokens(request.messages, outcome.emitted))
+            meter.ended(outcome.stop_reason, outcome.error, outcome.session_id)
             return outcome
 
     @contextmanager
-    def metered(self, principal: Principal | None) -> Iterator[Meter]:
+    def metered(self, principal: Principal | None, front: str, agent: str, model: str) -> Iterator[Meter]:
         """A turn of ``principal`` (``None``: the process's one user) within its limits, from admission (raising
-        ``TooManyRequests`` when it is over one) to its end, whatever that is; the turn tells the meter its usage."""
-        admission = self.limits.admit(principal or LOCAL, now=trio.current_time(), wall=time.time())
-        meter = Meter(counted=admission.limited)
+        ``TooManyRequests`` when it is over one) to its end, whatever that is; the turn tells the meter what it used
+        and how it ended, and its record goes to the ledger."""
+        who = principal or LOCAL
+        identity = (time.time(), who.id, who.name, front, agent, model)
+        try:
+            admission = self.limits.admit(who, now=trio.current_time(), wall=identity[0])
+        except TooManyRequests as error:
+            if self.ledger is not None:
+                self.ledger(refused(identity, error))
+            raise
+        meter = Meter(identity, counted=admission.limited or self.ledger is not None)
         try:
             yield meter
+        except BaseException as error:
+            meter.failed(error)
+            raise
         finally:
             self.limits.finish(admission, meter.tokens, wall=time.time())
+            if self.ledger is not None:
+                self.ledger(meter.record())
 
     def turn_request(
         self,
@@ -326,34 +345,6 @@ class BridgeService:
             entry.thinks_with,
             principal.id if principal is not None else "",
         )
-
-
-class Meter:
-    """What one turn used, as the turn tells it: the tokens the agent reported, else an estimate (made only when
-    something counts them)."""
-
-    __slots__ = ("counted", "estimated", "tokens")
-
-    def __init__(self, *, counted: bool) -> None:
-        self.counted = counted
-        self.tokens = 0
-        self.estimated = False
-
-    def count(self, usage: dict[str, Any] | None, estimate: Callable[[], int]) -> None:
-        reported = _reported_total(usage)
-        if reported is not None:
-            self.tokens = reported
-        elif self.counted:
-            self.tokens, self.estimated = estimate(), True
-
-
-def _reported_total(usage: dict[str, Any] | None) -> int | None:
-    if not usage:
-        return None
-    if isinstance(usage.get("totalTokens"), int):
-        return int(usage["totalTokens"])
-    counts = [usage[key] for key in ("inputTokens", "outputTokens") if isinstance(usage.get(key), int)]
-    return sum(counts) if counts else None
 
 
 def _command_line(config: AgentConfig) -> list[str]:

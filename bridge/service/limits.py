@@ -106,6 +106,13 @@ class TurnLimits:
             account.day, account.tokens = today, 0
         account.tokens += max(0, tokens)
 
+    def seed(self, tokens: dict[str, int], *, wall: float) -> None:
+        """Today's tokens per principal id so far (from the usage ledger, when the daemon starts)."""
+        today = int(wall // DAY)
+        for principal_id, used in tokens.items():
+            account = self._accounts.setdefault(principal_id, _Account())
+            account.day, account.tokens = today, used
+
     def used_today(self, principal_id: str, *, wall: float) -> int:
         account = self._accounts.get(principal_id)
         if account is None or account.day != int(wall // DAY):
