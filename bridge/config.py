@@ -144,6 +144,9 @@ class ServeSettings(NamedTuple):
     max_turns: int = 32  # turns the HTTP API runs at once; a request over it gets 429
     # The agent's activity over HTTP: "native" (reasoning/thinking where the API has it) or "text".
     activity: str = "native"
+    # Seconds a stopping daemon (SIGTERM) lets running turns finish, opening no new conversation, /healthz 503;
+    # 0: running turns are cancelled at once.
+    drain_grace: float = 0.0
 
 
 HTTP_ACTIVITY = ("native", "text")

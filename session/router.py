@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from wire.cancel import CancelRequest
-from wire.errors import AgentReplyError, AgentTimeoutError, InternalError
+from wire.errors import AgentReplyError, AgentTimeoutError, Draining, InternalError
 from wire.observe.logger import Logger
 
 from .actor import AgentLink, OutcomeHook, PartSink, SessionActor, TurnOutcome
@@ -139,6 +139,12 @@ class LiveSession:
     retired: trio.Event = field(default_factory=trio.Event)  # the actor is done and the agent was told
 
     @property
+    def owing(self) -> bool:
+        """Opening, claimed by a request, or in a turn (its tool calls out with the client)."""
+        actor = self.actor
+        return bool(self.serving) or actor is None or (not actor.closed and not actor.machine.idle)
+
+    @property
     def evictable(self) -> bool:
         """Open, unclaimed, and owing nothing to anyone: closing it now cancels and loses nothing."""
         actor = self.actor
@@ -186,6 +192,7 @@ class SessionRouter:
         self._retiring: dict[str, LiveSession] = {}  # by ACP session id: closed here, the agent not yet told
         self.capacity = CapacityMeter()
         self._turn_ids = itertools.count(1)
+        self.draining = False  # set: a request that would open a session is refused (``Draining``)
         self._nursery: trio.Nursery | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -207,6 +214,11 @@ class SessionRouter:
         for session in sessions:
             if session.actor is not None:
                 await session.retired.wait()
+
+    @property
+    def owing(self) -> int:
+        """Sessions that owe someone something: opening, claimed by a request, or in a turn (tool calls out)."""
+        return sum(1 for session in self._sessions.values() if session.close_reason is None and session.owing)
 
     @property
     def sessions(self) -> list[LiveSession]:
@@ -240,6 +252,8 @@ class SessionRouter:
                 if (running is not None and running.serving) or not match.new_messages:
                     match = index.unmatched(request.messages)
             if match.kind is MatchKind.NO_MATCH:
+                if self.draining:
+                    raise Draining()
                 # Starting an agent can take a while: a cancel (or shutdown) must not wait for it.
                 done, opened = await _unless(cancel_requested, self._new_session_turn, index, match, request, turn_id)
                 if not done:

@@ -18,6 +18,7 @@ __all__ = [
     "AGENT_ERROR",
     "AGENT_EXITED",
     "AGENT_START_FAILED",
+    "DRAINING",
     "EDITOR_MODEL_FAILED",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
@@ -31,6 +32,7 @@ __all__ = [
     "AgentExitedError",
     "AgentReplyError",
     "AgentStartError",
+    "Draining",
     "EditorModelError",
     "InternalError",
     "InvalidParams",
@@ -58,6 +60,7 @@ AGENT_ERROR = -32003  # the agent answered with an error, or with something that
 TOO_MANY_REQUESTS = -32004  # a limit on requests in flight was reached; retry after an answer came
 EDITOR_MODEL_FAILED = -32005  # a model an editor shares failed, refused, timed out, or its editor went away
 SCOPE_MISSING = -32006  # the key the connection was opened with lacks the scope this method needs
+DRAINING = -32007  # the daemon is stopping: it finishes what runs and opens no new conversation; retry elsewhere
 
 
 class RpcError(Exception):
@@ -117,6 +120,19 @@ class TooManyRequests(RpcError):
         self.limit = limit
         self.retry_after = retry_after
         self.name = name
+
+
+class Draining(RpcError):
+    """-32007: the daemon is stopping (draining): the turns it runs finish, a new conversation is not opened here.
+    Another node (or this one, restarted) takes it: the request carries its whole history."""
+
+    def __init__(self, retry_after: float = 1.0) -> None:
+        super().__init__(
+            DRAINING,
+            "lmbridge is stopping and opens no new conversation; send the request again (to another node)",
+            {"retryAfter": retry_after},
+        )
+        self.retry_after = retry_after
 
 
 class ScopeMissing(RpcError):

@@ -120,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="the usage ledger, one row per turn (lmbridge usage; default usage.db beside the token file)",
     )
+    serve.add_argument(
+        "--drain-grace",
+        type=float,
+        metavar="S",
+        help="on SIGTERM, let running turns finish for up to S seconds, opening no new conversation (config: [serve] "
+        "drain_grace; default 0: cancel them)",
+    )
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --listen address (needs TLS)")
     serve.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
     serve.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
@@ -331,6 +338,7 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         http=http,
         http_max_turns=config.serve.max_turns,
         http_activity=config.serve.activity,
+        drain_grace=args.drain_grace if args.drain_grace is not None else config.serve.drain_grace,
     )
     log = get_logger()
     try:

@@ -21,7 +21,7 @@ import socket
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,7 @@ class ServeOptions:
     http: tuple[str, int] | None = None  # host and port of the HTTP API, when it is served
     http_max_turns: int = 32
     http_activity: str = "native"
+    drain_grace: float = 0.0  # seconds a SIGTERM lets running turns finish (0: they are cancelled at once)
 
 
 class _UnixListener(trio.abc.Listener[trio.SocketStream]):
@@ -261,6 +262,10 @@ class WebSocketDaemon:
             if connection.in_flight:  # a long turn is activity too
                 wire.last_activity = trio.current_time()
 
+    def stop_accepting(self) -> None:
+        """New connections are refused (503); the connected editors go on."""
+        self._accepting = False
+
     async def stop(self) -> None:
         """Stop accepting; end every connection's running turns (answered ``cancelled``)."""
         self._accepting = False
@@ -302,30 +307,34 @@ async def serve_daemon(
         ready["tokenFile"] = str(token_path.resolve())
         ready["keysFile"] = str(keys_path.resolve())
         ready["ledger"] = str(ledger.path.resolve())
-        async with trio.open_nursery() as nursery:
-            await nursery.start(service.run)
-            nursery.start_soon(_watch_keys, keyring, server, http, log)
-            nursery.start_soon(_keep_ledger, ledger, log)
-            async with trio.open_nursery() as connections:
-                server.handlers = connections
-                with trio.CancelScope() as accepting:
-                    async with trio.open_nursery() as listening:
-                        if listeners:
-                            await listening.start(server.run, listeners)
-                        if http is not None:
-                            await listening.start(http.run)
-                        out.write(json.dumps(ready) + "\n")
-                        out.flush()
-                        log.info("lmbridge serve ready", **ready, pid=os.getpid(), agents=sorted(config.agents))
-                        await _wait_for_signal(log)
-                        await server.stop()
-                        if http is not None:
-                            await http.finish_turns(config.sessions.cancel_drain_timeout + 1)
-                        accepting.cancel()
-                await service.shutdown()
-                await server.close_connections()
-                connections.cancel_scope.cancel()  # what is left are half-open handshakes: nothing owed to them
-            nursery.cancel_scope.cancel()
+        # Taken over before anyone is told the daemon is ready: a SIGTERM from then on stops it in order.
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(service.run)
+                nursery.start_soon(_watch_keys, keyring, server, http, log)
+                nursery.start_soon(_keep_ledger, ledger, log)
+                async with trio.open_nursery() as connections:
+                    server.handlers = connections
+                    with trio.CancelScope() as accepting:
+                        async with trio.open_nursery() as listening:
+                            if listeners:
+                                await listening.start(server.run, listeners)
+                            if http is not None:
+                                await listening.start(http.run)
+                            out.write(json.dumps(ready) + "\n")
+                            out.flush()
+                            log.info("lmbridge serve ready", **ready, pid=os.getpid(), agents=sorted(config.agents))
+                            await _next_signal(signals, log)
+                            if options.drain_grace > 0:
+                                await _drain(service, server, http, options.drain_grace, signals, log)
+                            await server.stop()
+                            if http is not None:
+                                await http.finish_turns(config.sessions.cancel_drain_timeout + 1)
+                            accepting.cancel()
+                    await service.shutdown()
+                    await server.close_connections()
+                    connections.cancel_scope.cancel()  # what is left are half-open handshakes: nothing owed to them
+                nursery.cancel_scope.cancel()
     finally:
         if http is not None:
             http.close()
@@ -420,8 +429,41 @@ async def _keep_ledger(ledger: UsageLedger, log: Logger) -> None:
             log.error("usage ledger rows were dropped while it could not be written", rows=ledger.dropped)
 
 
-async def _wait_for_signal(log: Logger) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("stopping on signal", signal=signal.Signals(signum).name)
-            return
+async def _next_signal(signals: AsyncIterator[int], log: Logger) -> None:
+    async for signum in signals:
+        log.info("stopping on signal", signal=signal.Signals(signum).name)
+        return
+
+
+DRAIN_POLL = 0.1  # seconds between looks at what still runs while draining
+
+
+async def _drain(
+    service: BridgeService, server: WebSocketDaemon, http: Any, grace: float, signals: AsyncIterator[int], log: Logger
+) -> None:
+    """Stop gently: /healthz says draining, no new connection or conversation, and running turns (tool calls out
+    with their clients included) may finish — for ``grace`` seconds at most, or until a second signal."""
+    service.drain()
+    server.stop_accepting()
+    log.info("draining: running turns may finish, no new conversation is opened", grace_seconds=grace)
+    started = trio.current_time()
+    with trio.move_on_after(grace) as waited:
+        async with trio.open_nursery() as nursery:
+
+            async def second_signal() -> None:
+                await _next_signal(signals, log)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(second_signal)
+            # What is owed is spread over every session's state machine: looked at ten times a second, here.
+            while service.owing or (http is not None and http.front.running):  # noqa: ASYNC110
+                await trio.sleep(DRAIN_POLL)
+            nursery.cancel_scope.cancel()
+    owing, requests = service.owing, http.front.running if http is not None else 0
+    log.info(
+        "drained" if not (owing or requests) else "drain ended: what still runs is cancelled",
+        seconds=round(trio.current_time() - started, 3),
+        timed_out=waited.cancelled_caught,
+        conversations_owing=owing,
+        http_requests=requests,
+    )

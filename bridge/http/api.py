@@ -24,6 +24,7 @@ from session.options import read_choices
 from wire.cancel import CancelRequest
 from wire.errors import (
     AgentError,
+    Draining,
     EditorModelError,
     InvalidParams,
     MessageError,
@@ -79,6 +80,8 @@ class ApiError(Exception):
             return cls(400, "invalid_request_error", str(error), param=field_name)
         if isinstance(error, TooManyRequests):
             return cls(429, "rate_limit_error", str(error), retry_after=error.retry_after or 1.0)
+        if isinstance(error, Draining):
+            return cls(503, "overloaded_error", str(error), retry_after=error.retry_after)
         if isinstance(error, EditorModelError):
             return cls(502, "api_error", str(error))
         if isinstance(error, AgentError) and error.retryable:

@@ -46,6 +46,7 @@ Authorize = Callable[[list[tuple[bytes, bytes]]], "Principal | tuple[int, str]"]
 # of a request, from its ASGI scope and the model it named; ``ApiError`` when there is none.
 Target = Callable[[Scope, str], EditorTarget]
 
+HEALTH_PATH = "/healthz"  # answered without a token: ready (200) or draining (503), nothing else
 CONVERSATION_HEADER = b"x-lmbridge-conversation"
 CWD_HEADER = b"x-lmbridge-cwd"
 
@@ -155,6 +156,9 @@ class HttpFront:
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
+            await self._health(send)
+            return
         headers = {name.lower(): value for name, value in scope["headers"]}
         api = _error_shape(scope)
         origin = headers.get(b"origin")
@@ -172,6 +176,12 @@ class HttpFront:
             await _respond_json(send, status, api.error_body(error), extra=extra)
             return
         await self._router({**scope, PRINCIPAL: checked}, receive, send)
+
+    async def _health(self, send: Send) -> None:
+        """For a load balancer: ready, or not (draining: the daemon is stopping). No token, and nothing more."""
+        draining = self.service.draining
+        status = "draining" if draining else "ready"
+        await _respond_json(send, 503 if draining else 200, {"status": status}, extra=[(b"cache-control", b"no-store")])
 
     def _origin_allowed(self, origin: bytes) -> bool:
         return origin.decode("latin-1") in self.settings.allowed_origins

@@ -147,6 +147,19 @@ class BridgeService:
             if content is not None:
                 self.store.write(content)
 
+    def drain(self) -> None:
+        """The process is stopping, gently: what runs goes on, no new conversation is opened (``Draining``)."""
+        self.router.draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self.router.draining
+
+    @property
+    def owing(self) -> int:
+        """Conversations in the middle of something (opening, a turn running, tool calls out with the client)."""
+        return self.router.owing
+
     async def shutdown(self) -> None:
         """Close all sessions, stop all agents. Idempotent."""
         if self.stopped.is_set():
