@@ -147,6 +147,8 @@ class ServeSettings(NamedTuple):
     # Seconds a stopping daemon (SIGTERM) lets running turns finish, opening no new conversation, /healthz 503;
     # 0: running turns are cancelled at once.
     drain_grace: float = 0.0
+    # /metrics without a key for clients on loopback (a Prometheus on the same host); else a key with ``metrics``.
+    open_metrics: bool = False
 
 
 HTTP_ACTIVITY = ("native", "text")

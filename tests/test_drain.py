@@ -56,6 +56,7 @@ async def test_healthz_says_ready_without_a_token_and_nothing_else(
     assert processes_with_marker(marker) == []
 
 
+@pytest.mark.smoke
 async def test_sigterm_drains_running_conversations_refuses_new_ones_and_exits_when_done(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:

@@ -39,6 +39,8 @@ def turn(at: float, key: str, **fields: Any) -> TurnRecord:
         "first_part_seconds": 0.25,
         "outcome": "end_turn",
         "error_code": None,
+        "tool_calls": 0,
+        "limit": "",
     }
     row.update(fields)
     return TurnRecord(**row)

@@ -239,6 +239,7 @@ async def test_a_revoked_key_is_refused_and_its_running_turns_end(team: Any, tmp
     assert json.dumps(keys["carol"])[1:-1] not in log
 
 
+@pytest.mark.smoke
 async def test_a_key_over_its_limits_is_refused_before_any_work_and_other_keys_are_not(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:

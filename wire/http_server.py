@@ -8,6 +8,7 @@ else (bodies, auth, routes).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import ssl
@@ -16,10 +17,29 @@ from typing import Any
 
 import trio
 
-__all__ = ["MORE_TO_COME", "bearer", "listening_socket", "load_server", "presented_token", "read_body", "serve_asgi"]
+__all__ = [
+    "MORE_TO_COME",
+    "bearer",
+    "is_loopback",
+    "listening_socket",
+    "load_server",
+    "presented_token",
+    "read_body",
+    "serve_asgi",
+]
 
 _HEADER_BYTES = 64 * 1024
 MORE_TO_COME: dict[str, Any] = {"type": "http.request", "body": b"", "more_body": True}
+
+
+def is_loopback(host: str) -> bool:
+    """A host name or address that stays on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def read_body(receive: Any, limit: int) -> tuple[bytes, dict[str, Any] | None]:

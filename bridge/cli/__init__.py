@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, let running turns finish for up to S seconds, opening no new conversation (config: [serve] "
         "drain_grace; default 0: cancel them)",
     )
+    serve.add_argument(
+        "--open-metrics",
+        action="store_true",
+        help="answer /metrics to clients on loopback without a key (config: [serve] open_metrics)",
+    )
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --listen address (needs TLS)")
     serve.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM)")
     serve.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
@@ -339,6 +344,7 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         http_max_turns=config.serve.max_turns,
         http_activity=config.serve.activity,
         drain_grace=args.drain_grace if args.drain_grace is not None else config.serve.drain_grace,
+        open_metrics=args.open_metrics or config.serve.open_metrics,
     )
     log = get_logger()
     try:

@@ -7,6 +7,7 @@ Origin, TLS, limits.
 - ``security``: the token file, loopback and Origin rules, TLS contexts
 - ``keys``: a key per person (``lmbridge keys``), the keys file, whose principal a credential is
 - ``ledger``: the usage ledger (SQLite, a row per turn) and the reports of ``lmbridge usage``
+- ``metrics``: ``/metrics`` in the Prometheus text format
 - ``serve``: the listening sockets, one editor connection per WebSocket, the orderly stop
 - ``http_listener``: the HTTP API front on its socket, under the same token, Origin and TLS rules
 

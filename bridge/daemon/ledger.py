@@ -26,7 +26,7 @@ from .security import ServeError, check_private
 __all__ = ["GROUPS", "UsageLedger", "UsageRow", "ledger_path_for", "usage_report"]
 
 SCHEMA_VERSION = 1
-_COLUMNS = TurnRecord._fields
+_COLUMNS = tuple("limit_name" if name == "limit" else name for name in TurnRecord._fields)  # LIMIT is SQL
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS turns (
     time REAL NOT NULL,
@@ -46,7 +46,9 @@ CREATE TABLE IF NOT EXISTS turns (
     seconds REAL NOT NULL,
     first_part_seconds REAL,
     outcome TEXT NOT NULL,
-    error_code INTEGER
+    error_code INTEGER,
+    tool_calls INTEGER NOT NULL,
+    limit_name TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_time ON turns (time);
 PRAGMA user_version = {SCHEMA_VERSION};

@@ -8,7 +8,6 @@ no sockets.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 import ssl
@@ -16,13 +15,14 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from wire.http_server import is_loopback
+
 __all__ = [
     "Refusal",
     "ServeError",
     "check_listen_address",
     "check_origin",
     "default_token_path",
-    "is_loopback",
     "load_token",
     "ssl_context",
 ]
@@ -75,15 +75,6 @@ def check_private(path: Path, info: os.stat_result, what: str = "") -> None:
         raise ServeError(
             f"{what}{path} is accessible by other users (mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 600 {path}"
         )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_listen_address(host: str, *, allow_remote: bool, tls: bool) -> None:

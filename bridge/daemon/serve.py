@@ -43,6 +43,8 @@ from wire.rpc.websocket import WebSocketWire
 from .agent_models import install_agent_models
 from .keys import KeyRing, KeysFile, keys_path_for
 from .ledger import UsageLedger, ledger_path_for
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import DaemonMetrics
 from .security import (
     Refusal,
     ServeError,
@@ -79,6 +81,7 @@ class ServeOptions:
     http_max_turns: int = 32
     http_activity: str = "native"
     drain_grace: float = 0.0  # seconds a SIGTERM lets running turns finish (0: they are cancelled at once)
+    open_metrics: bool = False  # /metrics without a key for loopback clients
 
 
 class _UnixListener(trio.abc.Listener[trio.SocketStream]):
@@ -291,13 +294,17 @@ async def serve_daemon(
     ledger = UsageLedger(Path(options.ledger_file).expanduser() if options.ledger_file else ledger_path_for(token_path))
     ledger.open()
     service = BridgeService(config, log=log, tracer=tracer)
-    service.ledger = ledger.record
+    service.recorders.append(ledger.record)
     now = time.time()
     service.limits.seed(ledger.tokens_today(now - now % DAY), wall=now)
     install_agent_models(service, log)
     server = WebSocketDaemon(service, options, keyring, log=log, tracer=tracer)
     service.connection_count = lambda: server.connection_count
     http = _http_listener(service, options, keyring, log) if options.http is not None else None
+    metrics = DaemonMetrics(service, http_running=lambda: http.front.running if http is not None else 0)
+    service.recorders.append(metrics.observe)
+    if http is not None:
+        http.front.metrics = (metrics.exposition, METRICS_CONTENT_TYPE)
     out = stdout if stdout is not None else sys.stdout
     try:
         listeners = await server.open_listeners() if options.websocket else []
@@ -354,6 +361,7 @@ def _http_listener(service: BridgeService, options: ServeOptions, keyring: KeyRi
         activity=options.http_activity,
         default_cwd=options.default_cwd,
         allowed_origins=options.allowed_origins,
+        open_metrics=options.open_metrics,
     )
     tls = ssl_context(options.tls_cert, options.tls_key)
     return HttpListener.open(

@@ -29,7 +29,7 @@ from bridge.service.principals import Principal
 from bridge.service.shared_models import SharedModel
 from wire.cancel import CancelRequest
 from wire.errors import ScopeMissing
-from wire.http_server import read_body
+from wire.http_server import is_loopback, read_body
 from wire.observe.logger import Logger
 
 from .anthropic_messages import CountTokensBody, Messages
@@ -47,6 +47,7 @@ Authorize = Callable[[list[tuple[bytes, bytes]]], "Principal | tuple[int, str]"]
 Target = Callable[[Scope, str], EditorTarget]
 
 HEALTH_PATH = "/healthz"  # answered without a token: ready (200) or draining (503), nothing else
+METRICS_PATH = "/metrics"
 CONVERSATION_HEADER = b"x-lmbridge-conversation"
 CWD_HEADER = b"x-lmbridge-cwd"
 
@@ -61,6 +62,7 @@ class HttpSettings:
     stored_responses: int = 2048  # Responses API objects kept for previous_response_id and GET
     default_cwd: str | None = None
     allowed_origins: tuple[str, ...] = ()  # browser origins: answered with CORS headers (checked by ``authorize``)
+    open_metrics: bool = False  # /metrics for any client on loopback, without a key (a local Prometheus)
 
 
 class _Endpoint:
@@ -118,11 +120,14 @@ class HttpFront:
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
         chat, messages = ChatCompletions(), Messages()
+        # The daemon's metrics in the Prometheus text format, and its content type (None: /metrics is not served).
+        self.metrics: tuple[Callable[[], bytes], str] | None = None
         self._turns: dict[CancelRequest, Principal] = {}  # the cancel signals of the turns running now: whose
         self._idle = trio.Event()
         self._idle.set()
         self._router = Router(
             [
+                Route(METRICS_PATH, self._asgi(self._metrics, "metrics"), methods=["GET"]),
                 Route("/v1/models", self._asgi(self._models, "models"), methods=["GET"]),
                 Route("/v1/models/{model:path}", self._asgi(self._model, "models"), methods=["GET"]),
                 Route("/v1/chat/completions", self._asgi(self._turn, "chat", chat), methods=["POST"]),
@@ -159,6 +164,9 @@ class HttpFront:
         if scope["path"] == HEALTH_PATH and scope["method"] in ("GET", "HEAD"):
             await self._health(send)
             return
+        if scope["path"] == METRICS_PATH and self.settings.open_metrics and _from_loopback(scope):
+            await self._metrics(scope, receive, send)
+            return
         headers = {name.lower(): value for name, value in scope["headers"]}
         api = _error_shape(scope)
         origin = headers.get(b"origin")
@@ -182,6 +190,13 @@ class HttpFront:
         draining = self.service.draining
         status = "draining" if draining else "ready"
         await _respond_json(send, 503 if draining else 200, {"status": status}, extra=[(b"cache-control", b"no-store")])
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.metrics is None:
+            await self._not_found(scope, receive, send)
+            return
+        exposition, content_type = self.metrics
+        await _respond(send, 200, exposition(), extra=[(b"content-type", content_type.encode())])
 
     def _origin_allowed(self, origin: bytes) -> bool:
         return origin.decode("latin-1") in self.settings.allowed_origins
@@ -469,6 +484,11 @@ def _shared_object(name: str, model: SharedModel, link: EditorLink) -> dict[str,
         "editor": link.label,
         "editor_model": model.describe(),
     }
+
+
+def _from_loopback(scope: Scope) -> bool:
+    client = scope.get("client")
+    return client is not None and is_loopback(client[0])
 
 
 def _cwd(raw: bytes | None) -> str | None:

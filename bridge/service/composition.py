@@ -103,7 +103,7 @@ class BridgeService:
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
         self.limits = TurnLimits(config.limits)
-        self.ledger: Recorder | None = None  # where each turn's record goes (the daemon's usage ledger), if anywhere
+        self.recorders: list[Recorder] = []  # where each turn's record goes (the daemon's usage ledger, its metrics)
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
         self.http_url: str | None = None  # the HTTP API's address, when the process serves it (daemon/status says)
         self.stopped = trio.Event()
@@ -297,10 +297,10 @@ class BridgeService:
         try:
             admission = self.limits.admit(who, now=trio.current_time(), wall=identity[0])
         except TooManyRequests as error:
-            if self.ledger is not None:
-                self.ledger(refused(identity, error))
+            for record in self.recorders:
+                record(refused(identity, error))
             raise
-        meter = Meter(identity, counted=admission.limited or self.ledger is not None)
+        meter = Meter(identity, counted=admission.limited or bool(self.recorders))
         try:
             yield meter
         except BaseException as error:
@@ -308,8 +308,10 @@ class BridgeService:
             raise
         finally:
             self.limits.finish(admission, meter.tokens, wall=time.time())
-            if self.ledger is not None:
-                self.ledger(meter.record())
+            if self.recorders:
+                row = meter.record()
+                for record in self.recorders:
+                    record(row)
 
     def turn_request(
         self,

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from wire.errors import RpcError
+from wire.errors import RpcError, TooManyRequests
 
 __all__ = ["Meter", "Recorder", "TurnRecord", "refused"]
 
@@ -38,6 +38,8 @@ class TurnRecord(NamedTuple):
     first_part_seconds: float | None
     outcome: str  # the stop reason, or "cancelled", "refused", "error"
     error_code: int | None
+    tool_calls: int  # calls of the client's tools the turn handed to it
+    limit: str  # for a refused request, the limit it met ("requests_per_minute", ...); else ""
 
 
 class Recorder(Protocol):
@@ -57,6 +59,7 @@ class Meter:
         "outcome",
         "session",
         "tokens",
+        "tool_calls",
         "usage",
         "who",
     )
@@ -82,6 +85,7 @@ class Meter:
         self.session = ""
         self.outcome = "error"
         self.error_code: int | None = None
+        self.tool_calls = 0
 
     def sink(self, sink: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
         """``sink``, noting when the first part went through it."""
@@ -89,6 +93,8 @@ class Meter:
         async def timed(part: dict[str, Any]) -> None:
             if self._first_part is None:
                 self._first_part = self._clock() - self._started
+            if part.get("type") == "tool_call":
+                self.tool_calls += 1
             await sink(part)
 
         return timed
@@ -138,15 +144,17 @@ class Meter:
             round(self._first_part, 6) if self._first_part is not None else None,
             self.outcome,
             self.error_code,
+            self.tool_calls,
+            "",
         )
 
 
-def refused(who: tuple[float, str, str, str, str, str], error: RpcError) -> TurnRecord:
+def refused(who: tuple[float, str, str, str, str, str], error: TooManyRequests) -> TurnRecord:
     """The row of a request refused before it started (over a limit)."""
     time, principal, key, front, agent, model = who
     return TurnRecord(
         time, principal, key, front, agent, model, "", None, None, None, None, False, None, None, 0.0, None,
-        "refused", error.code,
+        "refused", error.code, 0, error.name,
     )  # fmt: skip
 
 
