@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo check test test-plan lint pytest vscode-test vscode-e2e vscode-package bench bench-agents interop clean
+.PHONY: demo check test test-plan lint pytest haproxy scale vscode-test vscode-e2e vscode-package bench bench-agents \
+	interop clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -28,6 +29,8 @@ test-plan:
 	@echo "  2. pytest: unit, property-based and real-wire tests                 ~5 min"
 	@printf '     and the real agents (Claude Code, Codex, Gemini CLI, OpenCode)   ~5 min; from npm once, ~950 MB, ~3 min: %s\n' \
 		"$$(test -d .interop-cache && echo 'installed' || echo 'not yet installed')"
+	@printf '     with HAProxy for the scale-out test; from Debian once, ~10 s: %s\n' \
+		"$$(command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy && echo 'installed' || echo 'not yet installed')"
 	@echo "  3. the VS Code extension's tests against the real lmbridge          ~1 min (npm ci first)"
 	@printf '  4. the extension inside a real VS Code, headless                    ~1 min; Node 24, code-server, Chromium once, ~3 min: %s\n' \
 		"$$(test -e "$${LMBRIDGE_VSCODE_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/lmbridge/vscode-e2e}" && echo 'installed' || echo 'not yet installed')"
@@ -48,8 +51,25 @@ check: lint
 
 # The real-agent interop suite (tests/interop) runs too: it installs pinned Claude Code, Codex, Gemini CLI and OpenCode
 # from npm into .interop-cache/ once (about 950 MB) and skips loudly when npm is missing.
-pytest: $(STAMP)
+pytest: $(STAMP) haproxy
 	LMBRIDGE_INTEROP=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# HAProxy from Debian's packages, for the scale-out test (tests/test_scale.py, docs/scale.md): installed once when
+# missing (apt needs root or sudo); the test fails, never skips, without it.
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
+		echo "installing HAProxy from Debian's packages, for the scale-out test (once)"; \
+		sudo=$$(test "$$(id -u)" = 0 || echo "sudo -n"); \
+		export DEBIAN_FRONTEND=noninteractive; \
+		$$sudo apt-get install -y -q --no-install-recommends haproxy >/dev/null 2>&1 || \
+		{ $$sudo apt-get update -q >/dev/null && $$sudo apt-get install -y -q --no-install-recommends haproxy >/dev/null; } || \
+		echo "!!!!!!!! could not install HAProxy (apt-get install haproxy): tests/test_scale.py will fail !!!!!!!!" >&2; }
+
+# The scale-out test at full size: three nodes behind HAProxy, 30 conversations x 4 turns with tool calls, one node
+# killed halfway, and a node drained; prints the numbers (about half a minute). `make test` runs it with 6.
+SCALE_CONVERSATIONS ?= 30
+scale: $(STAMP) haproxy
+	LMBRIDGE_SCALE_CONVERSATIONS=$(SCALE_CONVERSATIONS) $(BIN)/python -m pytest -q -s tests/test_scale.py $(PYTEST_ARGS)
 
 interop: $(STAMP)
 	$(BIN)/python -m pytest -m interop tests/interop $(PYTEST_ARGS)

@@ -140,9 +140,13 @@ class LiveSession:
 
     @property
     def owing(self) -> bool:
-        """Opening, claimed by a request, or in a turn (its tool calls out with the client)."""
+        """Opening, claimed by a request, or in a turn whose tool calls are out with an editor (a client with a
+        connection, whose next request comes back here). An HTTP client's calls are not waited for: its next request
+        carries the whole history, and may be sent anywhere (another node re-seeds the conversation)."""
         actor = self.actor
-        return bool(self.serving) or actor is None or (not actor.closed and not actor.machine.idle)
+        if self.serving or actor is None:
+            return True
+        return self.client is not None and not actor.closed and not actor.machine.idle
 
     @property
     def evictable(self) -> bool:

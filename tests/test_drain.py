@@ -16,14 +16,14 @@ import pytest
 import trio
 import trio_websocket
 from conftest import HANG, processes_with_marker
+from fakes import tool_result, user
 from test_serve import Daemon, serving
+
+from bridge.editor.client import connect_daemon
 
 pytestmark = pytest.mark.wire
 
-TOOL = {
-    "type": "function",
-    "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
-}
+EDITOR_TOOL = {"name": "read_file", "description": "Read a file", "inputSchema": {"type": "object"}}
 
 
 def _get(url: str) -> tuple[int, Any]:
@@ -64,40 +64,83 @@ async def test_sigterm_drains_running_conversations_refuses_new_ones_and_exits_w
         tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--drain-grace", "600"
     ) as daemon:
         client = openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
-        messages: list[Any] = [{"role": "user", "content": '/tool read_file {"path": "a.txt"}'}]
+        async with connect_daemon(daemon.url, daemon.token) as editor:
+            with trio.fail_after(HANG):
+                await editor.initialize(clientInfo={"name": "code"}, workspaceFolders=[str(tmp_path)])
+            history = [user('/tool read_file {"path": "a.txt"}')]
+            asked = await editor.chat("scripted", history, tools=[EDITOR_TOOL])
+            (call,) = asked.tool_calls
+            # The agent's turn waits for the tool's result, which the editor has not sent yet: it is owed.
+            daemon.process.send_signal(signal.SIGTERM)
+            await _until_draining(daemon)
+            assert await trio.to_thread.run_sync(_health, daemon) == (503, {"status": "draining"})
 
-        def first() -> Any:
-            return client.chat.completions.create(model="scripted", messages=messages, tools=[TOOL])  # type: ignore[list-item]
+            def new_conversation() -> tuple[int, str, str]:
+                try:
+                    client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "/say hi"}])
+                except openai.InternalServerError as error:
+                    return error.status_code, error.response.headers.get("retry-after", ""), str(error)
+                return 200, "", ""
 
-        asked = await trio.to_thread.run_sync(first)
-        (call,) = asked.choices[0].message.tool_calls or []
-        # The agent's turn waits for the tool's result, which the client has not sent yet: it is owed.
-        daemon.process.send_signal(signal.SIGTERM)
-        await _until_draining(daemon)
-        assert await trio.to_thread.run_sync(_health, daemon) == (503, {"status": "draining"})
+            status, retry, message = await trio.to_thread.run_sync(new_conversation)
+            assert (status, retry) == (503, "1") and "opens no new conversation" in message
+            refused = (await editor.chat("scripted", [user("/say a new conversation")])).error
+            assert refused is not None and refused.code == -32007 and refused.data == {"retryAfter": 1.0}
+            with pytest.raises(trio_websocket.HandshakeError):  # no new editor connection either
+                headers = [(b"authorization", f"Bearer {daemon.token}".encode())]
+                async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
+                    pass
+            history += [asked.assistant_message(), tool_result(call["callId"], "the contents of a.txt")]
+            finished = await editor.chat("scripted", history, tools=[EDITOR_TOOL])  # it goes on to its end
+            assert finished.error is None and "the contents of a.txt" in finished.text
+            with trio.fail_after(HANG):  # nothing is owed any more: the daemon stops by itself
+                assert await daemon.process.wait() == 0
+    assert "drained" in daemon.stderr and "drain ended" not in daemon.stderr
+    assert processes_with_marker(marker) == []
 
-        def new_conversation() -> tuple[int, str, str]:
-            try:
-                client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "/say hi"}])
-            except openai.InternalServerError as error:
-                return error.status_code, error.response.headers.get("retry-after", ""), str(error)
-            return 200, "", ""
 
-        status, retry, message = await trio.to_thread.run_sync(new_conversation)
-        assert (status, retry) == (503, "1") and "opens no new conversation" in message
-        with pytest.raises(trio_websocket.HandshakeError):  # no new editor connection either
-            headers = [(b"authorization", f"Bearer {daemon.token}".encode())]
-            async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
-                pass
+async def test_a_draining_daemon_lets_a_running_http_turn_finish_but_not_wait_for_its_clients_tools(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    async with serving(
+        tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--drain-grace", "600"
+    ) as daemon:
+        client = openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
+        # An HTTP client's tool call out: its next request carries the history and may go to any node (or to this
+        # one once restarted): not waited for.
+        tool = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+        asked = await trio.to_thread.run_sync(
+            lambda: client.chat.completions.create(
+                model="scripted",
+                messages=[{"role": "user", "content": '/tool read_file {"path": "a"}'}],
+                tools=[tool],  # type: ignore[list-item]
+            )
+        )
+        assert asked.choices[0].finish_reason == "tool_calls"
+        seen: dict[str, Any] = {}
 
-        messages += [
-            asked.choices[0].message.model_dump(exclude_none=True),
-            {"role": "tool", "tool_call_id": call.id, "content": "the contents of a.txt"},
-        ]
-        finished = await trio.to_thread.run_sync(first)  # the running conversation goes on to its end
-        assert "the contents of a.txt" in (finished.choices[0].message.content or "")
-        with trio.fail_after(HANG):  # nothing is owed any more: the daemon stops by itself
+        def streaming_turn() -> None:
+            stream = client.chat.completions.create(
+                model="scripted",
+                messages=[{"role": "user", "content": "/say started\n/sleep 300\n/say finished"}],
+                stream=True,
+            )
+            said = ""
+            for chunk in stream:
+                if chunk.choices:
+                    said += chunk.choices[0].delta.content or ""
+                    seen["first"] = True
+            seen["text"] = said
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, streaming_turn)
+            with trio.fail_after(HANG):
+                while not seen.get("first"):
+                    await trio.sleep(0.05)  # polling what the SDK's thread has read: the turn is running
+            daemon.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(HANG):
             assert await daemon.process.wait() == 0
+    assert seen["text"] == "started\nfinished\n"  # the running turn finished, not cancelled
     assert "drained" in daemon.stderr and "drain ended" not in daemon.stderr
     assert processes_with_marker(marker) == []
 
