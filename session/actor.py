@@ -67,6 +67,8 @@ PartSink = Callable[[dict[str, Any]], Awaitable[None]]
 # Told a turn's outcome in the step that ends the turn, before its caller wakes: what must follow the turn's last
 # part at once (the editor's answer) need not wait for a scheduler round. It must not raise, nor block.
 OutcomeHook = Callable[["TurnOutcome"], None]
+# A permission request answered: its params, the outcome, who decided ("client", "policy", "lmbridge").
+PermissionHook = Callable[[dict[str, Any], dict[str, Any], str], None]
 
 
 class AgentLink(Protocol):
@@ -114,12 +116,13 @@ class _Waiter(Generic[T]):
     """A permission request or tool call waiting for the machine's answer; ``fallback`` is its answer when the
     session ends before the machine could give one."""
 
-    __slots__ = ("done", "fallback", "value")
+    __slots__ = ("decided_by", "done", "fallback", "value")
 
     def __init__(self, fallback: T) -> None:
         self.done = trio.Event()
         self.value: T = fallback  # the answer, once ``done`` is set
         self.fallback = fallback
+        self.decided_by = "lmbridge"  # a permission's answer: who gave it (``AnswerPermission.decided_by``)
 
     def give_up(self) -> None:
         _answer(self, self.fallback)
@@ -136,11 +139,13 @@ class SessionActor:
         options: SessionOptions | None = None,
         on_offer_update: Callable[[dict[str, Any]], object] | None = None,
         after_first_actions: Callable[[], object] | None = None,
+        on_permission: PermissionHook | None = None,
     ) -> None:
         """``options``: what the session can be set to (from the agent's answer that opened it). ``on_offer_update``
         is told each update that changes what the agent offers (``session.catalog``); ``after_first_actions`` is called
         once, when the actor has carried out its first actions (the router's "session opened": after the first prompt
-        is out, not on its path)."""
+        is out, not on its path). ``on_permission`` is told each permission request answered: its params, the
+        outcome, and who decided."""
         self.agent = agent
         self.session_id = session_id
         self.machine = machine
@@ -157,6 +162,7 @@ class SessionActor:
         self._prompt_cancelled = CancelRequest()  # set when the prompt running now is cancelled, or the session closes
         self._on_offer_update = on_offer_update
         self._after_first_actions = after_first_actions
+        self._on_permission = on_permission
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -267,7 +273,9 @@ class SessionActor:
                         self._configuring.value = True
                     else:
                         self.agent.notify("session/cancel", {"sessionId": self.session_id})
-                case AnswerPermission(request=waiter, outcome=outcome, unreadable=unreadable):
+                case AnswerPermission(request=waiter, outcome=outcome, unreadable=unreadable, decided_by=by):
+                    if isinstance(waiter, _Waiter):
+                        waiter.decided_by = by
                     if unreadable is not None:
                         self._log.warning(
                             "could not read the editor's answer to a permission request; rejecting", answer=unreadable
@@ -457,6 +465,8 @@ class SessionActor:
         if not self._send_nowait(PermissionRequest(waiter, params)):
             return waiter.fallback
         await self._wait(waiter, context.cancel_requested)
+        if self._on_permission is not None:
+            self._on_permission(params, waiter.value, waiter.decided_by)
         return waiter.value
 
     async def on_elicitation(self, params: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -239,6 +239,7 @@ class AnswerPermission:
     request: Hashable
     outcome: dict[str, Any]
     unreadable: str | None = None  # the editor's answer, when it could not be understood (rejected, and logged)
+    decided_by: str = "client"  # "client" (its answer), "policy" (the permission policy), "lmbridge" (withdrawn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,14 +624,14 @@ class SessionMachine:
 
     def _on_permission(self, event: PermissionRequest, now: float, out: list[Action]) -> None:
         if self.state in (State.CANCELLING, State.CLOSED):
-            out.append(AnswerPermission(event.request, cancelled_outcome()))
+            out.append(AnswerPermission(event.request, cancelled_outcome(), decided_by="lmbridge"))
             return
         automatic = self._policy.automatic(event.params, tool_offered=self._options.permission_tool)
         if automatic is not None:
             # A permission asked for a client tool (Gemini CLI asks before each MCP call; allowed here) tells of
             # the call as a ``tool_call`` report would.
             self._announce(object_at(event.params, "toolCall"), now, as_made=False)
-            out.append(AnswerPermission(event.request, automatic))
+            out.append(AnswerPermission(event.request, automatic, decided_by="policy"))
             return
         call_id = self._new_call_id()
         part = {
@@ -713,7 +714,7 @@ class SessionMachine:
         pending = self._pending[call_id]
         self._forget(call_id)
         if pending.permission is not None:
-            out.append(AnswerPermission(pending.key, cancelled_outcome()))
+            out.append(AnswerPermission(pending.key, cancelled_outcome(), decided_by="lmbridge"))
         else:
             out.append(ResolveInvocation(pending.key, None, "withdrawn by the agent"))
 
@@ -872,7 +873,7 @@ class SessionMachine:
             pending = self._pending[call_id]
             self._forget(call_id)
             if pending.permission is not None:
-                out.append(AnswerPermission(pending.key, cancelled_outcome()))
+                out.append(AnswerPermission(pending.key, cancelled_outcome(), decided_by="lmbridge"))
             else:
                 out.append(ResolveInvocation(pending.key, None, reason))
 

@@ -25,7 +25,7 @@ import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .bridged import is_bridged_tool
@@ -35,6 +35,7 @@ from .messages import object_at, string_at
 __all__ = [
     "DEFAULT_PERMISSION_TOOL",
     "READ_KINDS",
+    "PermissionDecision",
     "PermissionPolicy",
     "PermissionQuestions",
     "cancelled_outcome",
@@ -55,6 +56,38 @@ _REJECT = re.compile(
     r"cancelled|skip|skipped|abort)\b"
 )
 _SKIPPED = "the user chose to skip the tool call"
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionDecision:
+    """A permission request answered, as an audit log keeps it: which agent's session, whose conversation (a
+    principal id), what was asked (the tool call's title and kind), what was chosen (the option's kind:
+    ``allow_once``, ``reject_always``, ...; or ``cancelled``) and who chose: ``client`` (the editor or HTTP client,
+    that is the person), ``policy`` (the permission policy), ``lmbridge`` (withdrawn: the turn was cancelled or the
+    session closed)."""
+
+    agent: str
+    principal: str
+    session: str
+    title: str = ""
+    kind: str = ""
+    decision: str = ""
+    decided_by: str = ""
+
+    @classmethod
+    def about(cls, agent: str, principal: str, session: str) -> PermissionDecision:
+        return cls(agent, principal, session)
+
+    def of(self, params: dict[str, Any], outcome: dict[str, Any], decided_by: str) -> PermissionDecision:
+        tool_call = object_at(params, "toolCall")
+        chosen = object_at(outcome, "outcome")
+        decision = "cancelled"
+        if chosen.get("outcome") == "selected":
+            kinds = {option["optionId"]: option.get("kind") for option in _options(params)}
+            decision = str(kinds.get(chosen.get("optionId")) or chosen.get("optionId") or "selected")
+        title = string_at(tool_call, "title")
+        kind = string_at(tool_call, "kind", "other")
+        return replace(self, title=title, kind=kind, decision=decision, decided_by=decided_by)
 
 
 def cancelled_outcome() -> dict[str, Any]:

@@ -33,7 +33,7 @@ from .catalog import AgentCatalog
 from .history import Conversation, ConversationIndex, HistoryMatch, MatchKind, chain_of
 from .machine import EditorTurn, SessionMachine, TurnOptions
 from .options import SessionOptions
-from .permissions import PermissionPolicy
+from .permissions import PermissionDecision, PermissionPolicy
 from .store import SessionStore, StoredSession
 from .transcript import prompt_blocks, trailing_input, transcript
 
@@ -118,6 +118,8 @@ class RouterSettings:
     agent_request_timeout: float = 60.0  # session/new, session/load, session/resume: then the agent is restarted
     permission_policy: Callable[[str], PermissionPolicy] = lambda agent_id: PermissionPolicy()
     store: SessionStore | None = None  # fingerprints → session ids, for session/resume and session/load
+    # Told each permission request a session answered (an audit log): which agent, whose conversation, what, who.
+    on_permission: Callable[[PermissionDecision], None] | None = None
 
 
 @dataclass(eq=False)
@@ -525,6 +527,9 @@ class SessionRouter:
             options=SessionOptions.from_session(opened.answer),
             on_offer_update=learner.update,
             after_first_actions=learner.opened,
+            on_permission=_told(
+                settings.on_permission, PermissionDecision.about(agent_id, request.principal, session_id)
+            ),
         )
 
     async def _run_actor(self, session: LiveSession) -> None:
@@ -719,3 +724,12 @@ def _without_tool_results(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(content, list):
         return message
     return {**message, "content": [p for p in content if not (isinstance(p, dict) and p.get("type") == "tool_result")]}
+
+
+def _told(
+    hook: Callable[[PermissionDecision], None] | None, about: PermissionDecision
+) -> Callable[[dict[str, Any], dict[str, Any], str], None] | None:
+    """The actor's permission hook: each answer, as a ``PermissionDecision`` of its session, to ``hook``."""
+    if hook is None:
+        return None
+    return lambda params, outcome, decided_by: hook(about.of(params, outcome, decided_by))

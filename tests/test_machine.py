@@ -284,7 +284,7 @@ def test_cancel_answers_the_turn_at_once_answers_permissions_cancelled_and_drain
     machine.handle(PermissionRequest("p1", permission_params()), 0)
     actions = machine.handle(EditorCancel(1), 0)
     assert actions[0] == SendCancel()
-    assert AnswerPermission("p1", {"outcome": {"outcome": "cancelled"}}) in actions
+    assert AnswerPermission("p1", {"outcome": {"outcome": "cancelled"}}, decided_by="lmbridge") in actions
     (end,) = of(actions, EndTurn)
     assert end.stop_reason == "cancelled"
     assert machine.state is State.CANCELLING
@@ -390,7 +390,7 @@ def test_permission_policies_answer_without_asking() -> None:
         params = permission_params()
         params["toolCall"]["kind"] = kind
         assert machine.handle(PermissionRequest("p", params), 0) == [
-            AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": expected}})
+            AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": expected}}, decided_by="policy")
         ]
     machine = new_machine(permission_policy=PermissionPolicy(policy="allow_reads"))
     machine.handle(EditorTurn(1, PROMPT), 0)
@@ -402,7 +402,7 @@ def test_without_the_permission_tool_ask_means_reject() -> None:
     machine = new_machine()
     machine.handle(EditorTurn(1, PROMPT, options=TurnOptions(permission_tool=False)), 0)
     assert machine.handle(PermissionRequest("p", permission_params()), 0) == [
-        AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": "no"}})
+        AnswerPermission("p", {"outcome": {"outcome": "selected", "optionId": "no"}}, decided_by="policy")
     ]
 
 

@@ -167,15 +167,19 @@ def test_the_key_ring_knows_the_owner_and_each_key_until_it_is_revoked_or_expire
     # bob's key expires: refused, and reported ended once.
     with pytest.raises(Refusal, match="expired"):
         ring.authenticate(bob_key.encode(), now=t + 5000)
-    assert [p.name for p in ring.refresh(now=t + 5000)] == ["bob"]
-    assert ring.refresh(now=t + 5001) == []
+    changes = ring.refresh(now=t + 5000)
+    assert ([r.name for r in changes.expired], changes.revoked, changes.added) == (["bob"], [], [])
+    assert ring.refresh(now=t + 5001).expired == []
     # alice's is revoked (by another process: the file is replaced): refused from the next request on, and
     # reported ended by the next refresh.
     KeysFile(keys.path).revoke("alice")
     with pytest.raises(Refusal):
         ring.authenticate(alice_key.encode(), now=t + 5002)
-    assert [p.name for p in ring.refresh(now=t + 5003)] == ["alice"]
-    assert ring.refresh(now=t + 5004) == []
+    assert [r.name for r in ring.refresh(now=t + 5003).revoked] == ["alice"]
+    assert ring.refresh(now=t + 5004).revoked == []
+    _carol, _carol_key = keys.add("carol")
+    assert [r.name for r in ring.refresh(now=t + 5005).added] == ["carol"]
+    assert ring.name_of(f"key:{_carol.id}") == "carol" and ring.name_of("owner") == "owner"
     # When a key was last used goes to the sidecar (the keys file is the operator's alone).
     ring.flush_used()
     assert keys.last_used() == {alice.id: t + 2000, bob.id: t + 2000}

@@ -5,6 +5,7 @@ across keys, scopes, and a key revoked while its turn runs."""
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 import trio
+import trio_websocket
 from conftest import HANG, processes_with_marker
 from fakes import ScriptedEditorModel, user
 from test_serve import Daemon, serving
@@ -333,3 +335,67 @@ daily_tokens = 1000
     async with serving(tmp_path, config, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:
         status, _retry, message = await trio.to_thread.run_sync(refusal, _sdk(daemon, keys["carol"]))
         assert status == 429 and "1501 tokens today" in message
+
+
+async def test_the_audit_log_says_who_did_what_and_never_a_key(tmp_path: Path, agents_toml: Path, marker: str) -> None:
+    keys_file = KeysFile(tmp_path / "state" / "keys.json")
+    keys = {name: keys_file.add(name)[1] for name in ("alice", "bob")}
+    permission_tool = {"type": "function", "function": {"name": "acp_agent_action", "parameters": {"type": "object"}}}
+    async with serving(tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:
+        alice = _sdk(daemon, keys["alice"])
+
+        def decide() -> str:
+            messages: list[Any] = [{"role": "user", "content": "/permission rm -rf build\n/say removed"}]
+            asked = alice.chat.completions.create(model="scripted", messages=messages, tools=[permission_tool])  # type: ignore[list-item]
+            (call,) = asked.choices[0].message.tool_calls or []
+            messages += [
+                asked.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "allow once"},
+            ]
+            done = alice.chat.completions.create(model="scripted", messages=messages, tools=[permission_tool])  # type: ignore[list-item]
+            return done.choices[0].message.content or ""
+
+        assert "removed" in await trio.to_thread.run_sync(decide)
+
+        def refused() -> int:
+            count = 0
+            for wrong in ("lmb_not-a-key", "lmb_not-a-key", keys["alice"][:-1]):
+                try:
+                    _sdk(daemon, wrong).models.list()
+                except openai.AuthenticationError:
+                    count += 1
+            return count
+
+        assert await trio.to_thread.run_sync(refused) == 3
+        with pytest.raises(trio_websocket.HandshakeError):  # and once on the editor protocol's socket
+            headers = [(b"authorization", b"Bearer lmb_not-a-key")]
+            async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
+                pass
+        keys_file.revoke("bob")
+        keys_file.add("carol", scopes=["models"])
+        audit_path = tmp_path / "state" / "audit.log"
+        with trio.fail_after(HANG):
+            while "key_revoked" not in audit_path.read_text() or "key_added" not in audit_path.read_text():
+                await trio.sleep(0.05)  # polling: the daemon looks at the keys file once a second
+    assert daemon.process.returncode == 0, daemon.stderr[-2000:]
+    assert processes_with_marker(marker) == []
+
+    assert stat.S_IMODE(audit_path.stat().st_mode) == 0o600
+    text = audit_path.read_text()
+    events = [json.loads(line) for line in text.splitlines()]
+    kinds = [event["event"] for event in events]
+    assert kinds[0] == "daemon_started" and kinds[-1] == "daemon_stopped"
+    (decision,) = [event for event in events if event["event"] == "permission"]
+    assert decision["key"] == "alice" and decision["agent"] == "scripted" and decision["title"] == "rm -rf build"
+    assert (decision["decision"], decision["decided_by"]) == ("allow_once", "client")
+    assert {(e["event"], e["key"]) for e in events if e["event"].startswith("key_")} == {
+        ("key_revoked", "bob"),
+        ("key_added", "carol"),
+    }
+    (refusals,) = [event for event in events if event["event"] == "credential_refused"]
+    assert refusals["count"] == 4 and refusals["peer"] == "127.0.0.1"  # counted over both fronts, one line
+    started = [event for event in events if event["event"] == "agent_started"]
+    exited = [event for event in events if event["event"] == "agent_exited"]
+    assert started and len(exited) == len(started) and all(event["sessions_lost"] == 0 for event in exited)
+    for key in keys.values():
+        assert key not in text and key[:-1] not in text  # neither the keys nor what was presented

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import trio
@@ -97,6 +97,8 @@ class AgentPool:
         self._nursery: trio.Nursery | None = None
         self._closed = False
         self.launcher: Launcher | None = None  # set by whoever composes lmbridge, before the first agent starts
+        # Told of each agent process that started and exited: ``(event, fields)`` (an audit log).
+        self.on_event: Callable[[str, dict[str, Any]], None] | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -238,14 +240,30 @@ class AgentPool:
         """Run one agent process, as the launcher prepared it (an adopted process was started without it)."""
         launcher = self.launcher if spawned is None else None
         launch = await launcher.prepare(config, principal) if launcher is not None else None
+        process: AgentProcess | None = None
         try:
             process = AgentProcess(
                 launch.config if launch else config, stop_grace=self._stop_grace, tracer=self._tracer, spawned=spawned
             )
-            await process.run(task_status=_Started(task_status, process, launch))
+            await process.run(task_status=_Started(task_status, process, launch, self._tell))
         finally:
             if launch is not None:
                 launch.ended()
+            if process is not None and process.pid is not None:  # it ran: it exited, or was stopped (cancelled)
+                self._tell(
+                    "agent_exited",
+                    {
+                        "agent": config.id,
+                        "pid": process.pid,
+                        "principal": principal,
+                        "exit_code": process.exit_code,
+                        "sessions_lost": process.sessions_lost,  # > 0: it exited under its sessions (a crash)
+                    },
+                )
+
+    def _tell(self, event: str, fields: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            self.on_event(event, fields)
 
     async def _restart_after_crash(self, process: AgentProcess, key: _Key) -> None:
         """One agent process serves every session of its agent: when it exits under them, start it again at once
@@ -297,12 +315,21 @@ class AgentPool:
 class _Started:
     """Passes ``task_status.started()`` on with the process, after telling the launch it runs."""
 
-    def __init__(self, status: trio.TaskStatus[AgentProcess], process: AgentProcess, launch: Launch | None) -> None:
+    def __init__(
+        self,
+        status: trio.TaskStatus[AgentProcess],
+        process: AgentProcess,
+        launch: Launch | None,
+        tell: Callable[[str, dict[str, Any]], None],
+    ) -> None:
         self._status = status
         self._process = process
         self._launch = launch
+        self._tell = tell
 
     def started(self, value: object = None) -> None:
+        process = self._process
+        self._tell("agent_started", {"agent": process.id, "pid": process.pid, "command": process.config.command})
         if self._launch is not None:
             self._launch.started(self._process)
         self._status.started(self._process)

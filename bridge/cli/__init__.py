@@ -121,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the usage ledger, one row per turn (lmbridge usage; default usage.db beside the token file)",
     )
     serve.add_argument(
+        "--audit-log",
+        metavar="FILE",
+        help="the audit log: keys, refusals, permission decisions, agent processes (default audit.log beside the "
+        "token file)",
+    )
+    serve.add_argument(
         "--drain-grace",
         type=float,
         metavar="S",
@@ -331,6 +337,7 @@ def _run_serve(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         token_file=args.token_file,
         keys_file=args.keys_file,
         ledger_file=args.ledger,
+        audit_file=args.audit_log,
         allow_remote=args.allow_remote,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,

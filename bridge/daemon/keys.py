@@ -287,6 +287,15 @@ def when(seconds: float | None) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M")
 
 
+@dataclass(frozen=True)
+class KeyChanges:
+    """What ``KeyRing.refresh`` found changed in the keys file."""
+
+    added: list[KeyRecord]
+    revoked: list[KeyRecord]  # no longer in the file
+    expired: list[KeyRecord]  # still in the file, past its expiry
+
+
 class KeyRing:
     """The daemon's view of who may connect: the owner's token and the keys file, read again whenever it changed
     (a ``stat`` per request: a revoked key is refused from the next request on). ``refresh``, called every second,
@@ -308,9 +317,13 @@ class KeyRing:
         now = time.time()
         self._in_force = {record.id: record for record in self._records if not record.expired(now)}
 
-    @property
-    def keys(self) -> list[KeyRecord]:
-        return list(self._records)
+    def name_of(self, principal_id: str) -> str:
+        """What logs call a principal: its key's name, ``owner``, or ``local`` (a process with one user)."""
+        if principal_id == self._owner.id:
+            return self._owner.name
+        record_id = principal_id.removeprefix("key:")
+        found = next((record.name for record in self._records if record.id == record_id), None)
+        return found or principal_id or "local"
 
     def authenticate(self, presented: bytes | None, now: float | None = None) -> Principal:
         """The principal behind ``presented`` (the bearer token or API key, without its scheme). ``Refusal`` 401
@@ -343,26 +356,34 @@ class KeyRing:
         self._used_dirty = True
         return found.principal()
 
-    def refresh(self, now: float | None = None) -> list[Principal]:
-        """Read the keys file again if it changed; returns the principals that ended since the last call (their
-        key revoked or expired). ``ServeError``: the file became unreadable (then every key is refused, the owner's
-        token still works, until it is mended)."""
+    def refresh(self, now: float | None = None) -> KeyChanges:
+        """Read the keys file again if it changed; returns the keys added, revoked and expired since the last call.
+        ``ServeError``: the file became unreadable (then every key is refused, the owner's token still works, until
+        it is mended)."""
         now = time.time() if now is None else now
         try:
             self._reload()
         finally:
             in_force = {record.id: record for record in self._records if not record.expired(now)}
-            ended = [record.principal() for record_id, record in self._in_force.items() if record_id not in in_force]
+            present = {record.id for record in self._records}
+            gone = [record for record_id, record in self._in_force.items() if record_id not in in_force]
+            changes = KeyChanges(
+                added=[record for record_id, record in in_force.items() if record_id not in self._in_force],
+                revoked=[record for record in gone if record.id not in present],
+                expired=[record for record in gone if record.id in present],
+            )
             self._in_force = in_force
-        return ended
+        return changes
 
-    def valid(self, principal: Principal, now: float | None = None) -> bool:
+    def valid(self, principal: Principal, now: float | None = None, *, reload: bool = True) -> bool:
         """Whether ``principal``'s credential still holds (the owner's always does): what was let in before a key
-        was revoked or expired is checked again with this."""
+        was revoked or expired is checked again with this. ``reload``: look at the keys file first (not needed
+        right after ``refresh``)."""
         if not principal.id.startswith("key:"):
             return True
         try:
-            self._reload()
+            if reload:
+                self._reload()
         except ServeError:
             pass  # every key is refused until the file is mended
         now = time.time() if now is None else now

@@ -3,7 +3,8 @@ HTTP API, for a key with the ``metrics`` scope (or, when configured, for anyone 
 
 Owns the registry: counters and histograms fed by the record every turn leaves (``bridge.service.usage``: turns by
 agent, front and outcome, their durations and time to the first part, tool calls, tokens by key and agent, errors by
-code, requests refused by limit), and the state read at each scrape (sessions by agent, agent processes, editor
+code, requests refused by limit), by what the service tells an audit log (permission decisions by who decided,
+agent processes that exited), and the state read at each scrape (sessions by agent, agent processes, editor
 connections, HTTP turns running, draining). Nothing of a conversation's content, and no label that grows with use
 but the keys' names (a label per key, agent, front and outcome).
 """
@@ -62,7 +63,27 @@ class DaemonMetrics:
         self.refused = Counter(
             "lmbridge_refused", "Requests refused by a key's limit, by limit", ["limit"], registry=registry
         )
+        self.permissions = Counter(
+            "lmbridge_permissions",
+            "Permission requests answered, by agent, decision (the option's kind, or cancelled) and who decided "
+            "(client, policy, lmbridge)",
+            ["agent", "decision", "decided_by"],
+            registry=registry,
+        )
+        self.agent_exits = Counter(
+            "lmbridge_agent_exits",
+            "Agent processes that exited, by agent; crashed: under their sessions",
+            ["agent", "crashed"],
+            registry=registry,
+        )
         registry.register(_State(service, http_running))
+
+    def event(self, name: str, fields: dict[str, Any]) -> None:
+        """What the service tells an audit log, counted: permission decisions and agent processes that exited."""
+        if name == "permission":
+            self.permissions.labels(fields["agent"], fields["decision"], fields["decided_by"]).inc()
+        elif name == "agent_exited":
+            self.agent_exits.labels(fields["agent"], "true" if fields.get("sessions_lost") else "false").inc()
 
     def observe(self, record: TurnRecord) -> None:
         agent, front = record.agent, record.front or "other"

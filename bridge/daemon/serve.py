@@ -41,6 +41,7 @@ from wire.rpc.connection import EDITOR_CANCEL, JsonRpcConnection
 from wire.rpc.websocket import WebSocketWire
 
 from .agent_models import install_agent_models
+from .audit import AuditLog, audit_path_for
 from .keys import KeyRing, KeysFile, keys_path_for
 from .ledger import UsageLedger, ledger_path_for
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -67,6 +68,7 @@ class ServeOptions:
     token_file: str | None = None
     keys_file: str | None = None  # default: keys.json beside the token file
     ledger_file: str | None = None  # the usage ledger; default: usage.db beside the token file
+    audit_file: str | None = None  # the audit log; default: audit.log beside the token file
     allow_remote: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -104,6 +106,7 @@ class WebSocketDaemon:
     def __init__(
         self, service: BridgeService, options: ServeOptions, keyring: KeyRing, *, log: Logger, tracer: Any = None
     ) -> None:
+        self.on_refused: Callable[[str, str], None] | None = None  # told (reason, peer) of each handshake refused
         self._service = service
         self.handlers: trio.Nursery | None = None
         self._options = options
@@ -177,6 +180,9 @@ class WebSocketDaemon:
         if not isinstance(checked, Principal):
             status, why = checked
             self._log.warning("refused a connection", reason=why)
+            if self.on_refused is not None and status in (401, 403):
+                remote = request.remote
+                self.on_refused(why, str(getattr(remote, "address", remote)))
             await request.reject(status, extra_headers=[(b"content-type", b"text/plain")], body=why.encode())
             return
         # The slot is taken in the same step as the check (no await between them): handshakes that arrive
@@ -293,6 +299,7 @@ async def serve_daemon(
     keyring = KeyRing(token, KeysFile(keys_path))
     ledger = UsageLedger(Path(options.ledger_file).expanduser() if options.ledger_file else ledger_path_for(token_path))
     ledger.open()
+    audit = AuditLog(Path(options.audit_file).expanduser() if options.audit_file else audit_path_for(token_path))
     service = BridgeService(config, log=log, tracer=tracer)
     service.recorders.append(ledger.record)
     now = time.time()
@@ -305,6 +312,16 @@ async def serve_daemon(
     service.recorders.append(metrics.observe)
     if http is not None:
         http.front.metrics = (metrics.exposition, METRICS_CONTENT_TYPE)
+        http.front.on_refused = audit.refused
+    server.on_refused = audit.refused
+    service.listeners.append(metrics.event)
+
+    def audited(event: str, fields: dict[str, Any]) -> None:
+        principal = fields.get("principal")
+        named = {**fields, "key": keyring.name_of(principal)} if isinstance(principal, str) else fields
+        audit.event(event, **named)
+
+    service.listeners.append(audited)
     out = stdout if stdout is not None else sys.stdout
     try:
         listeners = await server.open_listeners() if options.websocket else []
@@ -314,11 +331,13 @@ async def serve_daemon(
         ready["tokenFile"] = str(token_path.resolve())
         ready["keysFile"] = str(keys_path.resolve())
         ready["ledger"] = str(ledger.path.resolve())
+        ready["auditLog"] = str(audit.path.resolve())
+        audit.event("daemon_started", pid=os.getpid(), agents=sorted(config.agents), config=str(config.path or ""))
         # Taken over before anyone is told the daemon is ready: a SIGTERM from then on stops it in order.
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(service.run)
-                nursery.start_soon(_watch_keys, keyring, server, http, log)
+                nursery.start_soon(_watch_keys, keyring, server, http, audit, log)
                 nursery.start_soon(_keep_ledger, ledger, log)
                 async with trio.open_nursery() as connections:
                     server.handlers = connections
@@ -346,6 +365,9 @@ async def serve_daemon(
         if http is not None:
             http.close()
         ledger.close()
+        audit.flush()
+        audit.event("daemon_stopped", pid=os.getpid())
+        audit.close()
     return 0
 
 
@@ -371,31 +393,44 @@ def _http_listener(service: BridgeService, options: ServeOptions, keyring: KeyRi
 
 KEYS_CHECK_INTERVAL = 1.0  # seconds between looks at the keys file (a revoked key is refused from the next look)
 USED_WRITE_INTERVAL = 30.0  # seconds between writes of when each key was last used
+AUDIT_REFUSALS_INTERVAL = 60.0  # seconds between audit lines counting refused credentials
 
 
-async def _watch_keys(keyring: KeyRing, server: WebSocketDaemon, http: Any, log: Logger) -> None:
-    """Take in changes of the keys file as they come, and end what a revoked or expired key has running: every
-    connection and turn is looked at each time, so one let in as its key was revoked does not stay."""
-    last_write = trio.current_time()
+async def _watch_keys(keyring: KeyRing, server: WebSocketDaemon, http: Any, audit: AuditLog, log: Logger) -> None:
+    """Take in changes of the keys file as they come (and audit them), and end what a revoked or expired key has
+    running: every connection and turn is looked at each time, so one let in as its key was revoked does not stay.
+    Refused credentials are audited once a minute, counted."""
+    last_write = last_audit = trio.current_time()
     problem = ""  # said once, not every second
     try:
         while True:
             await trio.sleep(KEYS_CHECK_INTERVAL)
             try:
-                keyring.refresh()
+                changes = keyring.refresh()
                 problem = ""
+                for event, records in (
+                    ("key_added", changes.added),
+                    ("key_revoked", changes.revoked),
+                    ("key_expired", changes.expired),
+                ):
+                    for record in records:
+                        audit.event(event, key=record.name, scopes=list(record.scopes), agents=record.agents)
             except ServeError as exc:
                 if str(exc) != problem:
                     problem = str(exc)
                     log.error("cannot read the keys file: every key is refused until it is mended", error=problem)
+                    audit.event("keys_file_unreadable", error=problem)
 
             def ended(principal: Principal) -> bool:
-                return not keyring.valid(principal)
+                return not keyring.valid(principal, reload=False)
 
             names = set(http.front.cancel_turns(ended)) if http is not None else set()
             names.update(await server.end_connections(ended))
             for name in sorted(names):
                 log.warning("key revoked or expired: its turns are ended, its connections closed", key=name)
+            if trio.current_time() - last_audit >= AUDIT_REFUSALS_INTERVAL:
+                last_audit = trio.current_time()
+                audit.flush()
             if trio.current_time() - last_write >= USED_WRITE_INTERVAL:
                 last_write = trio.current_time()
                 try:

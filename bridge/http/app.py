@@ -120,6 +120,7 @@ class HttpFront:
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
         self.responses = Responses(ResponseStore(settings.stored_responses))
         chat, messages = ChatCompletions(), Messages()
+        self.on_refused: Callable[[str, str], None] | None = None  # told (reason, peer) of each request refused
         # The daemon's metrics in the Prometheus text format, and its content type (None: /metrics is not served).
         self.metrics: tuple[Callable[[], bytes], str] | None = None
         self._turns: dict[CancelRequest, Principal] = {}  # the cancel signals of the turns running now: whose
@@ -179,6 +180,9 @@ class HttpFront:
         if not isinstance(checked, Principal):
             status, reason = checked
             self.log.warning("refused an HTTP request", path=scope["path"], reason=reason)
+            if self.on_refused is not None:
+                client = scope.get("client")
+                self.on_refused(reason, client[0] if client else "")
             error = ApiError(status, "authentication_error" if status == 401 else "permission_error", reason)
             extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
             await _respond_json(send, status, api.error_body(error), extra=extra)

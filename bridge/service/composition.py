@@ -29,6 +29,7 @@ from wire.observe.logger import Logger
 
 if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
     from session.actor import OutcomeHook, PartSink, TurnOutcome
+    from session.permissions import PermissionDecision
     from session.router import TurnRequest
     from wire.cancel import CancelRequest
 
@@ -96,6 +97,7 @@ class BridgeService:
                 agent_request_timeout=sessions.agent_request_timeout,
                 permission_policy=policy_for,
                 store=self.store,
+                on_permission=self._permission_decided,
             ),
             log=log,
             setup=self.tools,
@@ -104,6 +106,9 @@ class BridgeService:
         self.permission_tool = permission_tool_schema(permissions.tool_name)
         self.limits = TurnLimits(config.limits)
         self.recorders: list[Recorder] = []  # where each turn's record goes (the daemon's usage ledger, its metrics)
+        # Who is told of what an audit log keeps (``event(name, fields)``): permission decisions, agent processes.
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        self.pool.on_event = self._tell
         self.connection_count: Any = lambda: 1  # the stdio bridge has its one editor; the WebSocket server replaces it
         self.http_url: str | None = None  # the HTTP API's address, when the process serves it (daemon/status says)
         self.stopped = trio.Event()
@@ -146,6 +151,14 @@ class BridgeService:
             content = self.store.snapshot()
             if content is not None:
                 self.store.write(content)
+
+    def _tell(self, event: str, fields: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(event, fields)
+
+    def _permission_decided(self, decision: PermissionDecision) -> None:
+        if self.listeners:
+            self._tell("permission", {name: getattr(decision, name) for name in decision.__dataclass_fields__})
 
     def drain(self) -> None:
         """The process is stopping, gently: what runs goes on, no new conversation is opened (``Draining``)."""
