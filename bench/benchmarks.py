@@ -1629,6 +1629,8 @@ def long_run(ws: Workspace, plan: Plan) -> list[Row]:
     ]
 
 
+from .team import team  # noqa: E402  (it uses helpers above)
+
 BENCHMARKS = {
     "throughput": throughput,
     "latency": latency,
@@ -1641,4 +1643,5 @@ BENCHMARKS = {
     "concurrency": concurrency,
     "long-run": long_run,
     "editor-models": editor_models,
+    "team": team,
 }
