@@ -45,6 +45,28 @@ async def _until_draining(daemon: Daemon) -> None:
             await trio.sleep(0.05)  # polling: the signal is handled in the daemon's own time
 
 
+async def _streaming(nursery: trio.Nursery, client: openai.OpenAI, content: str, seen: dict[str, Any]) -> None:
+    """Start a streamed turn in a thread of ``nursery``, and return once its first text has come: ``seen`` gets
+    ``text`` (all of it) and ``finish`` (the last finish reason) when the stream ends."""
+
+    def stream() -> None:
+        said = ""
+        chunks = client.chat.completions.create(
+            model="scripted", messages=[{"role": "user", "content": content}], stream=True
+        )
+        for chunk in chunks:
+            if chunk.choices:
+                said += chunk.choices[0].delta.content or ""
+                seen["first"] = True
+                seen["finish"] = chunk.choices[0].finish_reason or seen.get("finish")
+        seen["text"] = said
+
+    nursery.start_soon(trio.to_thread.run_sync, stream)
+    with trio.fail_after(HANG):
+        while not seen.get("first"):
+            await trio.sleep(0.05)  # polling what the SDK's thread has read: the turn is running
+
+
 async def test_healthz_says_ready_without_a_token_and_nothing_else(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
@@ -118,25 +140,8 @@ async def test_a_draining_daemon_lets_a_running_http_turn_finish_but_not_wait_fo
         )
         assert asked.choices[0].finish_reason == "tool_calls"
         seen: dict[str, Any] = {}
-
-        def streaming_turn() -> None:
-            stream = client.chat.completions.create(
-                model="scripted",
-                messages=[{"role": "user", "content": "/say started\n/sleep 300\n/say finished"}],
-                stream=True,
-            )
-            said = ""
-            for chunk in stream:
-                if chunk.choices:
-                    said += chunk.choices[0].delta.content or ""
-                    seen["first"] = True
-            seen["text"] = said
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, streaming_turn)
-            with trio.fail_after(HANG):
-                while not seen.get("first"):
-                    await trio.sleep(0.05)  # polling what the SDK's thread has read: the turn is running
+            await _streaming(nursery, client, "/say started\n/sleep 300\n/say finished", seen)
             daemon.process.send_signal(signal.SIGTERM)
         with trio.fail_after(HANG):
             assert await daemon.process.wait() == 0
@@ -153,24 +158,8 @@ async def test_a_second_signal_ends_the_drain_and_cancels_what_runs(
     ) as daemon:
         client = openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
         seen: dict[str, Any] = {}
-
-        def long_turn() -> None:
-            stream = client.chat.completions.create(
-                model="scripted", messages=[{"role": "user", "content": "/say started\n/sleep 600000"}], stream=True
-            )
-            said = ""
-            for chunk in stream:
-                if chunk.choices:
-                    said += chunk.choices[0].delta.content or ""
-                    seen["first"] = True
-                    seen["finish"] = chunk.choices[0].finish_reason or seen.get("finish")
-            seen["text"] = said
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, long_turn)
-            with trio.fail_after(HANG):
-                while not seen.get("first"):
-                    await trio.sleep(0.05)  # polling what the SDK's thread has read: the turn is running
+            await _streaming(nursery, client, "/say started\n/sleep 600000", seen)
             daemon.process.send_signal(signal.SIGTERM)
             await _until_draining(daemon)
             daemon.process.send_signal(signal.SIGINT)

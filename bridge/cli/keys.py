@@ -10,10 +10,9 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from bridge.daemon.keys import DEFAULT_SCOPES, KeysFile, keys_path_for, parse_expiry, parse_scopes, when
-from bridge.daemon.security import ServeError, default_token_path
+from bridge.daemon.security import ServeError, beside_token
 
 __all__ = ["add_keys_parser", "run_keys"]
 
@@ -45,12 +44,7 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
 
 
 def run_keys(args: argparse.Namespace) -> int:
-    if args.keys_file:
-        path = Path(args.keys_file).expanduser()
-    else:
-        token = Path(args.token_file).expanduser() if args.token_file else default_token_path()
-        path = keys_path_for(token)
-    keys = KeysFile(path)
+    keys = KeysFile(beside_token(args.keys_file, args.token_file, keys_path_for))
     try:
         if args.keys_command == "add":
             return _add(keys, args)

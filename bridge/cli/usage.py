@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bridge.daemon.keys import parse_since, when
 from bridge.daemon.ledger import GROUPS, ledger_path_for, usage_report
-from bridge.daemon.security import ServeError, default_token_path
+from bridge.daemon.security import ServeError, beside_token
 
 __all__ = ["add_usage_parser", "run_usage"]
 
@@ -39,11 +39,7 @@ def add_usage_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
 
 
 def run_usage(args: argparse.Namespace) -> int:
-    if args.ledger:
-        path = Path(args.ledger).expanduser()
-    else:
-        token = Path(args.token_file).expanduser() if args.token_file else default_token_path()
-        path = ledger_path_for(token)
+    path = beside_token(args.ledger, args.token_file, ledger_path_for)
     paths = [path, *(Path(other).expanduser() for other in args.merge)]
     now = time.time()
     try:

@@ -122,23 +122,19 @@ class _State(Collector):
 
     def collect(self) -> Iterator[Any]:
         service = self._service
-        sessions = GaugeMetricFamily("lmbridge_sessions", "Open ACP sessions, by agent", labels=["agent"])
-        counts: dict[str, int] = {}
-        for session in service.router.sessions:
-            counts[session.agent_id] = counts.get(session.agent_id, 0) + 1
-        for agent, count in sorted(counts.items()):
-            sessions.add_metric([agent], count)
-        yield sessions
-        processes = GaugeMetricFamily("lmbridge_agent_processes", "Agent processes running, by agent", labels=["agent"])
-        running: dict[str, int] = {}
-        for process in service.pool.processes:
-            running[process.id] = running.get(process.id, 0) + 1
-        for agent, count in sorted(running.items()):
-            processes.add_metric([agent], count)
-        yield processes
+        yield _by_agent("lmbridge_sessions", "Open ACP sessions", [s.agent_id for s in service.router.sessions])
+        yield _by_agent("lmbridge_agent_processes", "Agent processes running", [p.id for p in service.pool.processes])
         yield GaugeMetricFamily("lmbridge_editor_connections", "Editors connected", value=service.connection_count())
         yield GaugeMetricFamily("lmbridge_http_turns_running", "HTTP API turns running", value=self._http_running())
         yield GaugeMetricFamily(
             "lmbridge_conversations_owing", "Conversations in the middle of something", value=service.owing
         )
         yield GaugeMetricFamily("lmbridge_draining", "1 while the daemon drains", value=int(service.draining))
+
+
+def _by_agent(name: str, documentation: str, agents: list[str]) -> GaugeMetricFamily:
+    """A gauge with one sample per agent: how many times it appears in ``agents``."""
+    gauge = GaugeMetricFamily(name, f"{documentation}, by agent", labels=["agent"])
+    for agent in sorted(set(agents)):
+        gauge.add_metric([agent], agents.count(agent))
+    return gauge

@@ -12,7 +12,7 @@ import os
 import secrets
 import ssl
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from wire.http_server import is_loopback
@@ -20,6 +20,7 @@ from wire.http_server import is_loopback
 __all__ = [
     "Refusal",
     "ServeError",
+    "beside_token",
     "check_listen_address",
     "check_origin",
     "default_token_path",
@@ -44,6 +45,14 @@ class Refusal(Exception):
 def default_token_path() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "lmbridge" / "token"
+
+
+def beside_token(explicit: str | None, token_file: str | None, default: Callable[[Path], Path]) -> Path:
+    """A state file's path: ``explicit`` (its option), else ``default`` of the token file's (``token_file``, else the
+    default token file) — the keys file, the usage ledger, the audit log live beside the token."""
+    if explicit:
+        return Path(explicit).expanduser()
+    return default(Path(token_file).expanduser() if token_file else default_token_path())
 
 
 def load_token(path: Path) -> str:

@@ -49,6 +49,7 @@ from .metrics import DaemonMetrics
 from .security import (
     Refusal,
     ServeError,
+    beside_token,
     check_listen_address,
     check_origin,
     default_token_path,
@@ -295,11 +296,11 @@ async def serve_daemon(
     add_secret(token)
     if tracer is not None:
         tracer.add_secret(token)
-    keys_path = Path(options.keys_file).expanduser() if options.keys_file else keys_path_for(token_path)
+    keys_path = beside_token(options.keys_file, str(token_path), keys_path_for)
     keyring = KeyRing(token, KeysFile(keys_path))
-    ledger = UsageLedger(Path(options.ledger_file).expanduser() if options.ledger_file else ledger_path_for(token_path))
+    ledger = UsageLedger(beside_token(options.ledger_file, str(token_path), ledger_path_for))
     ledger.open()
-    audit = AuditLog(Path(options.audit_file).expanduser() if options.audit_file else audit_path_for(token_path))
+    audit = AuditLog(beside_token(options.audit_file, str(token_path), audit_path_for))
     service = BridgeService(config, log=log, tracer=tracer)
     service.recorders.append(ledger.record)
     now = time.time()
