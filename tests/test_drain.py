@@ -8,6 +8,8 @@ import json
 import signal
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,14 @@ async def _until_draining(daemon: Daemon) -> None:
     with trio.fail_after(HANG):
         while (await trio.to_thread.run_sync(_health, daemon))[0] != 503:
             await trio.sleep(0.05)  # polling: the signal is handled in the daemon's own time
+
+
+@asynccontextmanager
+async def _draining(tmp_path: Path, agents_toml: Path) -> AsyncIterator[tuple[Daemon, openai.OpenAI]]:
+    """A daemon with both fronts and a long drain grace, and an SDK client of its HTTP API."""
+    args = ("--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--drain-grace", "600")
+    async with serving(tmp_path, agents_toml, *args) as daemon:
+        yield daemon, openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
 
 
 async def _streaming(nursery: trio.Nursery, client: openai.OpenAI, content: str, seen: dict[str, Any]) -> None:
@@ -82,41 +92,37 @@ async def test_healthz_says_ready_without_a_token_and_nothing_else(
 async def test_sigterm_drains_running_conversations_refuses_new_ones_and_exits_when_done(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
-    async with serving(
-        tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--drain-grace", "600"
-    ) as daemon:
-        client = openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
-        async with connect_daemon(daemon.url, daemon.token) as editor:
-            with trio.fail_after(HANG):
-                await editor.initialize(clientInfo={"name": "code"}, workspaceFolders=[str(tmp_path)])
-            history = [user('/tool read_file {"path": "a.txt"}')]
-            asked = await editor.chat("scripted", history, tools=[EDITOR_TOOL])
-            (call,) = asked.tool_calls
-            # The agent's turn waits for the tool's result, which the editor has not sent yet: it is owed.
-            daemon.process.send_signal(signal.SIGTERM)
-            await _until_draining(daemon)
-            assert await trio.to_thread.run_sync(_health, daemon) == (503, {"status": "draining"})
+    async with _draining(tmp_path, agents_toml) as (daemon, client), connect_daemon(daemon.url, daemon.token) as editor:
+        with trio.fail_after(HANG):
+            await editor.initialize(clientInfo={"name": "code"}, workspaceFolders=[str(tmp_path)])
+        history = [user('/tool read_file {"path": "a.txt"}')]
+        asked = await editor.chat("scripted", history, tools=[EDITOR_TOOL])
+        (call,) = asked.tool_calls
+        # The agent's turn waits for the tool's result, which the editor has not sent yet: it is owed.
+        daemon.process.send_signal(signal.SIGTERM)
+        await _until_draining(daemon)
+        assert await trio.to_thread.run_sync(_health, daemon) == (503, {"status": "draining"})
 
-            def new_conversation() -> tuple[int, str, str]:
-                try:
-                    client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "/say hi"}])
-                except openai.InternalServerError as error:
-                    return error.status_code, error.response.headers.get("retry-after", ""), str(error)
-                return 200, "", ""
+        def new_conversation() -> tuple[int, str, str]:
+            try:
+                client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "/say hi"}])
+            except openai.InternalServerError as error:
+                return error.status_code, error.response.headers.get("retry-after", ""), str(error)
+            return 200, "", ""
 
-            status, retry, message = await trio.to_thread.run_sync(new_conversation)
-            assert (status, retry) == (503, "1") and "opens no new conversation" in message
-            refused = (await editor.chat("scripted", [user("/say a new conversation")])).error
-            assert refused is not None and refused.code == -32007 and refused.data == {"retryAfter": 1.0}
-            with pytest.raises(trio_websocket.HandshakeError):  # no new editor connection either
-                headers = [(b"authorization", f"Bearer {daemon.token}".encode())]
-                async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
-                    pass
-            history += [asked.assistant_message(), tool_result(call["callId"], "the contents of a.txt")]
-            finished = await editor.chat("scripted", history, tools=[EDITOR_TOOL])  # it goes on to its end
-            assert finished.error is None and "the contents of a.txt" in finished.text
-            with trio.fail_after(HANG):  # nothing is owed any more: the daemon stops by itself
-                assert await daemon.process.wait() == 0
+        status, retry, message = await trio.to_thread.run_sync(new_conversation)
+        assert (status, retry) == (503, "1") and "opens no new conversation" in message
+        refused = (await editor.chat("scripted", [user("/say a new conversation")])).error
+        assert refused is not None and refused.code == -32007 and refused.data == {"retryAfter": 1.0}
+        with pytest.raises(trio_websocket.HandshakeError):  # no new editor connection either
+            headers = [(b"authorization", f"Bearer {daemon.token}".encode())]
+            async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
+                pass
+        history += [asked.assistant_message(), tool_result(call["callId"], "the contents of a.txt")]
+        finished = await editor.chat("scripted", history, tools=[EDITOR_TOOL])  # it goes on to its end
+        assert finished.error is None and "the contents of a.txt" in finished.text
+        with trio.fail_after(HANG):  # nothing is owed any more: the daemon stops by itself
+            assert await daemon.process.wait() == 0
     assert "drained" in daemon.stderr and "drain ended" not in daemon.stderr
     assert processes_with_marker(marker) == []
 
@@ -124,10 +130,7 @@ async def test_sigterm_drains_running_conversations_refuses_new_ones_and_exits_w
 async def test_a_draining_daemon_lets_a_running_http_turn_finish_but_not_wait_for_its_clients_tools(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
-    async with serving(
-        tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--drain-grace", "600"
-    ) as daemon:
-        client = openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
+    async with _draining(tmp_path, agents_toml) as (daemon, client):
         # An HTTP client's tool call out: its next request carries the history and may go to any node (or to this
         # one once restarted): not waited for.
         tool = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
@@ -153,10 +156,7 @@ async def test_a_draining_daemon_lets_a_running_http_turn_finish_but_not_wait_fo
 async def test_a_second_signal_ends_the_drain_and_cancels_what_runs(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
-    async with serving(
-        tmp_path, agents_toml, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--drain-grace", "600"
-    ) as daemon:
-        client = openai.OpenAI(base_url=f"{daemon.http_url}/v1", api_key=daemon.token, max_retries=0, timeout=HANG)
+    async with _draining(tmp_path, agents_toml) as (daemon, client):
         seen: dict[str, Any] = {}
         async with trio.open_nursery() as nursery:
             await _streaming(nursery, client, "/say started\n/sleep 600000", seen)

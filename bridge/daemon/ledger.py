@@ -196,6 +196,10 @@ SELECT {group},
     COUNT(first_part_seconds)
 FROM turns WHERE time >= ? AND time < ? GROUP BY 1
 """
+_SUMMED = (  # the UsageRow fields _SUMS adds up, in its order
+    "turns", "refused", "errors", "cancelled", "input_tokens", "output_tokens", "cached_tokens", "total_tokens",
+    "estimated_tokens", "seconds", "first_part_seconds", "with_first_part",
+)  # fmt: skip
 # The agents report a session's cost so far: a session's cost in a period is its last report in it less its last
 # report before it.
 _COSTS = """
@@ -215,18 +219,8 @@ def usage_report(paths: Iterable[Path], group: str, since: float, until: float) 
         with _reading(path) as db:
             for name, *sums in db.execute(_SUMS.format(group=expression), (since, until)):
                 row = rows.setdefault(str(name), UsageRow(str(name)))
-                row.turns += sums[0] or 0
-                row.refused += sums[1] or 0
-                row.errors += sums[2] or 0
-                row.cancelled += sums[3] or 0
-                row.input_tokens += sums[4] or 0
-                row.output_tokens += sums[5] or 0
-                row.cached_tokens += sums[6] or 0
-                row.total_tokens += sums[7] or 0
-                row.estimated_tokens += sums[8] or 0
-                row.seconds += sums[9] or 0.0
-                row.first_part_seconds += sums[10] or 0.0
-                row.with_first_part += sums[11] or 0
+                for summed, value in zip(_SUMMED, sums, strict=True):
+                    setattr(row, summed, getattr(row, summed) + (value or 0))
             for name, currency, amount in db.execute(_COSTS.format(group=expression), (since, since, until)):
                 row = rows.setdefault(str(name), UsageRow(str(name)))
                 row.cost[currency] = row.cost.get(currency, 0.0) + max(0.0, amount or 0.0)
