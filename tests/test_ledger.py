@@ -88,6 +88,27 @@ def test_a_report_sums_each_keys_turns_and_tells_estimates_refusals_and_errors_a
     assert [row.group for row in usage_report([ledger.path], "key", MIDNIGHT + 35, MIDNIGHT + DAY)] == ["bob"]
 
 
+def test_a_flood_of_refused_requests_costs_a_row_a_second_and_is_counted_whole(tmp_path: Path) -> None:
+    ledger = UsageLedger(tmp_path / "usage.db")
+    ledger.open()
+    refused = {"outcome": "refused", "error_code": -32004, "seconds": 0.0, "first_part_seconds": None}
+    for n in range(1000):  # 1,000 requests in a second and a half: two rows
+        ledger.record(turn(n * 0.0015, "flood", limit="requests_per_minute", **refused))
+    ledger.record(turn(0.5, "flood", limit="concurrent_turns", **refused))  # another limit: its own row
+    ledger.record(turn(0.7, "quiet", total_tokens=5))
+    rows = ledger.take()
+    assert sorted((row[2], row[-2], row[-1]) for row in rows) == [  # key, limit, count
+        ("flood", "concurrent_turns", 1),
+        ("flood", "requests_per_minute", 333),  # from 1.0015 s on
+        ("flood", "requests_per_minute", 667),  # its first second
+        ("quiet", "", 1),
+    ]
+    ledger.write(rows)
+    ledger.close()
+    report = {row.group: row for row in usage_report([ledger.path], "key", MIDNIGHT, MIDNIGHT + DAY)}
+    assert (report["flood"].refused, report["flood"].turns, report["quiet"].turns) == (1001, 0, 1)
+
+
 def test_the_cost_of_a_period_is_what_each_session_added_in_it(tmp_path: Path) -> None:
     # ACP reports a session's cost so far: 0.10 after its first turn, 0.25 after its second, 0.40 after its third.
     costs = [(100, 0.10), (DAY + 100, 0.25), (DAY + 200, 0.40)]
@@ -154,7 +175,7 @@ def test_rows_a_write_failed_on_wait_for_the_next_and_the_oldest_go_past_the_bou
     ledger = UsageLedger(Path("/nonexistent/usage.db"))
     ledger.record(turn(1, "alice"))
     ledger.give_back([turn(0, "bob")])  # a failed write's rows go before the ones recorded since
-    assert [row.key for row in ledger.take()] == ["bob", "alice"]
+    assert [row[2] for row in ledger.take()] == ["bob", "alice"]  # (the key's name is a row's third value)
     ledger.give_back([turn(i, "alice") for i in range(MAX_PENDING + 5)])
     assert ledger.dropped == 5 and len(ledger.take()) == MAX_PENDING
 

@@ -26,7 +26,9 @@ from .security import ServeError, check_private
 __all__ = ["GROUPS", "UsageLedger", "UsageRow", "ledger_path_for", "usage_report"]
 
 SCHEMA_VERSION = 1
-_COLUMNS = tuple("limit_name" if name == "limit" else name for name in TurnRecord._fields)  # LIMIT is SQL
+# A row: a TurnRecord's fields (``limit`` is an SQL word: ``limit_name``), and how many requests it stands for.
+_COLUMNS = (*("limit_name" if name == "limit" else name for name in TurnRecord._fields), "count")
+_Row = list[Any]
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS turns (
     time REAL NOT NULL,
@@ -48,13 +50,15 @@ CREATE TABLE IF NOT EXISTS turns (
     outcome TEXT NOT NULL,
     error_code INTEGER,
     tool_calls INTEGER NOT NULL,
-    limit_name TEXT NOT NULL
+    limit_name TEXT NOT NULL,
+    count INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_time ON turns (time);
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 _INSERT = f"INSERT INTO turns ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
 MAX_PENDING = 100_000  # rows kept for a later write while the disk refuses them; beyond, the oldest are dropped
+REFUSED_ROW_SECONDS = 1.0  # requests refused by one limit of one key within this long share one row (a flood)
 
 # What a report groups by: a column, or an expression of one.
 GROUPS = {
@@ -76,7 +80,8 @@ class UsageLedger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._pending: list[TurnRecord] = []
+        self._pending: list[_Row] = []
+        self._refusing: dict[tuple[str, str], _Row] = {}  # the pending row counting a key's refusals by a limit
         self.dropped = 0  # rows lost because the disk refused them for too long
         self._db: sqlite3.Connection | None = None
 
@@ -90,20 +95,32 @@ class UsageLedger:
             self._db = None
 
     def record(self, record: TurnRecord) -> None:
-        self._pending.append(record)
+        """A turn's row; requests refused by one limit of one key within a second are counted in one row, so that a
+        flood of them costs the disk a row a second, not a row a request."""
+        if record.outcome == "refused":
+            refusing = (record.principal, record.limit)
+            open_row = self._refusing.get(refusing)
+            if open_row is not None and record.time - open_row[0] < REFUSED_ROW_SECONDS:
+                open_row[-1] += 1
+                return
+            self._refusing[refusing] = row = [*record, 1]
+            self._pending.append(row)
+            return
+        self._pending.append([*record, 1])
 
-    def take(self) -> list[TurnRecord]:
+    def take(self) -> list[_Row]:
         rows, self._pending = self._pending, []
+        self._refusing.clear()  # a row taken is being written: refusals from now on go to a new one
         return rows
 
-    def give_back(self, rows: list[TurnRecord]) -> None:
+    def give_back(self, rows: list[_Row]) -> None:
         """Rows a write failed on, kept for the next (newest first when there are too many)."""
         self._pending = rows + self._pending
         if len(self._pending) > MAX_PENDING:
             self.dropped += len(self._pending) - MAX_PENDING
             self._pending = self._pending[-MAX_PENDING:]
 
-    def write(self, rows: list[TurnRecord]) -> None:
+    def write(self, rows: list[_Row]) -> None:
         """Append ``rows`` in one transaction (``sqlite3.Error`` / ``OSError`` when the disk refuses)."""
         if not rows:
             return
@@ -189,7 +206,8 @@ class UsageRow:
 
 _SUMS = """
 SELECT {group},
-    SUM(outcome NOT IN ('refused')), SUM(outcome = 'refused'), SUM(outcome = 'error'), SUM(outcome = 'cancelled'),
+    SUM(outcome != 'refused'), SUM(CASE WHEN outcome = 'refused' THEN count ELSE 0 END), SUM(outcome = 'error'),
+    SUM(outcome = 'cancelled'),
     SUM(COALESCE(input_tokens, 0)), SUM(COALESCE(output_tokens, 0)), SUM(COALESCE(cached_tokens, 0)),
     SUM(COALESCE(total_tokens, 0)), SUM(CASE WHEN estimated THEN COALESCE(total_tokens, 0) ELSE 0 END),
     SUM(CASE WHEN outcome != 'refused' THEN seconds ELSE 0 END), SUM(COALESCE(first_part_seconds, 0)),
