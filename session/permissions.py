@@ -58,6 +58,9 @@ _REJECT = re.compile(
 _SKIPPED = "the user chose to skip the tool call"
 
 
+TITLE_KEPT = 200  # characters of an action's title a decision keeps: which action, not all it would do
+
+
 @dataclass(frozen=True, slots=True)
 class PermissionDecision:
     """A permission request answered, as an audit log keeps it: which agent's session, whose conversation (a
@@ -85,7 +88,7 @@ class PermissionDecision:
         if chosen.get("outcome") == "selected":
             kinds = {option["optionId"]: option.get("kind") for option in _options(params)}
             decision = str(kinds.get(chosen.get("optionId")) or chosen.get("optionId") or "selected")
-        title = string_at(tool_call, "title")
+        title = string_at(tool_call, "title")[:TITLE_KEPT]
         kind = string_at(tool_call, "kind", "other")
         return replace(self, title=title, kind=kind, decision=decision, decided_by=decided_by)
 

@@ -19,7 +19,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import trio
 
@@ -107,6 +107,14 @@ class TurnRequest:
     principal: str = ""
 
 
+@runtime_checkable
+class ConnectedClient(Protocol):
+    """A client with a connection (an editor): its next request comes back on it, while it is connected."""
+
+    @property
+    def connected(self) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RouterSettings:
     idle_ttl: float = 1800.0
@@ -148,7 +156,8 @@ class LiveSession:
         actor = self.actor
         if self.serving or actor is None:
             return True
-        return self.client is not None and not actor.closed and not actor.machine.idle
+        connected = isinstance(self.client, ConnectedClient) and self.client.connected
+        return connected and not actor.closed and not actor.machine.idle
 
     @property
     def evictable(self) -> bool:

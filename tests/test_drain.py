@@ -16,7 +16,6 @@ from typing import Any
 import openai
 import pytest
 import trio
-import trio_websocket
 from conftest import HANG, processes_with_marker
 from fakes import tool_result, user
 from test_serve import Daemon, serving
@@ -114,10 +113,9 @@ async def test_sigterm_drains_running_conversations_refuses_new_ones_and_exits_w
         assert (status, retry) == (503, "1") and "opens no new conversation" in message
         refused = (await editor.chat("scripted", [user("/say a new conversation")])).error
         assert refused is not None and refused.code == -32007 and refused.data == {"retryAfter": 1.0}
-        with pytest.raises(trio_websocket.HandshakeError):  # no new editor connection either
-            headers = [(b"authorization", f"Bearer {daemon.token}".encode())]
-            async with trio_websocket.open_websocket_url(daemon.url, extra_headers=headers):
-                pass
+        async with connect_daemon(daemon.url, daemon.token) as again:  # an editor may come back (to its own)
+            with trio.fail_after(HANG):
+                await again.initialize(clientInfo={"name": "code"}, workspaceFolders=[str(tmp_path)])
         history += [asked.assistant_message(), tool_result(call["callId"], "the contents of a.txt")]
         finished = await editor.chat("scripted", history, tools=[EDITOR_TOOL])  # it goes on to its end
         assert finished.error is None and "the contents of a.txt" in finished.text
@@ -149,6 +147,22 @@ async def test_a_draining_daemon_lets_a_running_http_turn_finish_but_not_wait_fo
         with trio.fail_after(HANG):
             assert await daemon.process.wait() == 0
     assert seen["text"] == "started\nfinished\n"  # the running turn finished, not cancelled
+    assert "drained" in daemon.stderr and "drain ended" not in daemon.stderr
+    assert processes_with_marker(marker) == []
+
+
+async def test_a_drain_does_not_wait_for_an_editor_that_went_away(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    async with _draining(tmp_path, agents_toml) as (daemon, _client):
+        async with connect_daemon(daemon.url, daemon.token) as editor:
+            with trio.fail_after(HANG):
+                await editor.initialize(clientInfo={"name": "code"}, workspaceFolders=[str(tmp_path)])
+            asked = await editor.chat("scripted", [user('/tool read_file {"path": "a.txt"}')], tools=[EDITOR_TOOL])
+            assert asked.tool_calls  # owed to this editor, which now goes away without an answer
+        daemon.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(HANG):
+            assert await daemon.process.wait() == 0
     assert "drained" in daemon.stderr and "drain ended" not in daemon.stderr
     assert processes_with_marker(marker) == []
 

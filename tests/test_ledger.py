@@ -122,6 +122,8 @@ def test_the_cost_of_a_period_is_what_each_session_added_in_it(tmp_path: Path) -
     assert first_day.cost == pytest.approx({"USD": 0.10})
     assert second_day.cost == pytest.approx({"USD": 0.30 + 0.05})
     assert both.cost == pytest.approx({"USD": 0.45})
+    by_day = usage_report([ledger.path], "day", MIDNIGHT, MIDNIGHT + 2 * DAY)  # a session over two days: split
+    assert [row.cost["USD"] for row in by_day] == pytest.approx([0.35, 0.10])
 
 
 def test_several_nodes_ledgers_merge_into_one_report(tmp_path: Path) -> None:
@@ -159,6 +161,23 @@ def test_the_ledger_and_its_wal_files_are_private(tmp_path: Path) -> None:
     ledger.path.chmod(0o644)
     with pytest.raises(ServeError, match="accessible by other users"):
         UsageLedger(ledger.path).open()
+
+
+def test_another_programs_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "usage.db"
+    other = sqlite3.connect(path)
+    other.execute("CREATE TABLE notes (text TEXT)")
+    other.commit()
+    other.close()
+    path.chmod(0o600)
+    before = path.read_bytes()
+    with pytest.raises(ServeError, match="not a usage ledger of this lmbridge"):
+        UsageLedger(path).open()
+    assert path.read_bytes() == before
+    with pytest.raises(ServeError, match="cannot create the usage ledger"):
+        UsageLedger(Path("/proc/no-such-dir/usage.db")).open()
 
 
 def test_a_file_that_is_not_a_ledger_is_refused_with_what_to_do(tmp_path: Path) -> None:

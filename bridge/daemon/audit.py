@@ -14,6 +14,7 @@ import json
 import logging
 import logging.handlers
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,18 +41,31 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
         return os.fdopen(fd, self.mode.replace("w", "a") if "w" in self.mode else self.mode, encoding=self.encoding)
 
 
+class _Unwritable(_PrivateRotatingHandler):
+    """Says once (on stderr, the daemon's log) that lines are being lost, rather than a traceback a line."""
+
+    lost = 0
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.lost += 1
+        if self.lost == 1:
+            sys.stderr.write(f"lmbridge: cannot write the audit log {self.baseFilename}: its events are being lost\n")
+
+
 class AuditLog:
     """``event(name, **fields)`` writes a line now; ``refused(reason, peer)`` is counted and written by ``flush``."""
 
     def __init__(self, path: Path, *, max_bytes: int = MAX_BYTES, backups: int = BACKUPS) -> None:
         self.path = path
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if path.exists():
-            check_private(path, path.stat(), "audit log ")
         try:
-            self._handler = _PrivateRotatingHandler(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if path.exists():
+                check_private(path, path.stat(), "audit log ")
+            self._handler = _Unwritable(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
         except OSError as exc:
-            raise ServeError(f"cannot open the audit log {path}: {exc.strerror or exc}") from None
+            raise ServeError(
+                f"cannot open the audit log {path}: {exc.strerror or exc} (--audit-log names another)"
+            ) from None
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         self._refusals: dict[tuple[str, str], int] = {}
 

@@ -361,18 +361,16 @@ class KeyRing:
         ``ServeError``: the file became unreadable (then every key is refused, the owner's token still works, until
         it is mended)."""
         now = time.time() if now is None else now
-        try:
-            self._reload()
-        finally:
-            in_force = {record.id: record for record in self._records if not record.expired(now)}
-            present = {record.id for record in self._records}
-            gone = [record for record_id, record in self._in_force.items() if record_id not in in_force]
-            changes = KeyChanges(
-                added=[record for record_id, record in in_force.items() if record_id not in self._in_force],
-                revoked=[record for record in gone if record.id not in present],
-                expired=[record for record in gone if record.id in present],
-            )
-            self._in_force = in_force
+        self._reload()  # a broken file raises: what was in force stays the reference until it is mended
+        in_force = {record.id: record for record in self._records if not record.expired(now)}
+        present = {record.id for record in self._records}
+        gone = [record for record_id, record in self._in_force.items() if record_id not in in_force]
+        changes = KeyChanges(
+            added=[record for record_id, record in in_force.items() if record_id not in self._in_force],
+            revoked=[record for record in gone if record.id not in present],
+            expired=[record for record in gone if record.id in present],
+        )
+        self._in_force = in_force
         return changes
 
     def valid(self, principal: Principal, now: float | None = None, *, reload: bool = True) -> bool:

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS turns (
     count INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_time ON turns (time);
+CREATE INDEX IF NOT EXISTS turns_by_session ON turns (session, currency, time) WHERE session_cost IS NOT NULL;
 PRAGMA user_version = {SCHEMA_VERSION};
 """
 _INSERT = f"INSERT INTO turns ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)})"
@@ -137,9 +138,14 @@ class UsageLedger:
 
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
     if create:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # SQLite's own files follow its mode
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):  # SQLite's own files (WAL) follow its mode
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError as exc:
+            raise ServeError(
+                f"cannot create the usage ledger {path}: {exc.strerror or exc} (--ledger names another)"
+            ) from None
     try:
         info = path.stat()
     except FileNotFoundError:
@@ -148,21 +154,26 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
         check_private(path, info, "usage ledger ")
     elif not stat.S_ISREG(info.st_mode):
         raise ServeError(f"{path} is not a regular file")
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
+        # Looked at before anything is written: a file that is another program's database is left as it was.
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version not in (0, SCHEMA_VERSION) or tables - {"turns"} or (version == 0 and tables):
+            raise ServeError(f"{path} is not a usage ledger of this lmbridge (schema {version}); move it away")
         if create:
-            db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash may lose the last batch, never corrupt
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise ServeError(f"{path} is a usage ledger of another lmbridge (schema {version}); move it away")
             db.executescript(_SCHEMA)
             db.isolation_level = "DEFERRED"
         else:
-            db = sqlite3.connect(path)
             db.execute("SELECT 1 FROM turns LIMIT 1")
     except sqlite3.DatabaseError as exc:
+        db.close()
         raise ServeError(f"{path} is not a usage ledger ({exc}); move it away") from None
+    except ServeError:
+        db.close()
+        raise
     return db
 
 
@@ -218,13 +229,13 @@ _SUMMED = (  # the UsageRow fields _SUMS adds up, in its order
     "turns", "refused", "errors", "cancelled", "input_tokens", "output_tokens", "cached_tokens", "total_tokens",
     "estimated_tokens", "seconds", "first_part_seconds", "with_first_part",
 )  # fmt: skip
-# The agents report a session's cost so far: a session's cost in a period is its last report in it less its last
-# report before it.
+# The agents report a session's cost so far: each turn added its report less the session's report before it (so a
+# session spanning days or models is split among them, never counted twice).
 _COSTS = """
-SELECT {group}, currency, MAX(session_cost) - COALESCE(
-    (SELECT MAX(b.session_cost) FROM turns b WHERE b.session = t.session AND b.currency = t.currency AND b.time < ?),
-    0)
-FROM turns t WHERE session_cost IS NOT NULL AND session != '' AND time >= ? AND time < ? GROUP BY 1, session, currency
+SELECT {group}, currency, SUM(MAX(0, added)) FROM (
+    SELECT *, session_cost - COALESCE(LAG(session_cost) OVER (PARTITION BY session, currency ORDER BY time), 0) AS added
+    FROM turns WHERE session_cost IS NOT NULL AND session != ''
+) WHERE time >= ? AND time < ? GROUP BY 1, 2
 """
 
 
@@ -239,7 +250,7 @@ def usage_report(paths: Iterable[Path], group: str, since: float, until: float) 
                 row = rows.setdefault(str(name), UsageRow(str(name)))
                 for summed, value in zip(_SUMMED, sums, strict=True):
                     setattr(row, summed, getattr(row, summed) + (value or 0))
-            for name, currency, amount in db.execute(_COSTS.format(group=expression), (since, since, until)):
+            for name, currency, amount in db.execute(_COSTS.format(group=expression), (since, until)):
                 row = rows.setdefault(str(name), UsageRow(str(name)))
                 row.cost[currency] = row.cost.get(currency, 0.0) + max(0.0, amount or 0.0)
     return sorted(rows.values(), key=lambda row: (-row.total_tokens, -row.turns, row.group))

@@ -272,10 +272,6 @@ class WebSocketDaemon:
             if connection.in_flight:  # a long turn is activity too
                 wire.last_activity = trio.current_time()
 
-    def stop_accepting(self) -> None:
-        """New connections are refused (503); the connected editors go on."""
-        self._accepting = False
-
     async def stop(self) -> None:
         """Stop accepting; end every connection's running turns (answered ``cancelled``)."""
         self._accepting = False
@@ -485,10 +481,9 @@ DRAIN_POLL = 0.1  # seconds between looks at what still runs while draining
 async def _drain(
     service: BridgeService, server: WebSocketDaemon, http: Any, grace: float, signals: AsyncIterator[int], log: Logger
 ) -> None:
-    """Stop gently: /healthz says draining, no new connection or conversation, and running turns (tool calls out
-    with their clients included) may finish — for ``grace`` seconds at most, or until a second signal."""
-    service.drain()
-    server.stop_accepting()
+    """Stop gently: /healthz says draining, no new conversation, and running turns (tool calls out with a connected
+    editor included) may finish — for ``grace`` seconds at most, or until a second signal."""
+    service.drain()  # editors may still connect: one coming back for what it is owed must find its way in
     log.info("draining: running turns may finish, no new conversation is opened", grace_seconds=grace)
     started = trio.current_time()
     with trio.move_on_after(grace) as waited:

@@ -59,6 +59,7 @@ class EditorConnection:
         self.service = service
         self.name = name
         self.principal = principal
+        self.connected = True  # until the connection ends (``close``): a draining daemon waits for it, not after
         self.serial = next(_SERIALS)  # which connection, never reused (an agent process may be this editor's)
         self._authorized = authorized
         self.methods = MethodTable()
@@ -117,6 +118,7 @@ class EditorConnection:
 
     def close(self) -> None:
         """The connection ended: no more notifications for it, and the models it shared are gone."""
+        self.connected = False
         if self._unwatch_models is not None:
             self._unwatch_models()
             self._unwatch_models = None

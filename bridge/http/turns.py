@@ -127,10 +127,8 @@ class TurnRunner:
             sent.append(part)
             await on_part(part)
 
-        # Limited as a turn of the client; an agent thinking with the editor model asks as the local principal, not
-        # limited (the turn that started it was).
-        with self.service.metered(request.principal, "http", EDITOR_MODELS_PREFIX, request.model) as meter:
-            answer = await self.service.editor_models.call(
+        async def ask(sink: PartCallback) -> Any:
+            return await self.service.editor_models.call(
                 target.link,
                 target.model,
                 list(request.messages),  # type: ignore[arg-type]  # TypedDict messages: the call takes plain dicts
@@ -139,8 +137,16 @@ class TurnRunner:
                 tools=request.tools or None,
                 max_tokens=request.max_tokens,
             )
-            meter.count(answer.usage, lambda: estimate_turn_tokens(request.messages, sent))
-            meter.ended(answer.stop_reason, None)
+
+        if request.principal is None or not request.principal.id:
+            # The local principal: an agent thinking with the editor's model (the turn that started it is the one
+            # limited and recorded), or the one user of ``lmbridge stdio --http``.
+            answer = await ask(sink)
+        else:
+            with self.service.metered(request.principal, "http", EDITOR_MODELS_PREFIX, request.model) as meter:
+                answer = await ask(meter.sink(sink))
+                meter.count(answer.usage, lambda: estimate_turn_tokens(request.messages, sent))
+                meter.ended(answer.stop_reason, None)
         return HttpTurnResult(answer.stop_reason, answer.usage, None, sent)
 
     def _settings(self, request: ParsedRequest, entry: ModelEntry) -> tuple[tuple[str, Any], ...]:

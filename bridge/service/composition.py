@@ -21,11 +21,12 @@ from bridge.config import AgentConfig, Config
 from bridge.service.limits import TurnLimits
 from bridge.service.models import ModelEntry, model_entries, resolve_model
 from bridge.service.principals import LOCAL, Principal
-from bridge.service.usage import Meter, Recorder, refused
+from bridge.service.usage import Meter, Recorder, TurnRecord, refused
 from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
 from wire.errors import TooManyRequests
 from wire.observe.logger import Logger
+from wire.vocabulary import TOOL_CALLS
 
 if TYPE_CHECKING:  # imported on first use: the session layer is not on the path of lmbridge's start
     from session.actor import OutcomeHook, PartSink, TurnOutcome
@@ -153,8 +154,13 @@ class BridgeService:
                 self.store.write(content)
 
     def _tell(self, event: str, fields: dict[str, Any]) -> None:
+        """Tell each listener; one that fails is logged, never the failure of what it was told about (a permission
+        answer on its way to the agent, an agent starting)."""
         for listener in self.listeners:
-            listener(event, fields)
+            try:
+                listener(event, fields)
+            except Exception as exc:
+                self.log.error("an audit event was not kept", event_name=event, error=repr(exc))
 
     def _permission_decided(self, decision: PermissionDecision) -> None:
         if self.listeners:
@@ -296,7 +302,12 @@ class BridgeService:
 
         with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
             outcome = await self.router.chat(request, meter.sink(sink), cancel, on_outcome)
-            meter.count(outcome.usage, lambda: estimate_turn_tokens(request.messages, outcome.emitted))
+            if outcome.stop_reason == TOOL_CALLS:
+                # The agent's prompt runs on (its tools are out): what it reports when the prompt ends covers every
+                # model call of it, so nothing is estimated for this part (the history would be counted each time).
+                meter.count(outcome.usage, lambda: 0)
+            else:
+                meter.count(outcome.usage, lambda: estimate_turn_tokens(request.messages, outcome.emitted))
             meter.ended(outcome.stop_reason, outcome.error, outcome.session_id)
             return outcome
 
@@ -310,8 +321,7 @@ class BridgeService:
         try:
             admission = self.limits.admit(who, now=trio.current_time(), wall=identity[0])
         except TooManyRequests as error:
-            for record in self.recorders:
-                record(refused(identity, error))
+            self._record(refused(identity, error))
             raise
         meter = Meter(identity, counted=admission.limited or bool(self.recorders))
         try:
@@ -322,9 +332,15 @@ class BridgeService:
         finally:
             self.limits.finish(admission, meter.tokens, wall=time.time())
             if self.recorders:
-                row = meter.record()
-                for record in self.recorders:
-                    record(row)
+                self._record(meter.record())
+
+    def _record(self, row: TurnRecord) -> None:
+        """Hand a turn's record to each recorder; one that fails is logged, never the turn's failure."""
+        for record in self.recorders:
+            try:
+                record(row)
+            except Exception as exc:
+                self.log.error("a turn's record was not kept", recorder=repr(record), error=repr(exc))
 
     def turn_request(
         self,

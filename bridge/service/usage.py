@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Protocol
 
 import trio
 
-from wire.errors import RpcError, TooManyRequests
+from wire.errors import Draining, RpcError, TooManyRequests
 
 __all__ = ["Meter", "Recorder", "TurnRecord", "refused"]
 
@@ -117,7 +117,7 @@ class Meter:
 
     def failed(self, error: BaseException) -> None:
         cancelled = isinstance(error, trio.Cancelled)
-        self.outcome = "cancelled" if cancelled else "error"
+        self.outcome = "cancelled" if cancelled else "refused" if isinstance(error, Draining) else "error"
         self.error_code = error.code if isinstance(error, RpcError) else None
 
     def record(self) -> TurnRecord:
@@ -159,8 +159,9 @@ def refused(who: tuple[float, str, str, str, str, str], error: TooManyRequests) 
 
 
 def _count(usage: dict[str, Any], name: str) -> int | None:
+    """A token count the agent reported; none for anything but a whole number of 0 or more."""
     value = usage.get(name)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _reported_total(usage: dict[str, Any]) -> int | None:
