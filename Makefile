@@ -1,4 +1,5 @@
-# make demo | make check | make test | make lint | make bench | make interop — each creates .venv on first use.
+# make demo | make check | make test | make lint | make bench | make interop | make scale — each creates .venv on
+# first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
