@@ -1,6 +1,7 @@
 """11. One key's flood and another key's turns: a shared daemon with per-key limits keeps a flooding key to its share.
 
-The daemon runs the bench agent with ``[limits.keys.flood] concurrent_turns = 4``. The quiet key's first-token latency
+The daemon runs the bench agent as a team's daemon would (``isolation = "key"``: an agent process per key) with
+``[limits.keys.flood] concurrent_turns = 4``. The quiet key's first-token latency
 (a new conversation each time, ``POST /v1/chat/completions`` streamed) is measured alone, then while the flooding key
 — in a process of its own, so that its client does not share the measuring process's interpreter — sends requests as
 fast as it can from 16 connections: at most 4 of its turns run (each streaming ``flood 2000`` chunks), the rest are
@@ -36,7 +37,9 @@ def team(ws: Workspace, plan: object) -> list[Row]:
 
     reps = getattr(plan, "first_token_reps", 30)
     config = ws.config(max_sessions=5000)
-    config.write_text(config.read_text() + f"\n[limits.keys.flood]\nconcurrent_turns = {FLOOD_LIMIT}\n")
+    # A team's daemon as docs/daemon.md sets it up: an agent process per key, and the flooding key limited.
+    text = config.read_text().replace("[agents.bench]\n", '[agents.bench]\nisolation = "key"\n')
+    config.write_text(text + f"\n[limits.keys.flood]\nconcurrent_turns = {FLOOD_LIMIT}\n")
     keys = KeysFile(ws.path / "keys.json")  # beside the token file: the daemon finds it
     flood_key, quiet_key = keys.add("flood")[1], keys.add("quiet")[1]
     script = Path(sys.executable).with_name("lmbridge")

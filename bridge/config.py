@@ -38,7 +38,9 @@ DEMO_AGENT_ID = "demo"
 EDITOR_MODELS_PREFIX = "editor"  # ``editor/<id>`` names a model an editor shares: no agent may be called that
 PERMISSION_POLICIES = ("ask", "allow_reads", "allow_all", "deny")
 MCP_TRANSPORTS = ("auto", "http", "stdio")  # auto: HTTP when the agent advertises mcpCapabilities.http
-ISOLATIONS = ("agent", "session")  # one process per agent, shared by its sessions; or one per session
+# One process per agent, shared by its sessions; one per agent and key (a shared daemon: keys do not queue behind
+# each other in one process); or one per session.
+ISOLATIONS = ("agent", "key", "session")
 # How an agent on the editor's models is pointed at lmbridge: by its command ("auto"), a known agent's recipe, or
 # only the generic LMBRIDGE_MODEL_* variables ("env").
 MODEL_RECIPES = ("auto", "claude", "codex", "opencode", "env")

@@ -288,3 +288,19 @@ def test_a_stored_response_is_its_principals_only() -> None:
     assert store.history("resp_1", "key:a")[0] == [user("alice's secret")]
     with pytest.raises(Exception, match="is not stored here"):
         store.history("resp_1", "key:b")
+
+
+def test_with_isolation_per_key_each_principal_has_its_own_agent_process() -> None:
+    from bridge.acp.pool import _key, _principal_of
+    from bridge.config import AgentConfig
+
+    per_key = AgentConfig(id="a", name="A", command="agent", isolation="key")
+    shared = per_key._replace(isolation="agent")
+
+    class Editor:
+        principal_id = "key:alice"
+
+    alice, bob = _key(per_key, "key:alice"), _key(per_key, "key:bob")
+    assert alice != bob and _key(per_key, Editor()) == alice  # an editor connection counts as its key
+    assert _principal_of(alice) == "key:alice"
+    assert _key(per_key, None) == _key(per_key, "") == _key(shared, "key:alice") == ("a", "")  # one user; default

@@ -399,3 +399,24 @@ async def test_the_audit_log_says_who_did_what_and_never_a_key(tmp_path: Path, a
     assert started and len(exited) == len(started) and all(event["sessions_lost"] == 0 for event in exited)
     for key in keys.values():
         assert key not in text and key[:-1] not in text  # neither the keys nor what was presented
+
+
+async def test_with_isolation_per_key_each_key_has_its_own_agent_process(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    config = tmp_path / "per-key.toml"
+    config.write_text(
+        agents_toml.read_text().replace('name = "Scripted test agent"', 'name = "Scripted"\nisolation = "key"')
+    )
+    keys_file = KeysFile(tmp_path / "state" / "keys.json")
+    keys = {name: keys_file.add(name)[1] for name in ("alice", "bob")}
+    async with serving(tmp_path, config, "--listen", "127.0.0.1:0") as daemon:
+        for n, name in enumerate(("alice", "bob", "alice")):
+            async with _editor(daemon, keys[name], tmp_path) as editor:
+                assert (await editor.chat("scripted", [user(f"/say conversation {n} of {name}")])).error is None
+        async with _editor(daemon, daemon.token, tmp_path) as owner:
+            status = await owner.request("daemon/status", {})
+    scripted = [agent for agent in status["agents"] if agent["id"] == "scripted"]
+    assert len(scripted) == 2 and len({agent["pid"] for agent in scripted}) == 2, status["agents"]
+    assert sorted(agent["sessions"] for agent in scripted) == [1, 2]  # alice's two conversations share hers
+    assert processes_with_marker(marker) == []

@@ -1,5 +1,6 @@
-"""The agent pool: at most one running process per configured agent, started on first use, stopped when idle —
-or, with ``isolation = "session"``, one process per session, stopped with it.
+"""The agent pool: at most one running process per configured agent, started on first use, stopped when idle — or,
+with ``isolation = "key"``, one per agent and principal, or with ``isolation = "session"`` one per session, stopped
+with it.
 
 Owns the agent processes (all of them run in the pool's nursery), starting them once even when several requests
 need one at the same moment, restarting at once an agent whose process died under its sessions, and stopping
@@ -51,11 +52,18 @@ _Key = tuple[str, str]
 
 
 def _key(config: AgentConfig, owner: object) -> _Key:
-    if not config.model_source or owner is None:
+    """Which shared process serves a session of ``owner`` (an editor connection, or a principal id): the agent's one;
+    with ``isolation = "key"`` one per principal; for an agent on the editor's models one per editor."""
+    if owner is None:
         return (config.id, "")
-    if isinstance(owner, str):
-        return (config.id, f"{owner}\0")
-    return (config.id, f"{getattr(owner, 'principal_id', '')}\0{getattr(owner, 'serial', id(owner))}")
+    principal = owner if isinstance(owner, str) else str(getattr(owner, "principal_id", ""))
+    if config.model_source:
+        if isinstance(owner, str):
+            return (config.id, f"{owner}\0")
+        return (config.id, f"{principal}\0{getattr(owner, 'serial', id(owner))}")
+    if config.isolation == "key" and principal:
+        return (config.id, f"{principal}\0")
+    return (config.id, "")
 
 
 def _principal_of(key: _Key) -> str | None:
