@@ -112,6 +112,8 @@ def test_the_meter_takes_the_reported_tokens_and_estimates_only_when_counted() -
     assert (meter.tokens, meter.estimated) == (42, False)
     meter.count({"totalTokens": 50, "inputTokens": 30}, never)
     assert meter.tokens == 50
+    meter.count({"contextUsed": 9}, None)  # a tools-out part of a prompt: nothing to estimate
+    assert (meter.tokens, meter.estimated, meter.record().total_tokens) == (50, False, None)
     meter.count({"contextUsed": 9}, lambda: 77)
     assert (meter.tokens, meter.estimated, meter.record().total_tokens) == (77, True, 77)
 

@@ -349,7 +349,7 @@ async def serve_daemon(
                             log.info("lmbridge serve ready", **ready, pid=os.getpid(), agents=sorted(config.agents))
                             await _next_signal(signals, log)
                             if options.drain_grace > 0:
-                                await _drain(service, server, http, options.drain_grace, signals, log)
+                                await _drain(service, http, options.drain_grace, signals, log)
                             await server.stop()
                             if http is not None:
                                 await http.finish_turns(config.sessions.cancel_drain_timeout + 1)
@@ -478,9 +478,7 @@ async def _next_signal(signals: AsyncIterator[int], log: Logger) -> None:
 DRAIN_POLL = 0.1  # seconds between looks at what still runs while draining
 
 
-async def _drain(
-    service: BridgeService, server: WebSocketDaemon, http: Any, grace: float, signals: AsyncIterator[int], log: Logger
-) -> None:
+async def _drain(service: BridgeService, http: Any, grace: float, signals: AsyncIterator[int], log: Logger) -> None:
     """Stop gently: /healthz says draining, no new conversation, and running turns (tool calls out with a connected
     editor included) may finish — for ``grace`` seconds at most, or until a second signal."""
     service.drain()  # editors may still connect: one coming back for what it is owed must find its way in

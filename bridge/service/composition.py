@@ -302,12 +302,12 @@ class BridgeService:
 
         with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
             outcome = await self.router.chat(request, meter.sink(sink), cancel, on_outcome)
-            if outcome.stop_reason == TOOL_CALLS:
-                # The agent's prompt runs on (its tools are out): what it reports when the prompt ends covers every
-                # model call of it, so nothing is estimated for this part (the history would be counted each time).
-                meter.count(outcome.usage, lambda: 0)
-            else:
-                meter.count(outcome.usage, lambda: estimate_turn_tokens(request.messages, outcome.emitted))
+            # A tools-out part of a prompt is not estimated: what the agent reports when the prompt ends covers every
+            # model call of it (an estimate here would count the history once per tool round).
+            running_on = outcome.stop_reason == TOOL_CALLS
+            meter.count(
+                outcome.usage, None if running_on else lambda: estimate_turn_tokens(request.messages, outcome.emitted)
+            )
             meter.ended(outcome.stop_reason, outcome.error, outcome.session_id)
             return outcome
 

@@ -99,13 +99,14 @@ class Meter:
 
         return timed
 
-    def count(self, usage: dict[str, Any] | None, estimate: Callable[[], int]) -> None:
-        """The agent's report of what the turn used; ``estimate()`` is asked only when it gave no token counts."""
+    def count(self, usage: dict[str, Any] | None, estimate: Callable[[], int] | None) -> None:
+        """The agent's report of what the turn used; ``estimate()`` is asked only when it gave no token counts (and
+        something counts them); ``None``: nothing to estimate for this turn."""
         self.usage = usage or {}
         reported = _reported_total(self.usage)
         if reported is not None:
             self.tokens = reported
-        elif self.counted:
+        elif self.counted and estimate is not None:
             self.tokens, self.estimated = estimate(), True
 
     def ended(self, stop_reason: str | None, error: BaseException | None, session: str = "") -> None:
