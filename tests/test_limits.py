@@ -1,9 +1,11 @@
-"""Per-key limits, as pure objects on given clocks: turns at once, the request bucket, the daily token budget, and
-the ``[limits]`` table that configures them."""
+"""Per-key limits, as pure objects on given clocks: turns at once, the request bucket, the daily token budget, how
+long a refusal's answer is held, and the ``[limits]`` table that configures them; then the service's refusals on
+Trio's mock clock."""
 
 from __future__ import annotations
 
 import pytest
+import trio
 
 from bridge.config import ConfigError, Limits, LimitSettings, parse_config
 from bridge.service.limits import DAY, TurnLimits
@@ -99,6 +101,40 @@ def test_a_key_is_limited_by_its_name_so_a_new_key_of_that_name_starts_afresh() 
     turns.admit(Principal("k-alice-2", "alice"), now=0, wall=NOON)  # revoked and re-added: someone else
 
 
+def test_a_check_raises_what_admission_would_and_takes_nothing() -> None:
+    turns = limits(concurrent_turns=1, requests_per_minute=2)
+    for _ in range(3):
+        turns.check(ALICE, now=0, wall=NOON)  # three looks: neither the bucket nor a turn slot is taken
+    held = turns.admit(ALICE, now=0, wall=NOON)
+    with pytest.raises(TooManyRequests) as caught:
+        turns.check(ALICE, now=0, wall=NOON)
+    assert caught.value.data == refused(turns, ALICE).data  # the same refusal as admission's
+    turns.finish(held, 0, wall=NOON)
+    turns.admit(ALICE, now=0, wall=NOON)  # the burst's second request
+    turns.check(BOB, now=0, wall=NOON)
+    turns.check(LOCAL, now=0, wall=NOON)
+
+
+def test_a_key_refused_again_and_again_has_its_later_answers_held() -> None:
+    turns = limits(requests_per_minute=1)
+    turns.admit(ALICE, now=0, wall=NOON)
+    holds = [turns.hold(ALICE, refused(turns, ALICE, now=0.0), now=0.0) for _ in range(7)]
+    assert holds == [0.0] * 5 + [1.0] * 2  # a burst answered at once, then at most a second's pause
+    # Answers come back at five a second: after 0.4 s, two more at once.
+    assert [turns.hold(ALICE, refused(turns, ALICE, now=0.4), now=0.4) for _ in range(3)] == [0.0, 0.0, 1.0]
+    # Never longer than the retry time itself.
+    busy = limits(concurrent_turns=1)
+    busy.admit(BOB, now=0, wall=NOON)
+    error = refused(busy, BOB)
+    assert [busy.hold(BOB, error, now=0.0) for _ in range(6)][-1] == min(error.retry_after, 1.0)
+    short = TooManyRequests("", limit=1, retry_after=0.25)
+    assert busy.hold(BOB, short, now=0.0) == 0.25
+    # Another key's answers are its own: carol has not been refused yet.
+    carol = Principal("k-carol", "carol")
+    turns.admit(carol, now=0, wall=NOON)
+    assert turns.hold(carol, refused(turns, carol), now=0.4) == 0.0
+
+
 def test_the_meter_takes_the_reported_tokens_and_estimates_only_when_counted() -> None:
     def never() -> int:
         raise AssertionError("estimated although nothing counts it")
@@ -152,3 +188,42 @@ def test_a_mistake_in_the_limits_table_names_its_key(text: str, key: str, says: 
     with pytest.raises(ConfigError) as caught:
         parse_config(text)
     assert key in str(caught.value) and says in str(caught.value)
+
+
+async def test_the_service_holds_a_flooding_keys_answers_and_no_one_elses(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from bridge.service.composition import BridgeService
+    from bridge.service.usage import TurnRecord
+    from wire.observe.logs import get_logger
+
+    service = BridgeService(parse_config("[limits.keys.alice]\nrequests_per_minute = 1\n"), log=get_logger())
+    rows: list[TurnRecord] = []
+    service.recorders.append(rows.append)
+    async with service.metered(ALICE, "http", "scripted", "scripted/fast"):
+        pass  # alice's one request of the minute
+
+    async def answered_after() -> float:
+        started = trio.current_time()
+        with pytest.raises(TooManyRequests):
+            await service.refuse_over_limits(ALICE, "http", "scripted", "scripted/fast")
+        return trio.current_time() - started
+
+    assert [await answered_after() for _ in range(6)] == [0.0] * 5 + [1.0]
+    started = trio.current_time()
+    async with service.metered(BOB, "http", "scripted", "scripted"):  # bob is not held, nor limited
+        assert trio.current_time() == started
+    # A refusal held inside a turn's admission (``metered``) is held the same way, and ends with its request.
+    for _ in range(5):
+        with pytest.raises(TooManyRequests):
+            async with service.metered(ALICE, "editor", "scripted", "scripted"):
+                raise AssertionError("admitted over the limit")
+    with trio.move_on_after(0.25) as gone:
+        await service.refuse_over_limits(ALICE, "http", "scripted", "scripted/fast")
+    assert gone.cancelled_caught and trio.current_time() - started == 0.25
+    refusals = [row for row in rows if row.outcome == "refused"]
+    assert len(refusals) == 12 and {row.limit for row in refusals} == {"requests_per_minute"}
+    assert {(row.front, row.agent, row.model) for row in refusals} == {
+        ("http", "scripted", "scripted/fast"),
+        ("editor", "scripted", "scripted"),
+    }

@@ -330,6 +330,12 @@ daily_tokens = 1000
     assert rows["bob"]["cancelled"] == 1 and rows["bob"]["turns"] >= 3 and rows["bob"]["refused"] >= 1
     assert rows["dave"]["turns"] == 2 and rows["dave"]["estimatedTokens"] == rows["dave"]["totalTokens"] > 0
     assert b"alice's" not in ledger.read_bytes() and b"hello" not in ledger.read_bytes()
+    by_agent = await trio.run_process(
+        [sys.executable, "-m", "bridge", "usage", "--ledger", str(ledger), "--since", "1d", "--by", "agent", "--json"],
+        capture_stdout=True,
+    )
+    agents = {row["group"]: row for row in json.loads(by_agent.stdout)["rows"]}
+    assert set(agents) == {"scripted"} and agents["scripted"]["refused"] >= 4  # refused early, still by agent
 
     # A restarted daemon goes on from the ledger: carol's budget for today is still spent.
     async with serving(tmp_path, config, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:

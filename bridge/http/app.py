@@ -28,7 +28,7 @@ from bridge.service.editor_models import EditorLink
 from bridge.service.principals import Principal
 from bridge.service.shared_models import SharedModel
 from wire.cancel import CancelRequest
-from wire.errors import ScopeMissing
+from wire.errors import ScopeMissing, TooManyRequests
 from wire.http_server import is_loopback, read_body
 from wire.observe.logger import Logger
 
@@ -289,6 +289,7 @@ class HttpFront:
                 )
             if not isinstance(self._authorize(scope["headers"]), Principal):  # revoked while the body was read
                 raise ApiError(401, "authentication_error", "the key was revoked or expired")
+            await self._refuse_over_limits(request)
         except _ClientGone:
             return
         except ApiError as error:
@@ -315,6 +316,19 @@ class HttpFront:
             stop_reason=result.stop_reason,
             error=str(result.error) if result.error else None,
         )
+
+    async def _refuse_over_limits(self, request: ParsedRequest) -> None:
+        """``ApiError`` 429 for a request over one of its key's limits, before its turn is set up (a client that keeps
+        sending them gets its answers late: ``TurnLimits.hold``)."""
+        if request.editor_model is not None:
+            agent = EDITOR_MODELS_PREFIX
+        else:
+            agent = request.entry.agent.id if request.entry is not None else request.model
+        try:
+            await self.service.refuse_over_limits(request.principal, "http", agent, request.model)
+        except TooManyRequests as error:
+            self.log.debug("refused over a limit", model=request.model, limit=error.name)
+            raise ApiError.from_error(error) from None
 
     async def _parse(self, scope: Scope, receive: Receive, api: HttpApi, model: type[ApiBody]) -> ParsedRequest:
         body = await _read_body(scope, receive, self.settings.max_body_bytes)

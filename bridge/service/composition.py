@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -300,7 +300,7 @@ class BridgeService:
         when it is over one — and account for it (``front``, ``model``: as the request came)."""
         from session.tokens import estimate_turn_tokens
 
-        with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
+        async with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
             outcome = await self.router.chat(request, meter.sink(sink), cancel, on_outcome)
             # A tools-out part of a prompt is not estimated: what the agent reports when the prompt ends covers every
             # model call of it (an estimate here would count the history once per tool round).
@@ -311,17 +311,17 @@ class BridgeService:
             meter.ended(outcome.stop_reason, outcome.error, outcome.session_id)
             return outcome
 
-    @contextmanager
-    def metered(self, principal: Principal | None, front: str, agent: str, model: str) -> Iterator[Meter]:
+    @asynccontextmanager
+    async def metered(self, principal: Principal | None, front: str, agent: str, model: str) -> AsyncIterator[Meter]:
         """A turn of ``principal`` (``None``: the process's one user) within its limits, from admission (raising
-        ``TooManyRequests`` when it is over one) to its end, whatever that is; the turn tells the meter what it used
-        and how it ended, and its record goes to the ledger."""
+        ``TooManyRequests`` when it is over one, see ``refuse_over_limits``) to its end, whatever that is; the turn
+        tells the meter what it used and how it ended, and its record goes to the ledger."""
         who = principal or LOCAL
         identity = (time.time(), who.id, who.name, front, agent, model)
         try:
             admission = self.limits.admit(who, now=trio.current_time(), wall=identity[0])
         except TooManyRequests as error:
-            self._record(refused(identity, error))
+            await self._refused(who, identity, error)
             raise
         meter = Meter(identity, counted=admission.limited or bool(self.recorders))
         try:
@@ -333,6 +333,26 @@ class BridgeService:
             self.limits.finish(admission, meter.tokens, wall=time.time())
             if self.recorders:
                 self._record(meter.record())
+
+    async def refuse_over_limits(self, principal: Principal | None, front: str, agent: str, model: str) -> None:
+        """Raise ``TooManyRequests`` now if a turn of ``principal`` would be refused: a front asks as soon as it knows
+        what a request is for, so that a refused request costs nothing more (its turn is admitted by ``metered``)."""
+        who = principal or LOCAL
+        try:
+            self.limits.check(who, now=trio.current_time(), wall=time.time())
+        except TooManyRequests as error:
+            await self._refused(who, (time.time(), who.id, who.name, front, agent, model), error)
+            raise
+
+    async def _refused(
+        self, who: Principal, identity: tuple[float, str, str, str, str, str], error: TooManyRequests
+    ) -> None:
+        """Record a refusal, then hold its answer as long as the limits say (a key refused again and again waits
+        before each answer: ``TurnLimits.hold``). The wait ends early if the request is cancelled."""
+        self._record(refused(identity, error))
+        pause = self.limits.hold(who, error, now=trio.current_time())
+        if pause:
+            await trio.sleep(pause)
 
     def _record(self, row: TurnRecord) -> None:
         """Hand a turn's record to each recorder; one that fails is logged, never the turn's failure."""
