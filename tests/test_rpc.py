@@ -461,3 +461,30 @@ async def test_messages_over_a_small_pipe_arrive_whole_and_in_order() -> None:
         nursery.cancel_scope.cancel()
     assert received == list(range(len(sent)))
     await reader_end.aclose()
+
+
+async def test_reads_stay_short_for_small_messages_and_grow_for_a_long_one() -> None:
+    from wire.rpc.protocol import JsonRpcProtocol
+
+    message = json.dumps({"jsonrpc": "2.0", "method": "note", "params": {"text": "x" * 40}}).encode() + b"\n"
+    long = json.dumps({"jsonrpc": "2.0", "method": "note", "params": {"text": "y" * 500}}).encode() + b"\n"
+    chunks = [message * 3 + message[:20], message[20:] + long[:150], long[150:300], long[300:]]
+    asked: list[int] = []
+
+    class Recorded(trio.abc.ReceiveStream):
+        async def receive_some(self, max_bytes: int | None = None) -> bytes:
+            asked.append(max_bytes or 0)
+            return chunks.pop(0) if chunks else b""
+
+        async def aclose(self) -> None:
+            pass
+
+    a, _b = trio.testing.memory_stream_pair()
+    wire = StreamWire(Recorded(), a, read_size=100, long_read_size=4096)
+    protocol = JsonRpcProtocol()
+    methods = []
+    while (events := await wire.read(protocol)) is not None:
+        methods += [event.method for event in events]
+    assert methods == ["note"] * 5
+    # A small message's tail left by a read is no long message (100); 150 bytes of one are (4096), until it is in.
+    assert asked == [100, 100, 4096, 4096, 100]

@@ -190,7 +190,7 @@ class StreamWire:
         long_read_size: int | None = None,
         pending: bytes = b"",
     ):
-        """``long_read_size``: reads while a long message is coming in part by part (default: ``read_size``).
+        """``long_read_size``: reads while a message longer than ``read_size`` is coming in (default: ``read_size``).
         ``pending``: input already read from ``receive`` by someone else, to be processed first."""
         self._receive = receive
         self._send = send
@@ -202,10 +202,13 @@ class StreamWire:
         if self._pending:
             pending, self._pending = self._pending, b""
             return protocol.receive_data(pending)
+        # A message longer than a read is coming in: long reads. (The tail of the last read, a message cut short by
+        # it, is not one: reads stay short, so that a flood of small messages is handled a short step at a time.)
+        size = self._long_read_size if protocol.buffered >= self._read_size else self._read_size
         if protocol.buffered and isinstance(self._receive, trio.lowlevel.FdStream):
-            return await self._read_rest(self._receive, protocol, self._long_read_size)
+            return await self._read_rest(self._receive, protocol, size)
         try:
-            data = await self._receive.receive_some(self._long_read_size if protocol.buffered else self._read_size)
+            data = await self._receive.receive_some(size)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return None
         if not data:
