@@ -19,6 +19,7 @@ import trio
 from bridge.config import AgentConfig
 from wire.errors import AgentStartError, UnknownModel
 from wire.observe.logger import Logger
+from wire.rpc.connection import ReadGate
 
 from .process import AgentProcess
 from .spawn import EarlyAgent, kill_spawned
@@ -107,6 +108,8 @@ class AgentPool:
         self.launcher: Launcher | None = None  # set by whoever composes lmbridge, before the first agent starts
         # Told of each agent process that started and exited: ``(event, fields)`` (an audit log).
         self.on_event: Callable[[str, dict[str, Any]], None] | None = None
+        # The read gate of a process that works for one principal (its output waits while others' requests start).
+        self.read_gate: Callable[[str], ReadGate] | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -250,8 +253,13 @@ class AgentPool:
         launch = await launcher.prepare(config, principal) if launcher is not None else None
         process: AgentProcess | None = None
         try:
+            gate = self.read_gate(principal) if self.read_gate is not None and principal else None
             process = AgentProcess(
-                launch.config if launch else config, stop_grace=self._stop_grace, tracer=self._tracer, spawned=spawned
+                launch.config if launch else config,
+                stop_grace=self._stop_grace,
+                tracer=self._tracer,
+                spawned=spawned,
+                read_gate=gate,
             )
             await process.run(task_status=_Started(task_status, process, launch, self._tell))
         finally:

@@ -30,6 +30,7 @@ from wire.rpc.connection import (
     JsonRpcConnection,
     MethodTable,
     OutgoingRequest,
+    ReadGate,
     RequestContext,
     StreamWire,
 )
@@ -100,9 +101,12 @@ class AgentProcess:
         tracer: Any = None,
         max_message_bytes: int = 64 * 1024 * 1024,
         spawned: subprocess.Popen[bytes] | None = None,
+        read_gate: ReadGate | None = None,
     ) -> None:
         """``spawned``: the agent's process, already started (``bridge.acp.spawn``), to run instead of starting
-        one."""
+        one. ``read_gate``: for a process that works for one principal, when its output is to wait for others'
+        requests (``bridge.service.share``)."""
+        self._read_gate = read_gate
         self.config = config
         self._spawned = spawned
         self.id = config.id
@@ -163,6 +167,7 @@ class AgentProcess:
             cancel_style=ACP_CANCEL,
             tracer=self._tracer,
             max_message_bytes=self._max_message_bytes,
+            read_gate=self._read_gate,
         )
         start_error: AgentStartError | None = None
         try:

@@ -187,7 +187,21 @@ class HttpFront:
             extra = [(b"www-authenticate", b"Bearer")] if status == 401 else []
             await _respond_json(send, status, api.error_body(error), extra=extra)
             return
-        await self._router({**scope, PRINCIPAL: checked}, receive, send)
+        # From here until its answer's first bytes are written, busier keys' work waits (``LoopShare``).
+        share = self.service.share
+        start = share.starting(checked.id)
+        if start is not None:
+            answer = send
+
+            async def send(message: Message) -> None:
+                await answer(message)
+                if message["type"] == "http.response.body":
+                    share.started(start)
+
+        try:
+            await self._router({**scope, PRINCIPAL: checked}, receive, send)
+        finally:
+            share.started(start)
 
     async def _health(self, send: Send) -> None:
         """For a load balancer: ready, or not (draining: the daemon is stopping). No token, and nothing more."""

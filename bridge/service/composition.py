@@ -21,6 +21,7 @@ from bridge.config import AgentConfig, Config
 from bridge.service.limits import TurnLimits
 from bridge.service.models import ModelEntry, model_entries, resolve_model
 from bridge.service.principals import LOCAL, Principal
+from bridge.service.share import LoopShare, Start
 from bridge.service.usage import Meter, Recorder, TurnRecord, refused
 from bridge.service.view import ClientView
 from session.catalog import AgentCatalog, AgentOffer
@@ -106,6 +107,8 @@ class BridgeService:
         )
         self.permission_tool = permission_tool_schema(permissions.tool_name)
         self.limits = TurnLimits(config.limits)
+        self.share = LoopShare()  # whose work goes first on the event loop: a lighter principal's starting requests
+        self.pool.read_gate = self.share.gate
         self.recorders: list[Recorder] = []  # where each turn's record goes (the daemon's usage ledger, its metrics)
         # Who is told of what an audit log keeps (``event(name, fields)``): permission decisions, agent processes.
         self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
@@ -300,8 +303,15 @@ class BridgeService:
         when it is over one — and account for it (``front``, ``model``: as the request came)."""
         from session.tokens import estimate_turn_tokens
 
+        who = (principal or LOCAL).id
         async with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
-            outcome = await self.router.chat(request, meter.sink(sink), cancel, on_outcome)
+            start = self.share.starting(who)  # until its first part is written, busier principals' work waits
+            try:
+                outcome = await self.router.chat(
+                    request, meter.sink(self._shared(who, sink, start)), cancel, on_outcome
+                )
+            finally:
+                self.share.started(start)
             # A tools-out part of a prompt is not estimated: what the agent reports when the prompt ends covers every
             # model call of it (an estimate here would count the history once per tool round).
             running_on = outcome.stop_reason == TOOL_CALLS
@@ -324,15 +334,33 @@ class BridgeService:
             await self._refused(who, identity, error)
             raise
         meter = Meter(identity, counted=admission.limited or bool(self.recorders))
+        self.share.turn_began(who.id)
         try:
             yield meter
         except BaseException as error:
             meter.failed(error)
             raise
         finally:
+            self.share.turn_ended(who.id)
             self.limits.finish(admission, meter.tokens, wall=time.time())
             if self.recorders:
                 self._record(meter.record())
+
+    def _shared(self, who: str, sink: PartSink, start: Start | None) -> PartSink:
+        """``sink`` for a turn of ``who`` on the event loop shared with other principals' turns: its first part ends
+        ``start``; each part waits while ``who`` is the busier principal and another's request is starting."""
+        share = self.share
+
+        async def shared(part: dict[str, Any]) -> None:
+            nonlocal start
+            if share.yields(who):
+                await share.wait(who)
+            await sink(part)
+            if start is not None:
+                share.started(start)
+                start = None
+
+        return shared
 
     async def refuse_over_limits(self, principal: Principal | None, front: str, agent: str, model: str) -> None:
         """Raise ``TooManyRequests`` now if a turn of ``principal`` would be refused: a front asks as soon as it knows

@@ -52,6 +52,7 @@ __all__ = [
     "JsonRpcConnection",
     "MethodTable",
     "OutgoingRequest",
+    "ReadGate",
     "RequestContext",
     "StreamWire",
 ]
@@ -318,6 +319,15 @@ class _PendingRequest:
             self.callback(result, error)
 
 
+class ReadGate(Protocol):
+    """Whether a connection's input is to wait before its next read: the peer's output is someone's bulk work, and
+    someone else's goes first now (``bridge.service.share``). ``wait`` returns when it may read again."""
+
+    def yields(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
 class JsonRpcConnection:
     """A JSON-RPC peer over one wire. Run ``serve`` in a nursery (``await nursery.start(conn.serve)``); it
     returns when the peer closes its side or ``aclose`` is called. ``peer_closed`` is set at end of input."""
@@ -334,8 +344,11 @@ class JsonRpcConnection:
         outbox_high_water: int = 4 * 1024 * 1024,
         max_concurrent_requests: int | None = None,
         parse: Callable[[bytes], Any] = protocol.parse,
+        read_gate: ReadGate | None = None,
     ) -> None:
+        """``read_gate``: asked before each read of the peer's input (see ``ReadGate``)."""
         self.name = name
+        self._read_gate = read_gate
         self._max_concurrent = max_concurrent_requests
         self._wire = wire
         self._methods = methods
@@ -510,7 +523,10 @@ class JsonRpcConnection:
 
     async def _read_loop(self) -> None:
         try:
+            gate = self._read_gate
             while True:
+                if gate is not None and gate.yields():
+                    await gate.wait()
                 events = await self._wire.read(self._protocol)
                 if events is None:
                     break
