@@ -305,6 +305,8 @@ class BridgeService:
 
         who = (principal or LOCAL).id
         async with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
+            if self.share.yields(who):  # a busier principal's new turn is bulk work too: it waits its turn
+                await self.share.wait(who)
             start = self.share.starting(who)  # until its first part is written, busier principals' work waits
             try:
                 outcome = await self.router.chat(
