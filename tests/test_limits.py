@@ -195,35 +195,53 @@ async def test_the_service_holds_a_flooding_keys_answers_and_no_one_elses(
 ) -> None:
     from bridge.service.composition import BridgeService
     from bridge.service.usage import TurnRecord
+    from wire.cancel import CancelRequest
     from wire.observe.logs import get_logger
 
-    service = BridgeService(parse_config("[limits.keys.alice]\nrequests_per_minute = 1\n"), log=get_logger())
+    limited = "[limits]\nrequests_per_minute = 1\n"
+    service = BridgeService(parse_config(limited), log=get_logger())
     rows: list[TurnRecord] = []
     service.recorders.append(rows.append)
-    async with service.metered(ALICE, "http", "scripted", "scripted/fast"):
-        pass  # alice's one request of the minute
+    for who in (ALICE, BOB):
+        async with service.metered(who, "http", "scripted", "scripted/fast"):
+            pass  # the one request of each key's minute
 
-    async def answered_after() -> float:
+    async def answered_after(who: Principal = ALICE) -> float:
+        """A request of ``who`` refused as a front refuses it: the refusal now, its answer after the hold."""
         started = trio.current_time()
-        with pytest.raises(TooManyRequests):
-            await service.refuse_over_limits(ALICE, "http", "scripted", "scripted/fast")
+        refusal = service.refusal(who, "http", "scripted", "scripted/fast")
+        assert refusal is not None and refusal.name == "requests_per_minute"
+        await service.hold(who, refusal)
         return trio.current_time() - started
 
     assert [await answered_after() for _ in range(6)] == [0.0] * 5 + [1.0]
-    started = trio.current_time()
-    async with service.metered(BOB, "http", "scripted", "scripted"):  # bob is not held, nor limited
-        assert trio.current_time() == started
-    # A refusal held inside a turn's admission (``metered``) is held the same way, and ends with its request.
-    for _ in range(5):
+    assert await answered_after(BOB) == 0.0  # bob's first refusal: his answers are his own
+
+    # A refusal at a turn's admission (``metered``) is held the same way: five more answered at once, then one later.
+    async def admitted_after() -> float:
+        started = trio.current_time()
         with pytest.raises(TooManyRequests):
             async with service.metered(ALICE, "editor", "scripted", "scripted"):
                 raise AssertionError("admitted over the limit")
-    with trio.move_on_after(0.25) as gone:
-        await service.refuse_over_limits(ALICE, "http", "scripted", "scripted/fast")
-    assert gone.cancelled_caught and trio.current_time() - started == 0.25
+        return trio.current_time() - started
+
+    assert [await admitted_after() for _ in range(6)] == [0.0] * 5 + [1.0]
+    # A held answer ends when its request is cancelled (the client went away), and is not held while draining.
+    refusal = service.refusal(ALICE, "http", "scripted", "scripted/fast")
+    assert refusal is not None
+    gone = CancelRequest()
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(service.hold, ALICE, refusal, gone)
+        await trio.sleep(0.25)
+        gone.set()
+    assert trio.current_time() - started == 0.25
+    service.router.draining = True
+    assert await answered_after() == 0.0
     refusals = [row for row in rows if row.outcome == "refused"]
-    assert len(refusals) == 12 and {row.limit for row in refusals} == {"requests_per_minute"}
-    assert {(row.front, row.agent, row.model) for row in refusals} == {
-        ("http", "scripted", "scripted/fast"),
-        ("editor", "scripted", "scripted"),
+    assert len(refusals) == 15 and {row.limit for row in refusals} == {"requests_per_minute"}
+    assert {(row.key, row.front, row.agent, row.model) for row in refusals} == {
+        ("alice", "http", "scripted", "scripted/fast"),
+        ("bob", "http", "scripted", "scripted/fast"),
+        ("alice", "editor", "scripted", "scripted"),
     }

@@ -63,6 +63,35 @@ async def test_a_busier_key_waits_until_the_start_is_done_or_has_held_it_long_en
     assert not share.yields("flood")
 
 
+async def test_a_stream_of_starts_holds_a_busier_key_back_at_most_half_the_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    share = LoopShare()
+    busy(share, "quiet", 1)  # one streaming turn
+    held = free = 0.0
+
+    async def flood_of_starts() -> None:  # a key with no turn running starts a request every 10 ms
+        while True:
+            share.starting("flood")
+            await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(flood_of_starts)
+        await trio.sleep(0.001)
+        until = trio.current_time() + 1.0
+        while trio.current_time() < until:
+            began = trio.current_time()
+            if share.yields("quiet"):
+                await share.wait("quiet")
+                held += trio.current_time() - began
+                assert trio.current_time() - began <= DEFER_AT_MOST + 1e-9  # never longer at a time
+            else:
+                await trio.sleep(0.005)  # a part written
+                free += trio.current_time() - began
+        nursery.cancel_scope.cancel()
+    assert held > 0.3 and free >= held, (held, free)  # held back, and never more than half the time
+
+
 async def test_a_connection_reads_nothing_while_its_gate_yields(autojump_clock: trio.testing.MockClock) -> None:
     share = LoopShare()
     busy(share, "flood", 1)
@@ -87,9 +116,11 @@ async def test_a_connection_reads_nothing_while_its_gate_yields(autojump_clock: 
         )
         await trio.testing.wait_all_tasks_blocked()
         assert received == []  # the flood's output waits while the quiet key's request starts
+        released = trio.current_time()
         share.started(start)
         while len(received) < 3:
             await trio.sleep(0.001)
         assert received == [0, 1, 2]
+        assert trio.current_time() - released < DEFER_AT_MOST  # read on being released, not when the start expired
         await theirs.aclose()
         nursery.cancel_scope.cancel()

@@ -263,9 +263,9 @@ daily_tokens = 1000
     keys = {name: keys_file.add(name)[1] for name in ("alice", "bob", "carol", "dave")}
     hello = [{"role": "user", "content": "/say hello"}]
 
-    def refusal(client: openai.OpenAI, content: str = "/say hello") -> tuple[int, str, str]:
+    def refusal(client: openai.OpenAI, content: str = "/say hello", model: str = "scripted") -> tuple[int, str, str]:
         try:
-            client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": content}])
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": content}])
         except openai.RateLimitError as error:
             body = error.body if isinstance(error.body, dict) else {}
             return error.status_code, error.response.headers.get("retry-after", ""), str(body.get("message"))
@@ -276,7 +276,7 @@ daily_tokens = 1000
 
         # alice: one request a minute, on both fronts together.
         assert await trio.to_thread.run_sync(refusal, alice) == (200, "", "")
-        status, retry, message = await trio.to_thread.run_sync(refusal, alice)
+        status, retry, message = await trio.to_thread.run_sync(refusal, alice, "/say hello", "scripted/demo-large")
         assert status == 429 and 1 <= int(retry) <= 60 and "requests_per_minute" in message
         async with _editor(daemon, keys["alice"], tmp_path) as editor:
             refused = (await editor.chat("scripted", [user("/say hello")])).error
@@ -335,7 +335,8 @@ daily_tokens = 1000
         capture_stdout=True,
     )
     agents = {row["group"]: row for row in json.loads(by_agent.stdout)["rows"]}
-    assert set(agents) == {"scripted"} and agents["scripted"]["refused"] >= 4  # refused early, still by agent
+    # alice's HTTP request named a model of the agent: refused before its turn was set up, it is still the agent's.
+    assert set(agents) == {"scripted"} and agents["scripted"]["refused"] >= 4
 
     # A restarted daemon goes on from the ledger: carol's budget for today is still spent.
     async with serving(tmp_path, config, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:

@@ -25,10 +25,10 @@ from starlette.types import Message, Receive, Scope, Send
 from bridge.config import EDITOR_MODELS_PREFIX
 from bridge.service.composition import BridgeService
 from bridge.service.editor_models import EditorLink
-from bridge.service.principals import Principal
+from bridge.service.principals import LOCAL, Principal
 from bridge.service.shared_models import SharedModel
 from wire.cancel import CancelRequest
-from wire.errors import ScopeMissing, TooManyRequests
+from wire.errors import ScopeMissing
 from wire.http_server import is_loopback, read_body
 from wire.observe.logger import Logger
 
@@ -189,7 +189,7 @@ class HttpFront:
             return
         # From here until its answer's first bytes are written, busier keys' work waits (``LoopShare``).
         share = self.service.share
-        start = share.starting(checked.id)
+        start = self.service.starting(checked)
         if start is not None:
             answer = send
 
@@ -303,7 +303,7 @@ class HttpFront:
                 )
             if not isinstance(self._authorize(scope["headers"]), Principal):  # revoked while the body was read
                 raise ApiError(401, "authentication_error", "the key was revoked or expired")
-            await self._refuse_over_limits(request)
+            await self._refuse_over_limits(request, receive)
         except _ClientGone:
             return
         except ApiError as error:
@@ -331,18 +331,32 @@ class HttpFront:
             error=str(result.error) if result.error else None,
         )
 
-    async def _refuse_over_limits(self, request: ParsedRequest) -> None:
-        """``ApiError`` 429 for a request over one of its key's limits, before its turn is set up (a client that keeps
-        sending them gets its answers late: ``TurnLimits.hold``)."""
+    async def _refuse_over_limits(self, request: ParsedRequest, receive: Receive) -> None:
+        """``ApiError`` 429 for a request over one of its key's limits, before its turn is set up; answered after
+        ``BridgeService.hold`` (a client that keeps sending them gets its answers late), ``_ClientGone`` if the client
+        goes away meanwhile."""
         if request.editor_model is not None:
             agent = EDITOR_MODELS_PREFIX
         else:
             agent = request.entry.agent.id if request.entry is not None else request.model
-        try:
-            await self.service.refuse_over_limits(request.principal, "http", agent, request.model)
-        except TooManyRequests as error:
-            self.log.debug("refused over a limit", model=request.model, limit=error.name)
-            raise ApiError.from_error(error) from None
+        refusal = self.service.refusal(request.principal, "http", agent, request.model)
+        if refusal is None:
+            return
+        self.log.debug("refused over a limit", model=request.model, limit=refusal.name)
+        gone = CancelRequest()
+
+        async def watch() -> None:  # the body has been read: what comes next is the client going away
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await self.service.hold(request.principal or LOCAL, refusal, gone)
+            nursery.cancel_scope.cancel()
+        if gone.is_set():
+            raise _ClientGone
+        raise ApiError.from_error(refusal)
 
     async def _parse(self, scope: Scope, receive: Receive, api: HttpApi, model: type[ApiBody]) -> ParsedRequest:
         body = await _read_body(scope, receive, self.settings.max_body_bytes)

@@ -143,7 +143,9 @@ class TurnRunner:
             # limited and recorded), or the one user of ``lmbridge stdio --http``.
             answer = await ask(sink)
         else:
-            async with self.service.metered(request.principal, "http", EDITOR_MODELS_PREFIX, request.model) as meter:
+            async with self.service.metered(
+                request.principal, "http", EDITOR_MODELS_PREFIX, request.model, cancel
+            ) as meter:
                 answer = await ask(meter.sink(sink))
                 meter.count(answer.usage, lambda: estimate_turn_tokens(request.messages, sent))
                 meter.ended(answer.stop_reason, None)

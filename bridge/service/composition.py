@@ -303,37 +303,49 @@ class BridgeService:
         when it is over one — and account for it (``front``, ``model``: as the request came)."""
         from session.tokens import estimate_turn_tokens
 
-        who = (principal or LOCAL).id
-        async with self.metered(principal, front, request.agent_id, model or request.agent_id) as meter:
-            if self.share.yields(who):  # a busier principal's new turn is bulk work too: it waits its turn
-                await self.share.wait(who)
-            start = self.share.starting(who)  # until its first part is written, busier principals' work waits
-            try:
-                outcome = await self.router.chat(
-                    request, meter.sink(self._shared(who, sink, start)), cancel, on_outcome
+        who = principal or LOCAL
+        start = self.starting(who)  # before its turn counts: until its first part is written, busier keys' work waits
+        try:
+            async with self.metered(principal, front, request.agent_id, model or request.agent_id, cancel) as meter:
+                if self.share.yields(who.id):  # a busier principal's new turn is bulk work too: it waits its turn
+                    await self.share.wait(who.id)
+                sink = meter.sink(self._shared(who.id, sink, start))
+                outcome = await self.router.chat(request, sink, cancel, on_outcome)
+                # A tools-out part of a prompt is not estimated: what the agent reports when the prompt ends covers
+                # every model call of it (an estimate here would count the history once per tool round).
+                running_on = outcome.stop_reason == TOOL_CALLS
+                meter.count(
+                    outcome.usage,
+                    None if running_on else lambda: estimate_turn_tokens(request.messages, outcome.emitted),
                 )
-            finally:
-                self.share.started(start)
-            # A tools-out part of a prompt is not estimated: what the agent reports when the prompt ends covers every
-            # model call of it (an estimate here would count the history once per tool round).
-            running_on = outcome.stop_reason == TOOL_CALLS
-            meter.count(
-                outcome.usage, None if running_on else lambda: estimate_turn_tokens(request.messages, outcome.emitted)
-            )
-            meter.ended(outcome.stop_reason, outcome.error, outcome.session_id)
-            return outcome
+                meter.ended(outcome.stop_reason, outcome.error, outcome.session_id)
+                return outcome
+        finally:
+            self.share.started(start)
+
+    def starting(self, principal: Principal) -> Start | None:
+        """A request of ``principal`` starts: its ``Start`` (``LoopShare``; hand it to ``share.started`` once its
+        answer's first bytes are written), unless it is to be refused (a refused request holds nobody back)."""
+        try:
+            self.limits.check(principal, now=trio.current_time(), wall=time.time())
+        except TooManyRequests:
+            return None
+        return self.share.starting(principal.id)
 
     @asynccontextmanager
-    async def metered(self, principal: Principal | None, front: str, agent: str, model: str) -> AsyncIterator[Meter]:
+    async def metered(
+        self, principal: Principal | None, front: str, agent: str, model: str, cancel: CancelRequest | None = None
+    ) -> AsyncIterator[Meter]:
         """A turn of ``principal`` (``None``: the process's one user) within its limits, from admission (raising
-        ``TooManyRequests`` when it is over one, see ``refuse_over_limits``) to its end, whatever that is; the turn
-        tells the meter what it used and how it ended, and its record goes to the ledger."""
+        ``TooManyRequests`` when it is over one, after ``hold``) to its end, whatever that is; the turn tells the meter
+        what it used and how it ended, and its record goes to the ledger."""
         who = principal or LOCAL
         identity = (time.time(), who.id, who.name, front, agent, model)
         try:
             admission = self.limits.admit(who, now=trio.current_time(), wall=identity[0])
         except TooManyRequests as error:
-            await self._refused(who, identity, error)
+            self._record(refused(identity, error))
+            await self.hold(who, error, cancel)
             raise
         meter = Meter(identity, counted=admission.limited or bool(self.recorders))
         self.share.turn_began(who.id)
@@ -364,25 +376,29 @@ class BridgeService:
 
         return shared
 
-    async def refuse_over_limits(self, principal: Principal | None, front: str, agent: str, model: str) -> None:
-        """Raise ``TooManyRequests`` now if a turn of ``principal`` would be refused: a front asks as soon as it knows
-        what a request is for, so that a refused request costs nothing more (its turn is admitted by ``metered``)."""
+    def refusal(self, principal: Principal | None, front: str, agent: str, model: str) -> TooManyRequests | None:
+        """The refusal a turn of ``principal`` would meet now, recorded (None: it would be let in): a front asks as
+        soon as it knows what a request is for, so that a refused request costs nothing more — then answers it after
+        ``hold``. (The turn of a request let in is admitted, and counted, by ``metered``.)"""
         who = principal or LOCAL
         try:
             self.limits.check(who, now=trio.current_time(), wall=time.time())
         except TooManyRequests as error:
-            await self._refused(who, (time.time(), who.id, who.name, front, agent, model), error)
-            raise
+            self._record(refused((time.time(), who.id, who.name, front, agent, model), error))
+            return error
+        return None
 
-    async def _refused(
-        self, who: Principal, identity: tuple[float, str, str, str, str, str], error: TooManyRequests
-    ) -> None:
-        """Record a refusal, then hold its answer as long as the limits say (a key refused again and again waits
-        before each answer: ``TurnLimits.hold``). The wait ends early if the request is cancelled."""
-        self._record(refused(identity, error))
-        pause = self.limits.hold(who, error, now=trio.current_time())
+    async def hold(self, principal: Principal, refusal: TooManyRequests, cancel: CancelRequest | None = None) -> None:
+        """Wait as long as the limits say before ``refusal`` is answered (a key refused again and again waits before
+        each answer: ``TurnLimits.hold``); not at all while the daemon drains, and no longer once ``cancel`` is set
+        (the client went away)."""
+        pause = 0.0 if self.draining else self.limits.hold(principal, refusal, now=trio.current_time())
         if pause:
-            await trio.sleep(pause)
+            with trio.move_on_after(pause):
+                if cancel is not None:
+                    await cancel.wait()
+                else:
+                    await trio.sleep_forever()
 
     def _record(self, row: TurnRecord) -> None:
         """Hand a turn's record to each recorder; one that fails is logged, never the turn's failure."""

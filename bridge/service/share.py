@@ -2,8 +2,10 @@
 
 Owns the rule: while a request of a principal that runs fewer turns than another is starting — from when a front
 knows whose request it is until the first bytes of its answer are written — the busier principal's bulk work (its
-agent processes' output, its turns' parts) waits, for at most ``DEFER_AT_MOST`` per start. Principals that run as
-many turns go in turn as usual, and nobody waits for their own requests. A team's daemon serves one key's flood and
+turns' parts and new turns, the output of agent processes that work for it alone) waits: for at most
+``DEFER_AT_MOST`` at a time, and then it goes on for as long before it waits again, however many starts come (a key
+sending request after request cannot hold the others back more than half the time). Principals that run as many
+turns go in turn as usual, and nobody waits for their own requests. A team's daemon serves one key's flood and
 another key's new conversation from the same thread: without this, the conversation's every step waits behind a
 step of the flood's (docs/performance.md#one-keys-flood).
 
@@ -38,6 +40,8 @@ class LoopShare:
         self._running: Counter[str] = Counter()
         self._starts: set[Start] = set()
         self._changed = trio.Event()
+        self._held_since: dict[str, float] = {}  # a principal kept waiting: since when, this time
+        self._free_until: dict[str, float] = {}  # a principal that waited its longest: when it may be held again
 
     # -- what the session path tells it -----------------------------------------------------------------------
 
@@ -48,6 +52,8 @@ class LoopShare:
         self._running[who] -= 1
         if self._running[who] <= 0:
             del self._running[who]
+            self._held_since.pop(who, None)
+            self._free_until.pop(who, None)
 
     def starting(self, who: str) -> Start | None:
         """A request of ``who`` is starting: a ``Start`` to hand to ``started`` once its answer's first bytes are
@@ -85,17 +91,26 @@ class LoopShare:
         return PrincipalGate(self, who)
 
     def _deferring(self, who: str) -> float | None:
-        """When the latest start ``who`` yields to stops holding it back (None: it yields to none)."""
+        """Until when ``who`` is held back now: the latest of the starts it yields to, within this time's limit
+        (None: it goes on)."""
         mine = self._running.get(who, 0)
         if not mine:
             return None
         now = self._clock()
-        until = [
-            start.since + DEFER_AT_MOST
-            for start in self._starts
-            if start.who != who and start.running < mine and now < start.since + DEFER_AT_MOST
-        ]
-        return max(until) if until else None
+        if now < self._free_until.get(who, now):
+            return None
+        stale = [start for start in self._starts if now >= start.since + DEFER_AT_MOST]
+        self._starts.difference_update(stale)  # a start never said to be done holds nobody back for longer
+        until = [start.since + DEFER_AT_MOST for start in self._starts if start.who != who and start.running < mine]
+        if not until:
+            self._held_since.pop(who, None)
+            return None
+        limit = self._held_since.setdefault(who, now) + DEFER_AT_MOST
+        if now >= limit:  # held back long enough this time: now as long without
+            del self._held_since[who]
+            self._free_until[who] = now + DEFER_AT_MOST
+            return None
+        return min(max(until), limit)
 
 
 class PrincipalGate:
