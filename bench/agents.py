@@ -4,9 +4,12 @@ Each agent of the interop suite (Claude Code, Codex, Gemini CLI, OpenCode at the
 ``tests/interop/installs.py``) runs offline against the interop suite's fake model on 127.0.0.1, which answers at
 once. Paired runs, the side that goes first alternating:
 
-- direct: a minimal ACP client (raw JSON-RPC over the agent's stdio, Trio) drives the agent; the editor's tool is
-  served over streamable HTTP in this process by lmbridge's own MCP endpoint code, answering at once (so both sides
-  speak the same MCP to the agent);
+- direct: a minimal ACP client (raw JSON-RPC over the agent's stdio, Trio) drives the agent, and gives it the tool
+  the usual way: an MCP server that shares no code with lmbridge (``bench/weather_mcp.py``, the official MCP SDK's
+  ``MCPServer``) over stdio — the baseline of the verdicts. Beside it, with ``--baselines``: the same server over
+  streamable HTTP (``http``), and lmbridge's own MCP endpoint code over streamable HTTP in this process (``same``:
+  both sides then speak the same MCP, which leaves out what lmbridge's way of serving tools costs). Each answers at
+  once;
 - through lmbridge: ``lmbridge stdio`` with the agent configured as a user would, driven as an editor drives it;
   the editor answers each tool call at once, in its next request.
 
@@ -29,6 +32,7 @@ bimodal (Claude Code's session start), and a difference of medians of ten such s
 milliseconds from run to run (``bench.common.shift``).
 
     python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR] [--floor]
+                           [--baselines stdio,same]
 
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
 commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a
@@ -50,7 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -233,11 +237,11 @@ async def _new_session(agent: DirectAgent, table_: dict[str, Any], cwd: Path, to
 class Round:
     """The fake model, the agent's files and the tool server of one agent's runs."""
 
-    def __init__(self, kit: AgentKit, model: FakeModel, scratch: Path, tool_server: dict[str, Any]) -> None:
+    def __init__(self, kit: AgentKit, model: FakeModel, scratch: Path, tool_servers: dict[str, dict[str, Any]]) -> None:
         self.kit = kit
         self.model = model
         self.scratch = scratch
-        self.tool_server = tool_server
+        self.tool_servers = tool_servers  # the direct side's, by baseline
         self._count = 0
 
     def table(self) -> tuple[dict[str, Any], Path]:
@@ -257,7 +261,8 @@ class Round:
         turns = [r for r in self.model.requests[since:] if r.turn is not None]
         samples.setdefault(REQUEST_BYTES, []).extend(len(json.dumps(r.body)) for r in turns)
 
-    async def direct(self, samples: dict[str, list[float]]) -> None:
+    async def direct(self, samples: dict[str, list[float]], baseline: str) -> None:
+        tool_server = self.tool_servers[baseline]
         since = len(self.model.requests)
         table_, project = self.table()
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
@@ -265,7 +270,7 @@ class Round:
         async with direct_agent(table_, project) as agent:
             with trio.fail_after(STEP_TIMEOUT):
                 await _open_direct(agent, table_)
-                new = await _new_session(agent, table_, project, self.tool_server)
+                new = await _new_session(agent, table_, project, tool_server)
                 first, _ = await agent.prompt(new["sessionId"], "Hello?")
             assert first is not None, "no text from the agent"
             samples["cold first chat"].append(first - started)
@@ -292,7 +297,7 @@ class Round:
                 await _open_direct(agent, table_)
                 await trio.sleep_until(connected + TYPING)  # what the scenario models, not a synchronisation
                 begun = clock()
-                new = await _new_session(agent, table_, project, self.tool_server)
+                new = await _new_session(agent, table_, project, tool_server)
                 first, _ = await agent.prompt(new["sessionId"], "Are you there?")
             assert first is not None, "no text from the agent"
             samples["prestart chat"].append(first - begun)
@@ -443,8 +448,39 @@ async def _turn(
 # -- the tool server of the direct side ----------------------------------------------------------------------------
 
 
+BASELINES = {  # the direct side's tool server: what each baseline's rows are named
+    "stdio": "an independent stdio MCP server",
+    "http": "an independent HTTP MCP server",
+    "same": "lmbridge's own MCP code over HTTP",
+}
+WEATHER_MCP = ROOT / "bench" / "weather_mcp.py"
+
+
 @asynccontextmanager
-async def tool_server() -> AsyncIterator[dict[str, Any]]:
+async def tool_server(kind: str) -> AsyncIterator[dict[str, Any]]:
+    """The ``mcpServers`` entry of the direct side's MCP server named ``editor``, with ``get_weather`` answering at
+    once, while it runs: ``bench/weather_mcp.py`` (the agent starts it per session over stdio; over HTTP one process
+    for the run), or lmbridge's own MCP endpoint in this process (``same``)."""
+    if kind == "stdio":
+        yield {"name": "editor", "command": sys.executable, "args": [str(WEATHER_MCP)], "env": []}
+    elif kind == "http":
+        async with await trio.lowlevel.open_process(
+            [sys.executable, str(WEATHER_MCP), "--http"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ) as process:
+            assert process.stdout is not None and process.stdin is not None
+            with trio.fail_after(STEP_TIMEOUT):
+                line = b""
+                while not line.endswith(b"\n"):
+                    line += await process.stdout.receive_some(4096)
+            yield {"type": "http", "name": "editor", "url": json.loads(line)["url"], "headers": []}
+            await process.stdin.aclose()  # its input ends: it stops
+    else:
+        async with same_code_tool_server() as server:
+            yield server
+
+
+@asynccontextmanager
+async def same_code_tool_server() -> AsyncIterator[dict[str, Any]]:
     """An MCP server named ``editor`` with ``get_weather`` on streamable HTTP in this process, answering at once."""
     from mcp_synthetic.http import HttpEndpoints, load_http
     from mcp_synthetic.server import SessionTools, load_sdk
@@ -550,29 +586,35 @@ Samples = dict[str, list[float]]
 
 
 class Measured(NamedTuple):
-    direct: Samples  # seconds per figure
+    direct: dict[str, Samples]  # by baseline: seconds per figure
     bridged: Samples
     own: Samples  # ms per figure, from the traced runs
     editor: Samples
     floor: Samples | None  # --floor: seconds per figure through bench/tool_floor.py
 
 
-async def measure(agent: str, reps: int, scratch: Path, *, floor: bool = False) -> Measured:
-    """The paired runs (direct, bridged and with ``floor`` the floor, in turn first), then ``TRACED_RUNS`` traced
-    bridged runs for lmbridge's own time and the editor's."""
-    direct: Samples = {figure: [] for figure in FIGURES}
+async def measure(
+    agent: str, reps: int, scratch: Path, *, floor: bool = False, baselines: tuple[str, ...] = ("stdio",)
+) -> Measured:
+    """The paired runs (direct with each baseline's tool server, bridged and with ``floor`` the floor, in turn
+    first), then ``TRACED_RUNS`` traced bridged runs for lmbridge's own time and the editor's."""
+    direct: dict[str, Samples] = {baseline: {figure: [] for figure in FIGURES} for baseline in baselines}
     bridged: Samples = {figure: [] for figure in FIGURES}
     floored: Samples = {figure: [] for figure in FIGURES}
     own: Samples = {figure: [] for figure in OWN_FIGURES}
     editor: Samples = {figure: [] for figure in OWN_FIGURES}
-    async with open_fake_model() as model, tool_server() as server:
-        runs = Round(KITS[agent], model, scratch / agent, server)
+    async with open_fake_model() as model, AsyncExitStack() as servers:
+        started = {baseline: await servers.enter_async_context(tool_server(baseline)) for baseline in baselines}
+        runs = Round(KITS[agent], model, scratch / agent, started)
 
         async def through_floor(samples: Samples) -> None:
             await runs.bridged(samples, floor=True)
 
         Run = Callable[[Samples], Awaitable[None]]
-        sides: list[tuple[Run, Samples]] = [(runs.direct, direct), (runs.bridged, bridged)]
+        sides: list[tuple[Run, Samples]] = [
+            *((partial(runs.direct, baseline=baseline), direct[baseline]) for baseline in baselines),
+            (runs.bridged, bridged),
+        ]
         if floor:
             sides.append((through_floor, floored))
         for run, _ in sides:  # untimed: page cache, compile caches, the model
@@ -600,7 +642,10 @@ def rows_for(
     bridged: dict[str, list[float]],
     own: dict[str, list[float]] | None = None,
     editor: dict[str, list[float]] | None = None,
+    baseline: str = "stdio",
 ) -> list[Row]:
+    """Each figure through lmbridge against the agent driven directly with ``baseline``'s tool server: the verdicts
+    for the first baseline, the same rows named ``agent (baseline)`` for the others."""
     goals = {"first tool turn": 10.0, "later tool turn": 3.0, "cold first chat": 100.0, "prestart chat": 5.0}
     # The agent must run alike on both sides (the same tools and prompts to its model): its requests' sizes show it.
     sizes = {side: statistics.median(s[REQUEST_BYTES]) if s.get(REQUEST_BYTES) else 0.0 for side, s in
@@ -633,12 +678,12 @@ def rows_for(
             )
         rows.append(
             Row(
-                agent,
+                agent if baseline == "stdio" else f"{agent} ({baseline})",
                 figure,
                 "ms",
                 b,
                 d,
-                f"{agent} driven directly over ACP",
+                f"{agent} driven directly over ACP, its tool from {BASELINES[baseline]}",
                 goal=f"added ≤ {goal:g} ms" if goal is not None else "",
                 passed=estimate <= goal if goal is not None else None,
                 added=added,
@@ -713,7 +758,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--floor", action="store_true", help="also the chats through bench/tool_floor.py: the floor under lmbridge's"
     )
+    parser.add_argument(
+        "--baselines",
+        default="stdio,same",
+        help="the direct side's tool servers, the first the verdicts' (stdio, http, same; default stdio,same)",
+    )
     args = parser.parse_args(argv)
+    baselines = tuple(b for b in args.baselines.split(",") if b)
+    if not baselines or any(b not in BASELINES for b in baselines):
+        parser.error(f"--baselines: a comma-separated list of {', '.join(BASELINES)}")
     if args.lmbridge_tree is not None:
         if not (args.lmbridge_tree / "bridge" / "__main__.py").is_file():
             parser.error(f"{args.lmbridge_tree} is not an lmbridge source tree (no bridge/__main__.py)")
@@ -725,10 +778,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(KITS)}")
 
     def rows_of(agent: str, scratch: Path) -> list[Row]:
-        measured = trio.run(partial(measure, agent, args.reps, scratch, floor=args.floor))
-        rows = rows_for(agent, measured.direct, measured.bridged, measured.own, measured.editor)
+        measured = trio.run(partial(measure, agent, args.reps, scratch, floor=args.floor, baselines=baselines))
+        rows = []
+        for baseline in baselines:
+            rows += rows_for(
+                agent, measured.direct[baseline], measured.bridged, measured.own, measured.editor, baseline
+            )
         if measured.floor is not None:
-            rows += floor_rows(agent, measured.direct, measured.floor, measured.bridged)
+            rows += floor_rows(agent, measured.direct[baselines[0]], measured.floor, measured.bridged)
         return rows
 
     return run_agents(agents, rows_of, reps=args.reps, output=args.output)

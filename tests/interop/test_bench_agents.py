@@ -31,8 +31,20 @@ def test_the_real_agent_benchmark_runs(installed: dict[str, Installed], tmp_path
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(output.read_text())
     assert report["errors"] == {}
-    figures = {row["metric"]: row for row in report["rows"]}
-    assert set(figures) == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
+    # The verdicts against an MCP server that shares no code with lmbridge (stdio), and the same figures against
+    # lmbridge's own MCP code serving the direct side (the default's second baseline).
+    figures = {row["metric"]: row for row in report["rows"] if row["benchmark"] == "codex"}
+    same = {row["metric"]: row for row in report["rows"] if row["benchmark"] == "codex (same)"}
+    assert (
+        set(figures)
+        == set(same)
+        == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
+    )
+    assert all("independent stdio MCP server" in row["baseline_name"] for row in figures.values())
+    assert all(
+        row["bridge"] == same[name]["bridge"] and row["baseline"] != same[name]["baseline"]
+        for name, row in figures.items()
+    )
     assert all(row["bridge"]["median"] > 0 and row["baseline"]["median"] > 0 for row in figures.values())
     assert all(set(row["extra"]["samples"]) == {"lmbridge", "direct"} for row in figures.values())
     # Both sides run the agent alike: its requests to the model are the same size (within 1 %: paths differ).
