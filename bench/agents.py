@@ -464,16 +464,28 @@ async def tool_server(kind: str) -> AsyncIterator[dict[str, Any]]:
     if kind == "stdio":
         yield {"name": "editor", "command": sys.executable, "args": [str(WEATHER_MCP)], "env": []}
     elif kind == "http":
-        async with await trio.lowlevel.open_process(
+        process = await trio.lowlevel.open_process(
             [sys.executable, str(WEATHER_MCP), "--http"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-        ) as process:
-            assert process.stdout is not None and process.stdin is not None
+        )
+        assert process.stdout is not None and process.stdin is not None
+        try:
             with trio.fail_after(STEP_TIMEOUT):
                 line = b""
                 while not line.endswith(b"\n"):
-                    line += await process.stdout.receive_some(4096)
+                    data = await process.stdout.receive_some(4096)
+                    if not data:
+                        raise RuntimeError("bench/weather_mcp.py --http ended before it said where it listens")
+                    line += data
             yield {"type": "http", "name": "editor", "url": json.loads(line)["url"], "headers": []}
-            await process.stdin.aclose()  # its input ends: it stops
+        finally:
+            with trio.CancelScope(shield=True):
+                await process.stdin.aclose()  # its input ends: it stops
+                with trio.move_on_after(5):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                await process.stdout.aclose()
     else:
         async with same_code_tool_server() as server:
             yield server
