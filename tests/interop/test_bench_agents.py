@@ -76,7 +76,20 @@ def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], 
     CLI asks permission for each of its MCP calls: the floor allows them."""
     output = tmp_path / "floor.json"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.agents", "--reps", "1", "--agents", "gemini", "--floor", "--output", str(output)],
+        [
+            sys.executable,
+            "-m",
+            "bench.agents",
+            "--reps",
+            "1",
+            "--agents",
+            "gemini",
+            "--floor",
+            "--baselines",
+            "stdio,http",
+            "--output",
+            str(output),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -86,6 +99,9 @@ def test_the_floor_of_a_real_agents_turns_runs(installed: dict[str, Installed], 
     report = json.loads(output.read_text())
     assert report["errors"] == {}
     lmbridge = {row["metric"] for row in report["rows"] if row["benchmark"] == "gemini"}
+    # The second baseline asked for: the SDK's own server over streamable HTTP, started once for the run.
+    http = {row["metric"] for row in report["rows"] if row["benchmark"] == "gemini (http)"}
+    assert http == lmbridge
     floor = {row["metric"]: row for row in report["rows"] if row["benchmark"] == "gemini floor"}
     assert lmbridge == {"cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn"}
     assert set(floor) == {"prestart chat", "text turn", "first tool turn", "later tool turn"}
