@@ -32,7 +32,7 @@ bimodal (Claude Code's session start), and a difference of medians of ten such s
 milliseconds from run to run (``bench.common.shift``).
 
     python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR] [--floor]
-                           [--baselines stdio,same]
+                           [--baselines stdio,same] [--mcp-transport stdio]
 
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
 commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a
@@ -90,6 +90,7 @@ BRIDGE_CPU = "bridge CPU per later tool turn"
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
+MCP_TRANSPORT: str | None = None  # --mcp-transport: how lmbridge serves the editor's tools to the agent
 FLOOR_FIGURES = ("prestart chat", "text turn", "first tool turn", "later tool turn")  # --floor: its rows
 clock = time.perf_counter
 
@@ -310,6 +311,8 @@ class Round:
         ``floor``: through ``bench/tool_floor.py`` instead."""
         since = len(self.model.requests)
         table_, project = self.table()
+        if MCP_TRANSPORT is not None:
+            table_["mcp_transport"] = MCP_TRANSPORT
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
         trace = traced.args() if traced is not None else ()
@@ -366,6 +369,8 @@ class Round:
             samples.setdefault(BRIDGE_CPU, []).append(statistics.median(later_cpu))
         table_, project = self.table()
         table_["prestart"] = True
+        if MCP_TRANSPORT is not None:
+            table_["mcp_transport"] = MCP_TRANSPORT
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
@@ -771,11 +776,19 @@ def main(argv: list[str] | None = None) -> int:
         "--floor", action="store_true", help="also the chats through bench/tool_floor.py: the floor under lmbridge's"
     )
     parser.add_argument(
+        "--mcp-transport",
+        choices=("auto", "http", "stdio"),
+        help="how lmbridge serves the editor's tools to the agent (the agent's mcp_transport; default: as configured)",
+    )
+    parser.add_argument(
         "--baselines",
         default="stdio,same",
         help="the direct side's tool servers, the first the verdicts' (stdio, http, same; default stdio,same)",
     )
     args = parser.parse_args(argv)
+    if args.mcp_transport is not None:
+        global MCP_TRANSPORT
+        MCP_TRANSPORT = args.mcp_transport
     baselines = tuple(b for b in args.baselines.split(",") if b)
     if not baselines or any(b not in BASELINES for b in baselines):
         parser.error(f"--baselines: a comma-separated list of {', '.join(BASELINES)}")
