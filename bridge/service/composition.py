@@ -325,7 +325,10 @@ class BridgeService:
 
     def starting(self, principal: Principal) -> Start | None:
         """A request of ``principal`` starts: its ``Start`` (``LoopShare``; hand it to ``share.started`` once its
-        answer's first bytes are written), unless it is to be refused (a refused request holds nobody back)."""
+        answer's first bytes are written), unless it is to be refused (a refused request holds nobody back). The limits
+        are looked at only when a start would hold someone back: most requests pass here with a dictionary look-up."""
+        if not self.share.others_busier(principal.id):
+            return None
         try:
             self.limits.check(principal, now=trio.current_time(), wall=time.time())
         except TooManyRequests:

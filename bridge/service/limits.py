@@ -60,10 +60,10 @@ class TurnLimits:
     def admit(self, principal: Principal, *, now: float, wall: float) -> Admission:
         """Let a turn of ``principal`` in, or raise ``TooManyRequests`` saying which limit it met and when to retry.
         Nothing is counted for a refused request."""
-        settings = self._limits.of(principal.name)
-        if not principal.id or settings == LimitSettings():
+        limited = self._limited(principal)
+        if limited is None:
             return Admission(principal.id, limited=False)
-        account = self._accounts.setdefault(principal.id, _Account())
+        settings, account = limited
         refusal = self._refusal(settings, account, now=now, wall=wall)
         if refusal is not None:
             raise refusal
@@ -75,12 +75,17 @@ class TurnLimits:
     def check(self, principal: Principal, *, now: float, wall: float) -> None:
         """Raise what ``admit`` would raise now, taking nothing: a front refuses a request over a limit as soon as it
         knows whose it is, before the work of reading it (its turn is admitted, and counted, by ``admit``)."""
-        settings = self._limits.of(principal.name)
-        if not principal.id or settings == LimitSettings():
-            return
-        refusal = self._refusal(settings, self._accounts.setdefault(principal.id, _Account()), now=now, wall=wall)
+        limited = self._limited(principal)
+        refusal = self._refusal(*limited, now=now, wall=wall) if limited is not None else None
         if refusal is not None:
             raise refusal
+
+    def _limited(self, principal: Principal) -> tuple[LimitSettings, _Account] | None:
+        """``principal``'s limits and account; None when nothing limits it (the one user of a process, no limits)."""
+        settings = self._limits.of(principal.name)
+        if not principal.id or settings == LimitSettings():
+            return None
+        return settings, self._accounts.setdefault(principal.id, _Account())
 
     def hold(self, principal: Principal, refusal: TooManyRequests, *, now: float) -> float:
         """Seconds to hold the answer of ``refusal`` (just raised for ``principal``): 0 for the first few of a

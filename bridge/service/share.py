@@ -59,14 +59,16 @@ class LoopShare:
         """A request of ``who`` is starting: a ``Start`` to hand to ``started`` once its answer's first bytes are
         written (or it ended) — or None when no other principal runs more turns (nobody is to wait for it), or
         ``who`` is "" (the daemon's own: an agent's request to an editor's model is part of some key's turn)."""
-        if not who:
+        if not self.others_busier(who):
             return None
-        level = self._running.get(who, 0)
-        if not any(count > level for other, count in self._running.items() if other != who):
-            return None
-        start = Start(who, level, self._clock())
+        start = Start(who, self._running.get(who, 0), self._clock())
         self._starts.add(start)
         return start
+
+    def others_busier(self, who: str) -> bool:
+        """Whether a start of ``who`` would hold anyone back: another principal runs more turns ("" never does)."""
+        level = self._running.get(who, 0)
+        return bool(who) and any(count > level for other, count in self._running.items() if other != who)
 
     def started(self, start: Start | None) -> None:
         if start is not None and start in self._starts:
