@@ -366,7 +366,7 @@ def tools(ws: Workspace, plan: Plan) -> list[Row]:
         for client in (floor, floor_http, bare):
             client.initialize()
             _warm(client)
-        _bridged_tool_timings(bridge, 2)  # warm-up: the agent starts, the bridge imports the MCP SDK (for the relay)
+        _bridged_tool_timings(bridge, 2)  # warm-up: the agent starts, the relay connects
         _bridged_tool_timings(bridge_http, 2)
         _timings(direct.prompt_texts(direct.new_session(server), "tools 2")[-1])
         _timings(direct.prompt_texts(direct.new_session(server_http), "tools 2")[-1])

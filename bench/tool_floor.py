@@ -46,6 +46,7 @@ from bridge.config import AgentConfig, load_config
 from bridge.editor.history_parse import HistoryReusingParser
 from mcp_synthetic.http import HttpEndpoints
 from mcp_synthetic.server import SessionTools, load_sdk
+from mcp_synthetic.stdio import serve_stdio
 from mcp_synthetic.validation import warm_up_schemas
 from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH, _Prefixed
 from session.permissions import permission_tool_schema
@@ -108,8 +109,6 @@ class Floor:
         await trio.to_thread.run_sync(load_server)
 
     async def run(self) -> None:
-        if self.relay:
-            await trio.to_thread.run_sync(load_sdk)
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             if self.agents is not None:
@@ -285,7 +284,7 @@ class Floor:
                 line += data
             first, _, rest = line.partition(b"\n")
             assert first == HANDSHAKE + token.encode(), first
-            await tools.serve(_Prefixed(stream, rest))
+            await serve_stdio(tools, _Prefixed(stream, rest), sdk_ready=self._sdk_ready, log=QuietLog("tool floor"))
 
     def _finished(self) -> None:
         if self.turn is not None:

@@ -6,6 +6,7 @@
 - ``wiring``: plugging it into sessions: the per-session socket and token, the ``mcpServers`` entry
 - ``shim``: the stdio relay an agent starts (standard library only)
 - ``http``: the same server over streamable HTTP, for agents that speak it
+- ``early`` and ``stdio``: the common messages of either transport answered without the SDK (its import is slow)
 
 May import: ``wire.errors``, ``wire.observe``, ``wire.http_server`` (the HTTP transport's server), the line framing
 of ``wire.rpc.protocol``, ``wire.cancel`` (the signal a call of lmbridge's own tools is withdrawn on). A call waits on

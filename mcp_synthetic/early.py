@@ -167,16 +167,13 @@ def answer_early(
         message = json.loads(body)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-        return None
-    request_id = message.get("id")
-    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+    valid, request_id = request_id_of(message)
+    if not valid:
         return None
     rpc_method = message["method"]
     if not session_id:
         if rpc_method == "server/discover" and request_id is not None:
-            error = {"code": -32601, "message": DISCOVERY_REFUSAL}
-            return EarlyRefusal(400, _json({"jsonrpc": "2.0", "id": request_id, "error": error}))
+            return EarlyRefusal(400, _json(discovery_refusal(request_id)))
         return _initialize(message, request_id) if rpc_method == "initialize" else None
     if not _in_session(headers, session_id, sessions):
         return None
@@ -185,23 +182,48 @@ def answer_early(
     if request_id is None:
         if rpc_method == "notifications/initialized":
             return EarlyAnswer(202, b"", session_id, version)
-        if rpc_method == "notifications/cancelled" and isinstance(params, dict):
-            cancelled = params.get("requestId")
-            if isinstance(cancelled, (str, int)) and not isinstance(cancelled, bool):
+        if rpc_method == "notifications/cancelled":
+            cancelled = cancelled_request(params)
+            if cancelled is not None:
                 return EarlyCancel(session_id, cancelled)
         return None
     if rpc_method == "tools/list":
         return EarlyAnswer(200, result_event(request_id, {"tools": listing()}), session_id, version)
     if rpc_method == "ping":
         return EarlyAnswer(200, result_event(request_id, {}), session_id, version)
-    if rpc_method == "tools/call" and isinstance(params, dict) and isinstance(params.get("name"), str):
-        arguments = params.get("arguments") or {}
-        meta = params.get("_meta") or {}
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
-        if not isinstance(arguments, dict) or isinstance(token, bool) or not isinstance(token, (str, int, type(None))):
-            return None  # the SDK's JSON-RPC error says what is wrong
-        return EarlyCall(session_id, request_id, params["name"], arguments, token)
+    if rpc_method == "tools/call":
+        return tool_call(session_id, request_id, params)
     return None
+
+
+def request_id_of(message: Any) -> tuple[bool, str | int | None]:
+    """Whether ``message`` is a JSON-RPC 2.0 request or notification the SDK would take as one (a dict, a method
+    name, an id that is a string or an integer), and its id (``None``: a notification)."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        return False, None
+    request_id = message.get("id")
+    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+        return False, None
+    return True, request_id
+
+
+def tool_call(session_id: str, request_id: str | int, params: Any) -> EarlyCall | None:
+    """A ``tools/call`` to run, or ``None`` when its parameters are not what the SDK takes (its JSON-RPC error then
+    says what is wrong)."""
+    if not isinstance(params, dict) or not isinstance(params.get("name"), str):
+        return None
+    arguments = params.get("arguments") or {}
+    meta = params.get("_meta") or {}
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if not isinstance(arguments, dict) or isinstance(token, bool) or not isinstance(token, (str, int, type(None))):
+        return None
+    return EarlyCall(session_id, request_id, params["name"], arguments, token)
+
+
+def cancelled_request(params: Any) -> str | int | None:
+    """The request a ``notifications/cancelled`` withdraws, or ``None`` when it names none the SDK would take."""
+    cancelled = params.get("requestId") if isinstance(params, dict) else None
+    return cancelled if isinstance(cancelled, (str, int)) and not isinstance(cancelled, bool) else None
 
 
 def _in_session(headers: Mapping[bytes, bytes], session_id: str, sessions: Mapping[str, str]) -> bool:
@@ -218,13 +240,18 @@ def _initialize(message: dict[str, Any], request_id: Any) -> EarlyAnswer | None:
     version = params.get("protocolVersion")
     if version not in EARLY_PROTOCOL_VERSIONS:
         return None
-    result = {
+    body = result_event(request_id, initialize_result(version))
+    return EarlyAnswer(200, body, secrets.token_hex(16), version, opens_session=True)
+
+
+def initialize_result(version: str) -> dict[str, Any]:
+    """The SDK's answer to ``initialize`` at a revision it speaks (one of ``EARLY_PROTOCOL_VERSIONS``)."""
+    return {
         "capabilities": {"tools": {"listChanged": True}},
         "instructions": INSTRUCTIONS,
         "protocolVersion": version,
         "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION},
     }
-    return EarlyAnswer(200, result_event(request_id, result), secrets.token_hex(16), version, opens_session=True)
 
 
 def result_event(request_id: str | int, result: dict[str, Any]) -> bytes:
@@ -245,6 +272,11 @@ def progress_event(token: str | int, progress: float, message: str = HEARTBEAT_M
 
 def _event(message: dict[str, Any]) -> bytes:
     return b"event: message\r\ndata: " + _json(message) + b"\r\n\r\n"
+
+
+def discovery_refusal(request_id: str | int) -> dict[str, Any]:
+    """The JSON-RPC error to ``server/discover`` of a server of the revisions answered here."""
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": DISCOVERY_REFUSAL}}
 
 
 def _json(message: dict[str, Any]) -> bytes:

@@ -20,7 +20,7 @@ import base64
 import binascii
 import functools
 import operator
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,6 @@ import trio
 
 from wire.cancel import CancelRequest
 from wire.observe.logger import Logger
-from wire.rpc.protocol import LineFramer
 
 from .names import ToolNames
 from .validation import ToolSchema
@@ -298,8 +297,9 @@ class SessionTools:
             self._server.middleware.clear()
         return self._server
 
-    async def serve(self, stream: trio.abc.Stream) -> None:
-        """Run the MCP server on one connection (newline-delimited JSON-RPC) until either side closes it."""
+    async def serve(self, lines: AsyncIterator[bytes], send: Callable[[bytes], Awaitable[None]]) -> None:
+        """Run the SDK's server on one connection's messages (``lines``: newline-delimited JSON-RPC, framed and
+        traced by the caller; ``send(line)`` writes one of the server's) until ``lines`` ends."""
         import anyio
         import mcp_types as types
         from mcp.shared.message import SessionMessage
@@ -309,42 +309,26 @@ class SessionTools:
         from_server, from_server_receive = anyio.create_memory_object_stream[Any](64)
 
         async def read_lines() -> None:
-            framer = LineFramer(MAX_LINE_BYTES)  # joins a long line once, however many reads it took
             async with to_server_send:
-                while True:
-                    data = await receive_some(stream)
-                    if not data:
-                        return
-                    lines = framer.feed(data)
-                    if framer.buffered > MAX_LINE_BYTES or any(isinstance(x, LineFramer.LineTooLong) for x in lines):
-                        self._log.warning("MCP message over the size limit; closing the connection")
-                        return
-                    for line in lines:
-                        assert isinstance(line, bytes)
-                        self.trace("in", line)
-                        try:
-                            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                        except Exception as exc:
-                            await to_server_send.send(exc)
-                            continue
-                        if isinstance(message, types.JSONRPCRequest) and message.method == "server/discover":
-                            # Refused before the SDK sees it: it would hold the connection to MCP 2026-07-28 and
-                            # refuse the initialize that follows.
-                            error = types.ErrorData(code=-32601, message=DISCOVERY_REFUSAL)
-                            refusal = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
-                            await from_server.send(SessionMessage(refusal))
-                            continue
-                        await to_server_send.send(SessionMessage(message))
+                async for line in lines:
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except Exception as exc:
+                        await to_server_send.send(exc)
+                        continue
+                    if isinstance(message, types.JSONRPCRequest) and message.method == "server/discover":
+                        # Refused before the SDK sees it: it would hold the connection to MCP 2026-07-28 and
+                        # refuse the initialize that follows.
+                        error = types.ErrorData(code=-32601, message=DISCOVERY_REFUSAL)
+                        refusal = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+                        await from_server.send(SessionMessage(refusal))
+                        continue
+                    await to_server_send.send(SessionMessage(message))
 
         async def write_lines() -> None:
             async with from_server_receive:
                 async for item in from_server_receive:
-                    data = item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
-                    self.trace("out", data)
-                    try:
-                        await stream.send_all(data)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        return
+                    await send(item.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_lines)

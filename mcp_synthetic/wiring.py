@@ -29,6 +29,7 @@ from wire.http_server import load_server
 from wire.observe.logger import Logger
 
 from .server import SERVER_NAME, LocalTool, SessionTools, load_sdk, receive_some
+from .stdio import serve_stdio
 from .validation import warm_up_schemas
 
 if TYPE_CHECKING:
@@ -77,8 +78,8 @@ def _load_front() -> None:
 
 
 def _load_sdk_parts() -> None:
-    """The MCP SDK (about half a second of CPU): for the stdio relay, and over HTTP for what ``mcp_synthetic.early``
-    leaves to it."""
+    """The MCP SDK (about half a second of CPU): for what ``mcp_synthetic.early`` (HTTP) and ``mcp_synthetic.stdio``
+    (the stdio relay) leave to it."""
     load_sdk()
     from .http import load_http
 
@@ -195,8 +196,8 @@ class EditorToolsSetup:
 
     async def mcp_servers(self, session: Any, request: Any) -> list[dict[str, Any]]:
         """The session's server entry, at once: the imports run on while the agent starts its session; the MCP
-        connections wait for them (the HTTP server's; the SDK's for the stdio relay, and over HTTP for what
-        ``mcp_synthetic.early`` leaves to it), not ``session/new``."""
+        connections wait for them (the HTTP server's and the schema checker's; the SDK's for what
+        ``mcp_synthetic.early`` and ``mcp_synthetic.stdio`` leave to it), not ``session/new``."""
         local = self._local_tools(getattr(request, "client", None))
         if not request.tools and not local:
             return []
@@ -238,7 +239,6 @@ class EditorToolsSetup:
                     "headers": [{"name": "Authorization", "value": f"Bearer {token}"}],
                 }
             ]
-        self._preload_sdk()  # the relay's connection will need it, a few hundred milliseconds from now
         path = self._socket_path()
         served.listener = await self._nursery.start(self._listen, path, token, tools)
         served.socket_path = path
@@ -257,7 +257,7 @@ class EditorToolsSetup:
     async def _http_url(self, agent: Any, tools: SessionTools, token: str, served: _Served) -> str | None:
         """The session's URL on the shared streamable-HTTP listener, when the agent takes HTTP MCP servers and the
         configuration allows; ``None``: use the stdio relay."""
-        wanted = getattr(getattr(agent, "config", None), "mcp_transport", "auto")
+        wanted = getattr(agent, "mcp_transport", "auto")
         if wanted == "stdio":
             return None
         if not (agent.info is not None and agent.info.mcp("http")):
@@ -420,11 +420,10 @@ class EditorToolsSetup:
                 self._log.warning("refused a connection to an MCP socket: wrong or missing token")
                 return
             try:
-                await self.sdk_ready()
-            except RuntimeError as exc:
-                self._log.error("cannot serve an MCP connection", error=str(exc))
-                return
-            await tools.serve(_Prefixed(stream, rest))
+                await self.server_ready()  # the schema checker, which the tool list compiles with
+            except RuntimeError:
+                pass  # logged; the tool list says so to the agent
+            await serve_stdio(tools, _Prefixed(stream, rest), sdk_ready=self.sdk_ready, log=self._log)
 
 
 class _Prefixed(trio.abc.Stream):

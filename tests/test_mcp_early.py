@@ -431,34 +431,3 @@ def test_discovery_is_refused_as_a_server_of_the_initialize_revisions_refuses_it
     answer = json.loads(refusal.body)
     assert answer["id"] == "d1" and answer["error"]["code"] == -32601
     assert "initialize" in answer["error"]["message"]  # what the client should do instead
-
-
-async def test_where_the_sdk_serves_discovery_is_refused_alike_and_initialize_follows() -> None:
-    """The stdio relay's server is the SDK's: a ``server/discover`` reaching it would hold the connection to MCP
-    2026-07-28 and refuse the ``initialize`` after it. lmbridge refuses discovery there as over HTTP."""
-    from mcp_synthetic.server import DISCOVERY_REFUSAL, SessionTools, load_sdk
-
-    await trio.to_thread.run_sync(load_sdk)
-    tools = SessionTools(_answer, log=get_logger())
-    tools.update(TOOLS)
-    agent, server = trio.testing.memory_stream_pair()
-    meta = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {},
-    }
-    discover = {"jsonrpc": "2.0", "id": "d", "method": "server/discover", "params": {"_meta": meta}}
-    answers = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(tools.serve, server)
-        received = b""
-        for message in (discover, _initialize("2025-11-25")):
-            await agent.send_all(json.dumps(message).encode() + b"\n")
-            with trio.fail_after(30):
-                while b"\n" not in received:
-                    received += await agent.receive_some()
-            line, _, received = received.partition(b"\n")
-            answers.append(json.loads(line))
-        nursery.cancel_scope.cancel()
-    assert answers[0] == {"jsonrpc": "2.0", "id": "d", "error": {"code": -32601, "message": DISCOVERY_REFUSAL}}
-    assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
