@@ -32,7 +32,7 @@ bimodal (Claude Code's session start), and a difference of medians of ten such s
 milliseconds from run to run (``bench.common.shift``).
 
     python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR] [--floor]
-                           [--baselines stdio,same] [--mcp-transport stdio]
+                           [--baselines stdio,same] [--mcp-transport stdio[,http]]
 
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
 commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a
@@ -40,6 +40,9 @@ third side to every round, the same turns through ``bench/tool_floor.py --config
 each other with nothing of a bridge between them — and a row for its prestart chat and each turn figure: what any
 bridge of this design adds to a real agent's chats on this machine, the floor under lmbridge's, with lmbridge's
 distance above it (not for the cold first chat: the floor imports all of itself before it starts the agent).
+``--mcp-transport`` sets the agent's ``mcp_transport`` on the bridged side; given several (``stdio,http``), each is
+a side of every round, the first the verdicts', and rows named ``agent over <transport>`` compare the others with
+it: how ``mcp_transport = "auto"`` is chosen for each agent (docs/agents.md).
 """
 
 from __future__ import annotations
@@ -90,7 +93,6 @@ BRIDGE_CPU = "bridge CPU per later tool turn"
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
-MCP_TRANSPORT: str | None = None  # --mcp-transport: how lmbridge serves the editor's tools to the agent
 FLOOR_FIGURES = ("prestart chat", "text turn", "first tool turn", "later tool turn")  # --floor: its rows
 clock = time.perf_counter
 
@@ -305,14 +307,20 @@ class Round:
         self._request_sizes(samples, since)
 
     async def bridged(
-        self, samples: dict[str, list[float]], *, traced: Traced | None = None, floor: bool = False
+        self,
+        samples: dict[str, list[float]],
+        *,
+        traced: Traced | None = None,
+        floor: bool = False,
+        transport: str | None = None,
     ) -> None:
         """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``;
-        ``floor``: through ``bench/tool_floor.py`` instead."""
+        ``floor``: through ``bench/tool_floor.py`` instead; ``transport``: the agent's ``mcp_transport`` (``None``:
+        as configured)."""
         since = len(self.model.requests)
         table_, project = self.table()
-        if MCP_TRANSPORT is not None:
-            table_["mcp_transport"] = MCP_TRANSPORT
+        if transport is not None:
+            table_["mcp_transport"] = transport
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
         trace = traced.args() if traced is not None else ()
@@ -369,8 +377,8 @@ class Round:
             samples.setdefault(BRIDGE_CPU, []).append(statistics.median(later_cpu))
         table_, project = self.table()
         table_["prestart"] = True
-        if MCP_TRANSPORT is not None:
-            table_["mcp_transport"] = MCP_TRANSPORT
+        if transport is not None:
+            table_["mcp_transport"] = transport
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
@@ -604,19 +612,28 @@ Samples = dict[str, list[float]]
 
 class Measured(NamedTuple):
     direct: dict[str, Samples]  # by baseline: seconds per figure
-    bridged: Samples
+    bridged: Samples  # over the first of ``transports`` (the verdicts')
+    others: dict[str, Samples]  # over each other transport, in the same rounds
     own: Samples  # ms per figure, from the traced runs
     editor: Samples
     floor: Samples | None  # --floor: seconds per figure through bench/tool_floor.py
 
 
 async def measure(
-    agent: str, reps: int, scratch: Path, *, floor: bool = False, baselines: tuple[str, ...] = ("stdio",)
+    agent: str,
+    reps: int,
+    scratch: Path,
+    *,
+    floor: bool = False,
+    baselines: tuple[str, ...] = ("stdio",),
+    transports: tuple[str | None, ...] = (None,),
 ) -> Measured:
-    """The paired runs (direct with each baseline's tool server, bridged and with ``floor`` the floor, in turn
-    first), then ``TRACED_RUNS`` traced bridged runs for lmbridge's own time and the editor's."""
+    """The paired runs (direct with each baseline's tool server, bridged over each of ``transports`` — ``None``:
+    as configured — and with ``floor`` the floor, in turn first), then ``TRACED_RUNS`` traced bridged runs over the
+    first transport for lmbridge's own time and the editor's."""
     direct: dict[str, Samples] = {baseline: {figure: [] for figure in FIGURES} for baseline in baselines}
-    bridged: Samples = {figure: [] for figure in FIGURES}
+    over: dict[str | None, Samples] = {transport: {figure: [] for figure in FIGURES} for transport in transports}
+    bridged = over[transports[0]]
     floored: Samples = {figure: [] for figure in FIGURES}
     own: Samples = {figure: [] for figure in OWN_FIGURES}
     editor: Samples = {figure: [] for figure in OWN_FIGURES}
@@ -625,12 +642,12 @@ async def measure(
         runs = Round(KITS[agent], model, scratch / agent, started)
 
         async def through_floor(samples: Samples) -> None:
-            await runs.bridged(samples, floor=True)
+            await runs.bridged(samples, floor=True, transport=transports[0])
 
         Run = Callable[[Samples], Awaitable[None]]
         sides: list[tuple[Run, Samples]] = [
             *((partial(runs.direct, baseline=baseline), direct[baseline]) for baseline in baselines),
-            (runs.bridged, bridged),
+            *((partial(runs.bridged, transport=transport), over[transport]) for transport in transports),
         ]
         if floor:
             sides.append((through_floor, floored))
@@ -643,14 +660,17 @@ async def measure(
             print(f"  {agent}: {rep + 1}/{reps}", file=sys.stderr, flush=True)
         for index in range(TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own
             traced = Traced(scratch / agent / f"trace-{index}")
-            await runs.bridged({figure: [] for figure in FIGURES}, traced=traced)
+            await runs.bridged({figure: [] for figure in FIGURES}, traced=traced, transport=transports[0])
             for figure, values in own_times(traced).items():
                 own[figure] += values
             for figure, values in editor_hops(traced).items():
                 editor[figure] += values
         if model.errors:
             raise RuntimeError(f"the fake model saw unscripted requests: {model.errors[:3]}")
-    return Measured(direct, bridged, own, editor, floored if floor else None)
+    others = {
+        transport: samples for transport, samples in over.items() if transport is not None and samples is not bridged
+    }
+    return Measured(direct, bridged, others, own, editor, floored if floor else None)
 
 
 def rows_for(
@@ -719,6 +739,34 @@ def rows_for(
     return rows
 
 
+def transport_rows(agent: str, first: str, bridged: Samples, transport: str, other: Samples) -> list[Row]:
+    """Each figure through lmbridge over ``transport`` against the same over ``first``, in the same rounds: which
+    is faster for this agent (what ``mcp_transport = "auto"`` should give it)."""
+    rows = []
+    for figure in FIGURES:
+        other_ms, first_ms = [s * 1000 for s in other[figure]], [s * 1000 for s in bridged[figure]]
+        o, f = summarize(other_ms), summarize(first_ms)
+        estimate, low, high = shift(other_ms, first_ms)
+        rows.append(
+            Row(
+                f"{agent} over {transport}",
+                figure,
+                "ms",
+                o,
+                f,
+                f"{agent} through lmbridge over {first}",
+                added={"median": o.median - f.median, "p99": (o.p99 or 0) - (f.p99 or 0)},
+                notes=f"{o.n} paired runs, alternating; difference (Hodges-Lehmann) {estimate:+.1f} ms, 90 % interval "
+                f"{low:+.1f} … {high:+.1f} ms",
+                extra={
+                    "difference_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
+                    "samples": {transport: other_ms, first: first_ms},
+                },
+            )
+        )
+    return rows
+
+
 def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) -> list[Row]:
     """The turns through the floor against the same direct runs, and lmbridge's distance above the floor."""
     goals = {"first tool turn": 10.0, "later tool turn": 3.0, "prestart chat": 5.0}
@@ -777,8 +825,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--mcp-transport",
-        choices=("auto", "http", "stdio"),
-        help="how lmbridge serves the editor's tools to the agent (the agent's mcp_transport; default: as configured)",
+        help="how lmbridge serves the editor's tools to the agent (the agent's mcp_transport: auto, http, stdio; "
+        "default: as configured); several, comma-separated, run in the same rounds and the others are compared "
+        "with the first",
     )
     parser.add_argument(
         "--baselines",
@@ -786,9 +835,15 @@ def main(argv: list[str] | None = None) -> int:
         help="the direct side's tool servers, the first the verdicts' (stdio, http, same; default stdio,same)",
     )
     args = parser.parse_args(argv)
+    transports: tuple[str | None, ...] = (None,)
     if args.mcp_transport is not None:
-        global MCP_TRANSPORT
-        MCP_TRANSPORT = args.mcp_transport
+        transports = tuple(t for t in args.mcp_transport.split(",") if t)
+        if (
+            not transports
+            or any(t not in ("auto", "http", "stdio") for t in transports)
+            or len(set(transports)) < len(transports)
+        ):
+            parser.error("--mcp-transport: one or more of auto, http, stdio, comma-separated, each once")
     baselines = tuple(b for b in args.baselines.split(",") if b)
     if not baselines or any(b not in BASELINES for b in baselines):
         parser.error(f"--baselines: a comma-separated list of {', '.join(BASELINES)}")
@@ -803,12 +858,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(KITS)}")
 
     def rows_of(agent: str, scratch: Path) -> list[Row]:
-        measured = trio.run(partial(measure, agent, args.reps, scratch, floor=args.floor, baselines=baselines))
+        run = partial(measure, agent, args.reps, scratch, floor=args.floor, baselines=baselines, transports=transports)
+        measured = trio.run(run)
         rows = []
         for baseline in baselines:
             rows += rows_for(
                 agent, measured.direct[baseline], measured.bridged, measured.own, measured.editor, baseline
             )
+        for transport, samples in measured.others.items():
+            rows += transport_rows(agent, str(transports[0]), measured.bridged, transport, samples)
         if measured.floor is not None:
             rows += floor_rows(agent, measured.direct[baselines[0]], measured.floor, measured.bridged)
         return rows
