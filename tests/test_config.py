@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import ConfigError, agent_from_mapping, find_config_file, load_config, parse_config
+from bridge.config import (
+    ConfigError,
+    agent_from_mapping,
+    find_config_file,
+    known_agent,
+    load_config,
+    mcp_transport,
+    parse_config,
+)
 
 
 def test_without_a_file_only_the_demo_agent_exists(tmp_path: Path) -> None:
@@ -145,3 +153,27 @@ def test_each_command_keeps_its_own_log_level_default() -> None:
         "warning",
         "warning",
     ]
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "known", "transport"),
+    [
+        ("/opt/bin/codex-acp", [], "codex", "stdio"),  # measured faster over the stdio relay (docs/agents.md)
+        ("npx", ["-y", "@zed-industries/codex-acp@0.16.0"], "codex", "stdio"),
+        ("npx", ["@agentclientprotocol/claude-agent-acp"], "claude", "auto"),
+        ("gemini", ["--experimental-acp"], "gemini", "auto"),
+        ("/usr/local/bin/opencode", ["acp"], "opencode", "auto"),
+        ("my-agent", [], None, "auto"),
+    ],
+)
+def test_auto_gives_each_known_agent_its_faster_mcp_transport(
+    command: str, args: list[str], known: str | None, transport: str
+) -> None:
+    agent = agent_from_mapping("a", {"command": command, "args": args})
+    assert known_agent(agent) == known
+    assert mcp_transport(agent) == transport
+    for chosen in ("http", "stdio"):  # the config's word wins
+        assert (
+            mcp_transport(agent_from_mapping("a", {"command": command, "args": args, "mcp_transport": chosen}))
+            == chosen
+        )

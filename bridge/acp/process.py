@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import trio
 
-from bridge.config import AgentConfig
+from bridge.config import AgentConfig, mcp_transport
 from wire.errors import AgentExitedError, AgentStartError, InvalidParams
 from wire.observe.logs import get_logger
 from wire.observe.redact import redact
@@ -128,6 +128,11 @@ class AgentProcess:
         self._stderr_done = trio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------------------------
+
+    @property
+    def mcp_transport(self) -> str:
+        """How the editor's tools reach this agent ("auto": HTTP when it advertises it, else the stdio relay)."""
+        return mcp_transport(self.config)
 
     @property
     def pid(self) -> int | None:

@@ -16,14 +16,13 @@ from __future__ import annotations
 import fnmatch
 import hmac
 import json
-import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from starlette.types import Receive, Scope, Send
 
-from bridge.config import AgentConfig
+from bridge.config import AgentConfig, known_agent
 from bridge.service.composition import BridgeService
 from bridge.service.editor_models import EditorLink
 from bridge.service.principals import LOCAL
@@ -111,26 +110,15 @@ RECIPES: dict[str, Callable[[str, str], Pointing]] = {
     "opencode": _opencode,
     "env": _generic,
 }
-_LAUNCHERS = ("npx", "bunx", "pnpm", "uvx", "pipx")
-# Known agents by their command's file name, for ``model_recipe = "auto"``.
-_BY_COMMAND = {
-    "claude-agent-acp": "claude",
-    "claude-code-acp": "claude",
-    "codex-acp": "codex",
-    "opencode": "opencode",
-}
 
 
 def recipe_for(config: AgentConfig) -> str:
-    """The recipe an agent is pointed with: its ``model_recipe``, else the one its command is known by (or the
-    package a launcher such as ``npx`` runs), else "env" (only the ``LMBRIDGE_MODEL_*`` variables)."""
+    """The recipe an agent is pointed with: its ``model_recipe``, else its known agent's, else "env" (only the
+    ``LMBRIDGE_MODEL_*`` variables)."""
     if config.model_recipe != "auto":
         return config.model_recipe
-    program = os.path.basename(config.command)
-    if program in _LAUNCHERS:
-        program = next((arg for arg in config.args if not arg.startswith("-") and arg not in ("dlx", "x")), "")
-        program = program.rsplit("/", 1)[-1].split("@", 1)[0]  # @scope/name@version → name
-    return next((recipe for known, recipe in _BY_COMMAND.items() if program.startswith(known)), "env")
+    known = known_agent(config)
+    return known if known in RECIPES else "env"
 
 
 def pointed(config: AgentConfig, url: str, token: str) -> AgentConfig:

@@ -153,8 +153,8 @@ class LiveBridge:
 
 @pytest.fixture
 def mcp_transport() -> str:
-    """How the editor's tools reach the agent (``[agents.<id>] mcp_transport``; ``auto``, lmbridge's default, is HTTP
-    for all of them); a test may parametrize it."""
+    """How the editor's tools reach the agent (``[agents.<id>] mcp_transport``; ``auto``, lmbridge's default, is what
+    the kit's ``mcp_over`` says); a test may parametrize it."""
     return "auto"
 
 

@@ -42,6 +42,8 @@ class AgentKit:
     # given readOnlyHint), "one_by_one" (Gemini CLI runs them one after the other, always), or "either" (OpenCode:
     # mostly one after the other, sometimes the later ones together).
     mcp_calls: str = "together"
+    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (Codex: faster).
+    mcp_over: str = "http"
     # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
     # the prompt's answer, context fill and the session's cost from ``usage_update``.
     usage_fields: tuple[str, ...] = ()
@@ -273,6 +275,7 @@ KITS: dict[str, AgentKit] = {
     "codex": CodexKit(
         "codex",
         "openai",
+        mcp_over="stdio",
         rejected_shell_stop_reason="cancelled",
         model_told_of_rejection=False,
         usage_fields=("contextUsed", "contextSize"),

@@ -121,8 +121,10 @@ async def test_editor_tool_round_trip(live: LiveBridge) -> None:
     assert final.stop_reason == "end_turn"
     assert final.text.endswith("It is sunny in Paris.")
     assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results), model.turns[1].text
-    # lmbridge's default for an agent that advertises mcpCapabilities.http: its shared HTTP listener, no relay
-    assert '"type":"http"' in "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
+    # lmbridge's default for the agent: its shared HTTP listener, or the stdio relay where that is faster (Codex)
+    agent_traces = "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
+    assert ('"type":"http"' in agent_traces) == (kit.mcp_over == "http")
+    assert ("shim.py" in agent_traces) == (kit.mcp_over == "stdio")
 
 
 @pytest.mark.parametrize("editor_model", ["editor-gpt"], indirect=True)
@@ -153,10 +155,10 @@ async def test_the_agent_asks_the_editors_own_model(live: LiveBridge, editor_mod
     print(f"interop  {kit.id:<7} editor_model tool call: progressToken {'sent' if asked_progress else 'not sent'}")
 
 
-@pytest.mark.parametrize("mcp_transport", ["stdio"])
-async def test_editor_tool_round_trip_over_the_stdio_relay(live: LiveBridge) -> None:
-    """The same round trip with ``mcp_transport = "stdio"``: the agent starts lmbridge's relay as a stdio MCP server
-    (every other scenario runs on the default, the shared HTTP listener)."""
+@pytest.mark.parametrize("mcp_transport", ["stdio", "http"])
+async def test_editor_tool_round_trip_over_either_transport(live: LiveBridge, mcp_transport: str) -> None:
+    """The same round trip with ``mcp_transport`` chosen: over ``stdio`` the agent starts lmbridge's relay as a stdio
+    MCP server, over ``http`` it connects to the shared HTTP listener (every other scenario runs on the default)."""
     kit, model = live.kit, live.model
     model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("It is sunny in Paris."))
     tools = [WEATHER_TOOL, live.permission_tool]
@@ -168,7 +170,8 @@ async def test_editor_tool_round_trip_over_the_stdio_relay(live: LiveBridge) -> 
     assert final.stop_reason == "end_turn" and final.text.endswith("It is sunny in Paris."), live.evidence()
     assert any("Sunny, 22 degrees" in result.text for result in model.turns[1].tool_results)
     agent_traces = "".join(p.read_text() for p in live.trace_dir.glob("*agent_*.ndjson"))
-    assert "shim.py" in agent_traces and '"type":"http"' not in agent_traces
+    assert ("shim.py" in agent_traces) == (mcp_transport == "stdio")
+    assert ('"type":"http"' in agent_traces) == (mcp_transport == "http")
 
 
 # A 2×2 red PNG.
@@ -333,11 +336,13 @@ async def test_editor_tool_calls_are_not_echoed_as_activity(live: LiveBridge) ->
     assert final.text == "It is sunny in Paris."
 
 
+@pytest.mark.parametrize("mcp_transport", ["http", "stdio"])
 async def test_the_agents_mcp_session_is_served_without_the_mcp_sdk(live: LiveBridge) -> None:
-    """lmbridge answers an agent's MCP over HTTP itself (``mcp_synthetic.early``): the opening (Claude Code asks
-    ``server/discover`` first and is told to use ``initialize``), the event stream, the tool calls — a first one right
-    after start (Codex makes it at machine speed), a later one in the same session — and the session's end. The MCP
-    SDK, half a second of CPU, is never imported."""
+    """lmbridge answers an agent's MCP itself, over HTTP (``mcp_synthetic.early``) and over the stdio relay
+    (``mcp_synthetic.stdio``): the opening (Claude Code asks ``server/discover`` first and is told to use
+    ``initialize``), the event stream, the tool calls — a first one right after start (Codex makes it at machine
+    speed), a later one in the same session — and the session's end. The MCP SDK, half a second of CPU, is never
+    imported."""
     kit, model = live.kit, live.model
     model.add(call(kit.editor_tool("get_weather", {"city": "Paris"})), say("Sunny in Paris."))
     tools = [WEATHER_TOOL, live.permission_tool]
@@ -354,7 +359,8 @@ async def test_the_agents_mcp_session_is_served_without_the_mcp_sdk(live: LiveBr
     assert final.error is None and final.text.endswith("Rain in Oslo."), f"{final!r}" + live.evidence()
     assert len(live.agent_pids) == 1  # one session throughout: nothing was reopened
     assert "MCP endpoints listening" in live.stderr  # lmbridge's debug log is on: the next lines would be in it
-    assert "an MCP request needs the SDK" not in live.stderr, live.evidence()
+    assert "an MCP request needs the SDK" not in live.stderr, live.evidence()  # over HTTP
+    assert "an MCP message needs the SDK" not in live.stderr, live.evidence()  # over the relay
     assert "MCP SDK imported" not in live.stderr, live.evidence()
 
 
@@ -371,8 +377,9 @@ WIDE_BATCHES = {"tool_batch_window": 30.0, "tool_batch_idle": 5.0}
         (("Paris", "Oslo"), "auto", WIDE_BATCHES),
         (("Paris", "Oslo", "Rome"), "auto", WIDE_BATCHES),
         (("Paris", "Oslo", "Rome"), "stdio", WIDE_BATCHES),
+        (("Paris", "Oslo", "Rome"), "http", WIDE_BATCHES),
     ],
-    ids=["two", "three", "three-over-the-stdio-relay"],
+    ids=["two", "three", "three-over-the-stdio-relay", "three-over-http"],
 )
 async def test_parallel_editor_tools(live: LiveBridge, cities: tuple[str, ...]) -> None:
     """Calls the model made together reach the editor together (Claude Code, Codex: the tools carry readOnlyHint),
