@@ -6,6 +6,8 @@
 - the agent as the router sees it (``session.router.AgentHandle``): ``FakeAgent`` with ``FakeInfo`` behind a
   ``FakeAgentProvider``; ``answer_next_prompt``; ``RouterEditor`` runs turns against a router and keeps their parts
 - an editor's own model (``ScriptedEditorModel``): what a test editor shares and answers ``editor/chat`` with
+- MCP: the editor's tools a session offers (``MCP_TOOLS``: a valid one, a destructive one, one with an invalid
+  schema), an agent's ``mcp_initialize`` and what it asks after it (``MCP_DIALOGUE``)
 
 Everything here is in-process: no subprocess, no socket (those are ``conftest``'s fixtures: a live ``lmbridge stdio``,
 a test agents file). Time: pytest-trio's ``autojump_clock`` fixture. Logs: the project's own logger
@@ -28,6 +30,8 @@ from wire.errors import RpcError
 from wire.observe.logs import get_logger
 
 __all__ = [
+    "MCP_DIALOGUE",
+    "MCP_TOOLS",
     "FakeAgent",
     "FakeAgentLink",
     "FakeAgentProvider",
@@ -37,6 +41,7 @@ __all__ = [
     "ScriptedEditorModel",
     "answer_next_prompt",
     "assistant",
+    "mcp_initialize",
     "start_router",
     "tool_result",
     "user",
@@ -363,3 +368,40 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
             if texts:
                 return "".join(texts)
     return ""
+
+
+# -- MCP ------------------------------------------------------------------------------------------------------------
+
+MCP_TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "The weather — in a city.",
+        "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+    {"name": "erase", "description": "", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
+    {"name": "broken", "description": "b", "inputSchema": {"type": "object", "properties": {"n": {"type": 5}}}},
+]
+
+
+def mcp_initialize(version: str, request_id: int | str = 0) -> dict[str, Any]:
+    """An MCP client's ``initialize`` at ``version``."""
+    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
+
+
+# What an agent asks once its MCP session is open: the tool list, a ping, a call, a call with invalid arguments, one
+# of a tool not offered, one of a tool whose schema is invalid.
+MCP_DIALOGUE = [
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": "two", "method": "ping"},
+    {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "get_weather", "arguments": {"city": "Oslo"}},
+    },
+    {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_weather", "arguments": {}}},
+    {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nowhere"}},
+    {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "broken", "arguments": {}}},
+]

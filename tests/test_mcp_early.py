@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from fakes import MCP_DIALOGUE, MCP_TOOLS, mcp_initialize
 
 from mcp_synthetic.early import (
     EARLY_PROTOCOL_VERSIONS,
@@ -30,15 +31,6 @@ from wire.observe.logs import get_logger
 
 TOKEN = "secret-token"
 PNG = base64.b64encode(b"\x89PNG....").decode()
-TOOLS = [
-    {
-        "name": "get_weather",
-        "description": "The weather — in a city.",
-        "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-    {"name": "erase", "description": "", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
-    {"name": "broken", "description": "b", "inputSchema": {"type": "object", "properties": {"n": {"type": 5}}}},
-]
 
 
 async def _answer(name: str, arguments: Any) -> Any:
@@ -59,7 +51,7 @@ async def _listener(
         pass
 
     tools = SessionTools(invoke, log=get_logger())
-    tools.update(TOOLS)
+    tools.update(MCP_TOOLS)
     ready = nothing if sdk is None else sdk.wait if isinstance(sdk, trio.Event) else sdk
     endpoints = HttpEndpoints(get_logger(), ready, nothing, own_answers=sdk is not None)
     async with trio.open_nursery() as nursery:
@@ -103,15 +95,10 @@ def _messages(headers: dict[str, str], body: bytes) -> Any:
     return json.loads(body) if body else None
 
 
-def _initialize(version: str) -> dict[str, Any]:
-    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
-    return {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
-
-
 async def _exchange(url: str, version: str) -> list[tuple[int, str, Any]]:
     """One session's opening, its use and its end, as an agent makes them: status, content type and messages of
     each (the event stream's head included)."""
-    status, headers, body = await _request(url, _initialize(version))
+    status, headers, body = await _request(url, mcp_initialize(version))
     session = headers["mcp-session-id"]
     answers = [(status, headers["content-type"], _events(body))]
     stream = await _open_stream(url, session)
@@ -119,20 +106,7 @@ async def _exchange(url: str, version: str) -> list[tuple[int, str, Any]]:
     await stream.aclose()
     wanted = ("content-type", "cache-control", "mcp-session-id")
     answers.append((int(head[0].split()[1]), "", sorted(line for line in head[1:] if line.startswith(wanted))))
-    for message in (
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": "two", "method": "ping"},
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "get_weather", "arguments": {"city": "Oslo"}},
-        },
-        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_weather", "arguments": {}}},
-        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nowhere"}},
-        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "broken", "arguments": {}}},
-    ):
+    for message in MCP_DIALOGUE:
         status, headers, body = await _request(url, message, session)
         assert headers["mcp-session-id"] == session
         answers.append((status, headers["content-type"], _events(body)))
@@ -171,7 +145,7 @@ async def test_the_early_answers_are_valid_mcp() -> None:
 async def test_the_sdk_takes_over_a_session_when_a_request_needs_it() -> None:
     sdk = trio.Event()
     async with _listener(sdk) as (url, tools), trio.open_nursery() as nursery:
-        _, headers, _ = await _request(url, _initialize("2025-06-18"))
+        _, headers, _ = await _request(url, mcp_initialize("2025-06-18"))
         session = headers["mcp-session-id"]
         assert (await _request(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session))[0] == 202
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "erase", "arguments": {}}}
@@ -244,7 +218,7 @@ async def test_the_official_client_is_served_start_to_end_without_the_sdks_serve
                 result = await client.call_tool("get_weather", {"city": "Oslo"})
                 assert result.content[0].text == 'get_weather: {"city": "Oslo"}'  # type: ignore[union-attr]
                 await trio.testing.wait_all_tasks_blocked()  # the client's event stream is open
-                assert tools.update([*TOOLS, {"name": "get_time", "inputSchema": {"type": "object"}}])
+                assert tools.update([*MCP_TOOLS, {"name": "get_time", "inputSchema": {"type": "object"}}])
                 await tools.notify_changed()
                 await notified.wait()
                 assert "get_time" in [tool.name for tool in (await client.list_tools()).tools]
@@ -262,12 +236,12 @@ async def test_when_the_sdk_cannot_be_imported_only_what_needs_it_fails() -> Non
         pass
 
     tools = SessionTools(_answer, log=get_logger())
-    tools.update(TOOLS)
+    tools.update(MCP_TOOLS)
     endpoints = HttpEndpoints(get_logger(), broken, nothing)
     async with trio.open_nursery() as nursery:
         await nursery.start(endpoints.run)
         url, _stop = endpoints.add(tools, TOKEN)
-        _, headers, _ = await _request(url, _initialize("2025-11-25"))
+        _, headers, _ = await _request(url, mcp_initialize("2025-11-25"))
         session = headers["mcp-session-id"]
         status, _, body = await _request(url, {"jsonrpc": "2.0", "id": 1, "method": "resources/list"}, session)
         assert status == 500 and b"could not be imported" in body
@@ -310,7 +284,7 @@ async def test_a_tool_call_made_before_the_sdk_is_imported_can_be_withdrawn() ->
 
     never = trio.Event()
     async with _listener(never, held) as (url, _), trio.open_nursery() as nursery:
-        _, headers, _ = await _request(url, _initialize("2025-03-26"))
+        _, headers, _ = await _request(url, mcp_initialize("2025-03-26"))
         session = headers["mcp-session-id"]
         answers: list[Any] = []
         answered = trio.Event()
@@ -351,17 +325,17 @@ def _decide(message: Any, headers: dict[bytes, bytes] | None = None, method: str
 @pytest.mark.parametrize(
     ("why", "message", "headers", "method"),
     [
-        ("another revision", _initialize("2026-07-28"), None, "POST"),
-        ("an unknown revision", _initialize("1999-01-01"), None, "POST"),
-        ("a GET stream", _initialize("2025-06-18"), None, "GET"),
-        ("a batch", [_initialize("2025-06-18")], None, "POST"),
+        ("another revision", mcp_initialize("2026-07-28"), None, "POST"),
+        ("an unknown revision", mcp_initialize("1999-01-01"), None, "POST"),
+        ("a GET stream", mcp_initialize("2025-06-18"), None, "GET"),
+        ("a batch", [mcp_initialize("2025-06-18")], None, "POST"),
         ("not JSON", b"{", None, "POST"),
-        ("no id", {**_initialize("2025-06-18"), "id": None}, None, "POST"),
-        ("a boolean id", {**_initialize("2025-06-18"), "id": True}, None, "POST"),
-        ("another host", _initialize("2025-06-18"), {**GOOD, b"host": b"evil.example:4000"}, "POST"),
-        ("a web page's origin", _initialize("2025-06-18"), {**GOOD, b"origin": b"https://evil.example"}, "POST"),
-        ("no event stream accepted", _initialize("2025-06-18"), {**GOOD, b"accept": b"application/json"}, "POST"),
-        ("not JSON content", _initialize("2025-06-18"), {**GOOD, b"content-type": b"text/plain"}, "POST"),
+        ("no id", {**mcp_initialize("2025-06-18"), "id": None}, None, "POST"),
+        ("a boolean id", {**mcp_initialize("2025-06-18"), "id": True}, None, "POST"),
+        ("another host", mcp_initialize("2025-06-18"), {**GOOD, b"host": b"evil.example:4000"}, "POST"),
+        ("a web page's origin", mcp_initialize("2025-06-18"), {**GOOD, b"origin": b"https://evil.example"}, "POST"),
+        ("no event stream accepted", mcp_initialize("2025-06-18"), {**GOOD, b"accept": b"application/json"}, "POST"),
+        ("not JSON content", mcp_initialize("2025-06-18"), {**GOOD, b"content-type": b"text/plain"}, "POST"),
         (
             "a resumed event stream",
             b"",
@@ -400,7 +374,7 @@ def test_anything_unusual_is_left_to_the_sdk(why: str, message: Any, headers: An
 
 def test_the_decisions_for_a_session_opened_early() -> None:
     in_session = {**GOOD, b"mcp-session-id": b"s1", b"mcp-protocol-version": b"2025-06-18"}
-    opened = _decide(_initialize("2025-06-18"))
+    opened = _decide(mcp_initialize("2025-06-18"))
     assert isinstance(opened, EarlyAnswer) and opened.opens_session and len(opened.session_id) == 32
     assert _decide({"jsonrpc": "2.0", "method": "notifications/initialized"}, in_session) == EarlyAnswer(
         202, b"", "s1", "2025-06-18"

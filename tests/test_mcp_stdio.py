@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from fakes import MCP_DIALOGUE, MCP_TOOLS, mcp_initialize
 
 from mcp_synthetic.early import EARLY_PROTOCOL_VERSIONS
 from mcp_synthetic.server import DISCOVERY_REFUSAL, MAX_LINE_BYTES, SessionTools, load_sdk
@@ -24,16 +25,6 @@ from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH
 from wire.observe.logs import get_logger
 from wire.rpc.protocol import LineFramer
 
-TOOLS = [
-    {
-        "name": "get_weather",
-        "description": "The weather — in a city.",
-        "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-    {"name": "erase", "description": "", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
-    {"name": "broken", "description": "b", "inputSchema": {"type": "object", "properties": {"n": {"type": 5}}}},
-]
-
 
 async def _answer(name: str, arguments: Any) -> Any:
     return {"content": [{"type": "text", "value": f"{name}: {json.dumps(arguments)}"}]}, ""
@@ -41,7 +32,7 @@ async def _answer(name: str, arguments: Any) -> Any:
 
 def _tools(invoke: Callable[..., Any] = _answer) -> SessionTools:
     tools = SessionTools(invoke, log=get_logger())
-    tools.update(TOOLS)
+    tools.update(MCP_TOOLS)
     return tools
 
 
@@ -104,24 +95,8 @@ def _early(sdk_ready: Callable[[], Awaitable[None]] = _no_sdk) -> Callable[[Sess
     return serve
 
 
-def _initialize(version: str, request_id: Any = 0) -> dict[str, Any]:
-    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
-    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
-
-
 _DIALOGUE = [
-    {"jsonrpc": "2.0", "method": "notifications/initialized"},
-    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-    {"jsonrpc": "2.0", "id": "two", "method": "ping"},
-    {
-        "jsonrpc": "2.0",
-        "id": 3,
-        "method": "tools/call",
-        "params": {"name": "get_weather", "arguments": {"city": "Oslo"}},
-    },
-    {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_weather", "arguments": {}}},
-    {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nowhere"}},
-    {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "broken", "arguments": {}}},
+    *MCP_DIALOGUE,
     {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},  # nothing answers a notification
     {"jsonrpc": "2.0", "id": 7, "method": "ping"},
 ]
@@ -130,7 +105,7 @@ _DIALOGUE = [
 async def _dialogue(serve: Callable[[SessionTools, trio.abc.Stream], Awaitable[None]], version: str) -> list[Any]:
     answers = []
     async with _connected(serve, _tools()) as agent:
-        for message in [_initialize(version), *_DIALOGUE]:
+        for message in [mcp_initialize(version), *_DIALOGUE]:
             await agent.send(message)
             if "id" in message:
                 answers.append(await agent.receive())
@@ -161,7 +136,7 @@ async def test_discovery_is_refused_and_initialize_follows_with_or_without_the_s
                 "id": "d",
                 "error": {"code": -32601, "message": DISCOVERY_REFUSAL},
             }
-            await agent.send(_initialize("2025-11-25"))
+            await agent.send(mcp_initialize("2025-11-25"))
             assert (await agent.receive())["result"]["protocolVersion"] == "2025-11-25"
 
 
@@ -183,7 +158,7 @@ async def test_the_sdk_takes_a_connection_over_when_a_message_needs_it() -> None
 
     tools = _tools(invoke)
     async with _connected(_early(sdk), tools) as agent:
-        await agent.send(_initialize("2025-06-18"))
+        await agent.send(mcp_initialize("2025-06-18"))
         assert (await agent.receive())["id"] == 0
         await agent.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         await agent.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "erase"}})
@@ -193,11 +168,13 @@ async def test_the_sdk_takes_a_connection_over_when_a_message_needs_it() -> None
         assert answer["id"] == 2 and answer["error"]["code"] == -32601  # the SDK's: no resources here
         await agent.send({"jsonrpc": "2.0", "id": 0, "method": "tools/list"})  # an id the opening used: answered
         listed = await agent.receive()
-        assert listed["id"] == 0 and [tool["name"] for tool in listed["result"]["tools"]] == [t["name"] for t in TOOLS]
+        assert listed["id"] == 0 and [tool["name"] for tool in listed["result"]["tools"]] == [
+            t["name"] for t in MCP_TOOLS
+        ]
         release_call.set()
         call = await agent.receive()
         assert call["id"] == 1 and call["result"]["content"][0]["text"] == "erase: {}"
-        tools.update(TOOLS[:1])
+        tools.update(MCP_TOOLS[:1])
         await tools.notify_changed()
         assert await agent.receive() == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         await agent.send({"jsonrpc": "2.0", "id": 3, "method": "ping"})
@@ -216,7 +193,7 @@ async def test_a_withdrawn_call_is_cancelled_and_gets_no_answer() -> None:
             withdrawn.set()
 
     async with _connected(_early(), _tools(invoke)) as agent:
-        await agent.send(_initialize("2025-11-25"))
+        await agent.send(mcp_initialize("2025-11-25"))
         await agent.receive()
         await agent.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         params = {"name": "erase", "arguments": {}, "_meta": {"progressToken": "p"}}
@@ -243,7 +220,7 @@ async def test_the_calls_running_end_when_the_agent_hangs_up() -> None:
     agent = _Agent(agent_end)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_early(), _tools(invoke), server)
-        await agent.send(_initialize("2025-11-25"))
+        await agent.send(mcp_initialize("2025-11-25"))
         await agent.receive()
         await agent.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "erase"}})
         await trio.testing.wait_all_tasks_blocked()
@@ -317,7 +294,7 @@ async def test_the_official_client_is_served_through_the_relay_process_without_t
                 assert [tool.name for tool in listed.tools] == ["get_weather", "erase", "broken"]
                 result = await client.call_tool("get_weather", {"city": "Oslo"})
                 assert result.content[0].text == 'get_weather: {"city": "Oslo"}'  # type: ignore[union-attr]
-                assert tools.update([*TOOLS, {"name": "get_time", "inputSchema": {"type": "object"}}])
+                assert tools.update([*MCP_TOOLS, {"name": "get_time", "inputSchema": {"type": "object"}}])
                 await tools.notify_changed()
                 await notified.wait()
                 assert "get_time" in [tool.name for tool in (await client.list_tools()).tools]
