@@ -778,7 +778,11 @@ def tool_memory(ws: Workspace, plan: Plan) -> list[Row]:
                 notes=f"{low} → {high} conversations: PSS {pss_low / 1024:.1f} → {pss_high / 1024:.1f} MiB, RSS "
                 f"{rss_low / 1024:.1f} → {rss_high / 1024:.1f} MiB ({per_rss:,.0f} KiB per conversation), "
                 f"processes {procs_low} → {procs_high}"
-                + ("; the default for agents advertising mcpCapabilities.http" if default else ""),
+                + (
+                    "; the default for agents advertising mcpCapabilities.http"
+                    if default
+                    else "; Codex's default (faster for it: docs/agents.md)"
+                ),
                 extra={
                     "pss_kib": {c: r[0] for c, r in by_count.items()},
                     "rss_kib": {c: r[1] for c, r in by_count.items()},
