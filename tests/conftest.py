@@ -32,10 +32,12 @@ async def first_chat_with_initialize(
     workspace: Path | None = None,
     timeout: float = 30,
     on_initialized: Callable[[], None] | None = None,
+    after_answer: bool = False,
 ) -> tuple[list[dict[str, Any]], str, int]:
     """Run ``lmbridge stdio`` and write ``initialize`` and an ``lm/chat`` in one write, as an editor woken by a chat
-    does; read until the chat's answer, close stdin. Returns the messages read, lmbridge's stderr, its exit status.
-    ``on_initialized`` is called as soon as the answer to ``initialize`` has been read."""
+    does (``after_answer``: the chat once ``initialize`` is answered, as VS Code's extension does); read until the
+    chat's answer, close stdin. Returns the messages read, lmbridge's stderr, its exit status. ``on_initialized``
+    is called as soon as the answer to ``initialize`` has been read."""
     import json
     import subprocess
 
@@ -65,7 +67,9 @@ async def first_chat_with_initialize(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(drain_stderr)
-            await process.stdin.send_all("".join(json.dumps(m) + "\n" for m in first).encode())
+            await process.stdin.send_all(
+                "".join(json.dumps(m) + "\n" for m in first[: 1 if after_answer else 2]).encode()
+            )
             buffered = b""
             with trio.fail_after(timeout):
                 while not any(m.get("id") == 1 for m in messages):
@@ -74,8 +78,11 @@ async def first_chat_with_initialize(
                     *lines, buffered = (buffered + data).split(b"\n")
                     answered = any(m.get("id") == 0 for m in messages)
                     messages += [json.loads(line) for line in lines if line.strip()]
-                    if on_initialized is not None and not answered and any(m.get("id") == 0 for m in messages):
-                        on_initialized()
+                    if not answered and any(m.get("id") == 0 for m in messages):
+                        if on_initialized is not None:
+                            on_initialized()
+                        if after_answer:
+                            await process.stdin.send_all(json.dumps(first[1]).encode() + b"\n")
             await stop_lmbridge(process, timeout)
     finally:
         await stop_lmbridge(process, timeout)  # a failed check leaves no lmbridge (nor its agent) behind

@@ -642,6 +642,58 @@ async def test_the_agent_of_a_first_chat_sent_with_initialize_is_started_before_
     assert code == 0
 
 
+async def test_a_first_chat_sent_once_initialize_is_answered_is_served_by_one_agent_start(
+    tmp_path: Path, agents_toml: Path, marker: str
+) -> None:
+    """VS Code's extension sends its first chat once ``initialize`` is answered: lmbridge reads it while it imports
+    the rest of itself and starts its agent then (``early=True`` in the log when the chat came before the imports
+    ended, as it does on an idle machine; either way one start, and the chat is answered)."""
+    messages, stderr, code = await first_chat_with_initialize(agents_toml, "scripted", "/say later", after_answer=True)
+    parts = [m["params"]["part"] for m in messages if m.get("method") == "lm/part"]
+    assert [m["result"] for m in messages if m.get("id") == 1] == [{"stopReason": "end_turn"}]
+    assert "".join(p["value"] for p in parts if p["type"] == "text") == "later\n"
+    assert stderr.count("agent process started") == 1, stderr
+    assert code == 0
+    assert processes_with_marker(marker) == [], "the agent outlived lmbridge"
+
+
+def _pipe_with(data: bytes) -> tuple[int, int]:
+    read_end, write_end = os.pipe()
+    os.write(write_end, data)
+    return read_end, write_end
+
+
+def test_the_next_request_is_read_while_lmbridge_imports_the_rest_of_itself() -> None:
+    from bridge.daemon.stdio import import_while_reading
+
+    chat = b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{}}\n'
+    read_end, write_end = _pipe_with(b"")
+    try:
+        # The editor writes its chat in two pieces while the imports run; both are read before they end.
+        def load() -> None:
+            os.write(write_end, chat[:10])
+            os.write(write_end, chat[10:] + b'{"jsonrpc":"2.0","id":2')
+
+        pending = import_while_reading(load, read_end, b"")
+        assert pending.startswith(chat)
+        # Nothing comes: the imports' end ends the wait; a request already there is not waited on either.
+        assert import_while_reading(lambda: None, read_end, b"") == b""
+        assert import_while_reading(lambda: None, read_end, b"x\n") == b"x\n"
+
+        # An import that fails is left to the caller's own import, which raises it.
+        def broken() -> None:
+            raise ImportError("no module named trio")
+
+        assert import_while_reading(broken, read_end, b"") == b""
+        os.close(write_end)
+        write_end = -1
+        assert import_while_reading(lambda: None, read_end, b"x") == b"x"  # end of input: nothing more to read
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
 @pytest.mark.parametrize(
     ("model", "error_code"),
     [("nobody", -32602), ("missing", -32001), ("failing", -32001)],

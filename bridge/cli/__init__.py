@@ -257,7 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
-    from bridge.daemon.stdio import answer_initialize, read_initialize, reserve_stdout, start_first_chat_agent
+    from bridge.daemon.stdio import (
+        answer_initialize,
+        import_while_reading,
+        load_service,
+        read_initialize,
+        reserve_stdout,
+        start_first_chat_agent,
+    )
 
     # The editor waits for the answer to initialize while it starts up: give it before importing the rest. A first
     # chat sent along with it has its agent started first: that start is the longest wait of the chat.
@@ -270,9 +277,12 @@ def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
     first, pending = read_initialize(0, max_message_bytes=args.max_message_bytes)
     early_agent = start_first_chat_agent(config, first, pending)
     try:
+        _pause_collector_while_starting()
         if first is not None:
             answer_initialize(config, first, protocol_fd, tracer=tracer)
-        _pause_collector_while_starting()
+            if early_agent is None:  # the first chat may come now that initialize is answered: read it meanwhile
+                pending = import_while_reading(load_service, 0, pending, max_message_bytes=args.max_message_bytes)
+                early_agent = start_first_chat_agent(config, first, pending)
         import trio
 
         from bridge.daemon.security import ServeError

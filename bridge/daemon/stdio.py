@@ -4,7 +4,8 @@ Owns the process-level plumbing of that mode: stdout is reserved for the protoco
 it and fd 1 is pointed at stderr, so a stray print or a library writing to stdout cannot corrupt the stream);
 answering the editor's first message, ``initialize``, before the bulk of the bridge (Trio, the session layer) is
 even imported — an editor waits for that answer while it starts — and starting the agent of a first chat sent
-along with it just as early; and the stop conditions — ``shutdown``, end of stdin, SIGTERM/SIGINT — which all
+along with it just as early, or sent as soon as the answer came (read while the rest is imported); and the stop
+conditions — ``shutdown``, end of stdin, SIGTERM/SIGINT — which all
 lead to the same orderly exit: running turns answered ``cancelled``, sessions closed, agent process groups
 stopped, exit status 0.
 
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bridge.config import Config
@@ -31,6 +35,8 @@ if TYPE_CHECKING:  # imported when needed: this module runs before the rest of l
 __all__ = [
     "EarlyInitialize",
     "answer_initialize",
+    "import_while_reading",
+    "load_service",
     "read_initialize",
     "reserve_stdout",
     "serve_stdio",
@@ -104,6 +110,55 @@ def answer_initialize(config: Config, first: EarlyInitialize, protocol_fd: int, 
     if tracer is not None:
         tracer.record("editor", "in", first.line)
         tracer.record("editor", "out", reply)
+
+
+def load_service() -> None:
+    """Import what serving the editor needs (Trio, the session layer, the service: ~0.1 s)."""
+    import trio  # noqa: F401
+
+    from bridge.daemon.security import ServeError  # noqa: F401
+    from bridge.editor.connection import EditorConnection  # noqa: F401
+    from bridge.service.composition import BridgeService  # noqa: F401
+    from wire.observe.logs import configure  # noqa: F401
+    from wire.rpc.connection import JsonRpcConnection  # noqa: F401
+
+    from .agent_models import install_agent_models  # noqa: F401
+
+
+def import_while_reading(
+    load: Callable[[], None], stdin_fd: int, pending: bytes, *, max_message_bytes: int = 64 * 1024 * 1024
+) -> bytes:
+    """Run ``load`` in a thread while reading the editor's next request: an editor that sends its first chat once
+    ``initialize`` is answered (VS Code's extension, after starting lmbridge again) has it read now, and its agent
+    started (``start_first_chat_agent``), instead of after the imports. Returns ``pending`` with what was read: up
+    to the end of the first request, the end of input, or ``max_message_bytes``. An import that fails here fails
+    again, with its traceback, where the caller imports the module itself."""
+    done_read, done_write = os.pipe()
+
+    def run() -> None:
+        try:
+            load()
+        except BaseException:  # raised again by the caller's own import, with its traceback
+            pass
+        finally:
+            os.write(done_write, b"!")
+
+    thread = threading.Thread(target=run, name="lmbridge-imports", daemon=True)
+    thread.start()
+    watching = b"\n" not in pending
+    try:
+        while True:
+            readable, _, _ = select.select([stdin_fd, done_read] if watching else [done_read], [], [])
+            if watching and stdin_fd in readable:
+                chunk = os.read(stdin_fd, 65536)
+                pending += chunk
+                watching = bool(chunk) and b"\n" not in pending and len(pending) <= max_message_bytes
+            if done_read in readable:
+                return pending
+    finally:
+        thread.join()
+        os.close(done_read)
+        os.close(done_write)
 
 
 def start_first_chat_agent(config: Config, first: EarlyInitialize | None, pending: bytes) -> Any:
