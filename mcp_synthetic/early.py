@@ -117,7 +117,7 @@ _SESSION_NOT_FOUND = EarlyRefusal(
 def stream_conflict(session_id: str) -> EarlyRefusal:
     """The SDK's answer to a second event stream (GET) of a session: MCP allows one."""
     message = "Conflict: Only one SSE stream is allowed per session"
-    body = _json({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
+    body = compact_json({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
     return EarlyRefusal(409, body, session_id)
 
 
@@ -173,7 +173,7 @@ def answer_early(
     rpc_method = message["method"]
     if not session_id:
         if rpc_method == "server/discover" and request_id is not None:
-            return EarlyRefusal(400, _json(discovery_refusal(request_id)))
+            return EarlyRefusal(400, compact_json(discovery_refusal(request_id)))
         return _initialize(message, request_id) if rpc_method == "initialize" else None
     if not _in_session(headers, session_id, sessions):
         return None
@@ -254,24 +254,37 @@ def initialize_result(version: str) -> dict[str, Any]:
     }
 
 
+def result_message(request_id: str | int, result: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-RPC result."""
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+LIST_CHANGED_MESSAGE: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+def progress_message(token: str | int, progress: float, message: str = HEARTBEAT_MESSAGE) -> dict[str, Any]:
+    """A tool call's progress (``notifications/progress``: a heartbeat, or what it has so far)."""
+    params = {"progressToken": token, "progress": progress, "message": message}
+    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+
+
 def result_event(request_id: str | int, result: dict[str, Any]) -> bytes:
     """A JSON-RPC result as the SDK sends it: one server-sent event."""
-    return _event({"jsonrpc": "2.0", "id": request_id, "result": result})
+    return _event(result_message(request_id, result))
 
 
 def list_changed_event() -> bytes:
     """``notifications/tools/list_changed``, on a session's event stream."""
-    return _event({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    return _event(LIST_CHANGED_MESSAGE)
 
 
 def progress_event(token: str | int, progress: float, message: str = HEARTBEAT_MESSAGE) -> bytes:
-    """A tool call's progress (``notifications/progress``: a heartbeat, or what it has so far), on its event stream."""
-    params = {"progressToken": token, "progress": progress, "message": message}
-    return _event({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+    """A tool call's progress, on its event stream."""
+    return _event(progress_message(token, progress, message))
 
 
 def _event(message: dict[str, Any]) -> bytes:
-    return b"event: message\r\ndata: " + _json(message) + b"\r\n\r\n"
+    return b"event: message\r\ndata: " + compact_json(message) + b"\r\n\r\n"
 
 
 def discovery_refusal(request_id: str | int) -> dict[str, Any]:
@@ -279,5 +292,6 @@ def discovery_refusal(request_id: str | int) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": DISCOVERY_REFUSAL}}
 
 
-def _json(message: dict[str, Any]) -> bytes:
+def compact_json(message: dict[str, Any]) -> bytes:
+    """One message as the SDK encodes it: no spaces, UTF-8 kept."""
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()

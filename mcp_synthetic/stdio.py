@@ -29,11 +29,15 @@ from wire.rpc.protocol import LineFramer
 
 from .early import (
     EARLY_PROTOCOL_VERSIONS,
+    LIST_CHANGED_MESSAGE,
     EarlyCall,
     cancelled_request,
+    compact_json,
     discovery_refusal,
     initialize_result,
+    progress_message,
     request_id_of,
+    result_message,
     tool_call,
 )
 from .server import MAX_LINE_BYTES, SessionTools, receive_some
@@ -92,7 +96,7 @@ def decide(
         version = params.get("protocolVersion") if method == "initialize" and isinstance(params, dict) else None
         if version not in EARLY_PROTOCOL_VERSIONS:
             return None
-        return Reply(_result(request_id, initialize_result(version)), opens=version)
+        return Reply(result_message(request_id, initialize_result(version)), opens=version)
     if request_id is None:
         if method == "notifications/initialized":
             return Initialized()
@@ -101,23 +105,19 @@ def decide(
             return Withdraw(cancelled) if cancelled is not None else None
         return Ignore() if method.startswith("notifications/") else None
     if method == "tools/list":
-        return Reply(_result(request_id, {"tools": listing()}))
+        return Reply(result_message(request_id, {"tools": listing()}))
     if method == "ping":
-        return Reply(_result(request_id, {}))
+        return Reply(result_message(request_id, {}))
     if method == "tools/call":
         return tool_call("", request_id, params)
     return None
 
 
-def _result(request_id: str | int, result: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
-
-
 def _line(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return compact_json(message) + b"\n"
 
 
-_LIST_CHANGED = _line({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+_LIST_CHANGED = _line(LIST_CHANGED_MESSAGE)
 
 
 async def serve_stdio(
@@ -219,8 +219,7 @@ class _Connection:
             token = call.progress_token
 
             async def progress(value: float, message: str) -> None:
-                params = {"progressToken": token, "progress": value, "message": message}
-                await self._send.send(_line({"jsonrpc": "2.0", "method": "notifications/progress", "params": params}))
+                await self._send.send(_line(progress_message(token, value, message)))
 
         result: dict[str, Any] | None = None
         with trio.CancelScope() as withdrawn:
@@ -230,7 +229,7 @@ class _Connection:
             finally:
                 self._calls.pop(call.request_id, None)
         if result is not None:  # a withdrawn call gets no answer (MCP)
-            await self._send.send(_line(_result(call.request_id, result)))
+            await self._send.send(_line(result_message(call.request_id, result)))
 
     async def _write(self, connection: trio.CancelScope) -> None:
         async with self._outbox:
