@@ -8,7 +8,7 @@ subcommand's work lives in its own module, imported only when that subcommand ru
 - ``keys``: ``lmbridge keys``, the keys of a shared daemon
 - ``usage``: ``lmbridge usage``, what its turns used, from the usage ledger
 
-May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.editor``, ``bridge.config``, ``wire``. Nothing imports it
+May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.conform``, ``bridge.editor``, ``bridge.config``, ``wire``. Nothing imports it
 but ``python -m bridge``.
 """
 
@@ -187,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--agent", default="demo", help="agent to talk to (default: the built-in demo agent)")
 
+    from bridge.conform.command import add_conform_parser
     from bridge.harness.commands import add_replay_parser, add_test_parser
 
     from .keys import add_keys_parser
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_test_parser(commands)
     add_replay_parser(commands)
+    add_conform_parser(commands)
     add_keys_parser(commands)
     add_usage_parser(commands)
 
@@ -206,6 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bridge.harness.commands import run
 
         return run(args)
+    if args.command == "conform":  # the kit reads the config only for an agent id, and logs nothing here
+        from bridge.conform.command import run_conform
+
+        return run_conform(args)
     if args.command == "keys":  # files only: no config, no logging
         from .keys import run_keys
 

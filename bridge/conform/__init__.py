@@ -1,0 +1,13 @@
+"""The ACP conformance kit: ``lmbridge conform`` checks an agent, spoken to directly over stdio (no lmbridge in
+between), requirement by requirement, each citing the spec text it rests on.
+
+- ``requirements``: the requirements as data (id, tier, citation, the capability that makes one apply)
+- ``agent``: one agent process under test: its stdio, transcript, stderr tail; the client side it answers with
+- ``checks``: the check groups (a fresh agent process each) and the judging of the whole run's wire
+- ``kit``: which requirements apply, running the groups, statuses and the verdict
+- ``report``: terminal, JSON, JUnit XML and Markdown reports
+- ``command``: the ``lmbridge conform`` arguments and entry point
+
+May import: ``bridge.acp``, ``bridge.harness.validation``, ``bridge.config``, ``wire``. Like the harness it drives
+agents as processes, never the bridge service in-process.
+"""

@@ -1,0 +1,729 @@
+"""The check groups of ``lmbridge conform``: each drives one fresh agent process and decides the requirements of
+its group (``requirements.Requirement.group``). A group records an ``Outcome`` per requirement it decided; the
+runner marks whatever a group did not reach NOT_TESTED, with the reason (the agent exited, hung).
+
+Judging is strict about what the spec says and silent about what it leaves open: a check that flags behaviour the
+spec allows is a bug here, not in the agent. Every wait has a deadline (``Settings.timeout``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bridge.harness.validation import JsonSchema, validate
+from wire.vocabulary import STOP_REASONS
+
+from .agent import AgentGone, AgentSpec, Answer, ClientSide, LiveAgent, TranscriptLine, open_agent
+from .requirements import BY_ID, Status
+
+__all__ = [
+    "GROUPS",
+    "MODEL_DRIVERS",
+    "GroupRun",
+    "ModelDriver",
+    "Outcome",
+    "Settings",
+    "advertised",
+    "judge_transcripts",
+    "run_group",
+    "workspace_for",
+]
+
+CLIENT_INFO = {"name": "lmbridge-conform", "version": "1"}
+PROTOCOL_VERSION = 1
+UNSUPPORTED_VERSION = 99
+SHUTDOWN_SECONDS = 5.0
+META = {"dev.lmbridge/conform": {"probe": True}}
+LATE_UPDATE_WINDOW = 0.5
+_TURN_KINDS = ("agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan")
+_REPLAY_KINDS = ("user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update")
+
+
+class Blocked(Exception):
+    """The run cannot go on past the handshake: authentication required, or a protocol version the kit does not
+    speak. The message says which."""
+
+
+@dataclass(frozen=True)
+class ModelDriver:
+    """How the kit makes the agent's model do what a check needs: the prompt text for a short answer and for a
+    long one (the turn a cancel interrupts). ``none`` has no driver: checks that need a model are skipped."""
+
+    name: str
+    short: str
+    long: str
+    description: str
+
+
+MODEL_DRIVERS = {
+    "own": ModelDriver(
+        "own",
+        "Reply with the single word: pong",
+        "Count from 1 to 400, one number per line, with no other text.",
+        "the agent's own model, as configured (its login or API key; the prompts cost tokens)",
+    ),
+    "directives": ModelDriver(
+        "directives",
+        "/say pong",
+        "/say counting\n/sleep 60000\n/say done",
+        "lmbridge's demo directives (the built-in demo agent, or an agent that speaks them)",
+    ),
+}
+
+
+@dataclass
+class Settings:
+    spec: AgentSpec
+    timeout: float = 30.0  # per request
+    startup_timeout: float = 60.0  # for the initialize answer
+    auth_method: str | None = None
+    model: ModelDriver | None = None
+    schema: JsonSchema | None = None
+    workspace: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+
+
+@dataclass
+class Outcome:
+    requirement: str
+    status: Status
+    detail: str = ""
+    seconds: float | None = None  # a measured figure (INFORMATIONAL timings)
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"status": self.status.value, "detail": self.detail}
+        if self.seconds is not None:
+            entry["seconds"] = round(self.seconds, 3)
+        return entry
+
+
+@dataclass
+class GroupRun:
+    """What one group found, with the wire it found it on."""
+
+    group: str
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    transcripts: dict[str, list[TranscriptLine]] = field(default_factory=dict)  # per process of the group
+    stderr_tail: str = ""
+    stderr_bytes: int = 0
+    seconds: float = 0.0
+    exempt: list[tuple[str, int, int]] = field(default_factory=list)  # transcript ranges not judged as ACP
+    problem: str | None = None  # why the group stopped early
+    blocked: str | None = None  # auth or version: the run cannot be judged past the handshake
+    capabilities: dict[str, Any] | None = None  # agentCapabilities, from the initialize group
+    initialize: dict[str, Any] | None = None  # the whole initialize result, from the initialize group
+
+    def set(self, requirement: str, status: Status, detail: str = "", seconds: float | None = None) -> None:
+        assert requirement in BY_ID, requirement
+        if requirement not in self.outcomes:  # the first finding decides
+            self.outcomes[requirement] = Outcome(requirement, status, detail, seconds)
+
+    def fail(self, requirement: str, expected: str, got: str) -> None:
+        self.set(requirement, Status.FAIL, f"expected {expected}; got {got}")
+
+
+@dataclass
+class _Group:
+    run: GroupRun
+    agent: LiveAgent
+    settings: Settings
+    capabilities: dict[str, Any]
+
+    async def request(self, method: str, params: Any, timeout: float | None = None) -> Answer:
+        return await self.agent.request(method, params, timeout=timeout or self.settings.timeout)
+
+    async def new_session(self, requirement: str | None = "LMB-SESS-001", **extra: Any) -> str | None:
+        params = {"cwd": str(self.settings.workspace), "mcpServers": [], **extra}
+        answer = await self.request("session/new", params)
+        if answer.error_code() == -32000:
+            raise Blocked("authentication required: session/new answered -32000 (pass --auth-method)")
+        session_id = answer.result.get("sessionId") if answer.ok and isinstance(answer.result, dict) else None
+        if requirement is not None:
+            problems = _invalid("NewSessionResponse", answer, self.settings.schema)
+            if problems:
+                self.run.fail(requirement, "a valid NewSessionResponse", problems)
+            else:
+                self.run.set(requirement, Status.PASS)
+        return session_id if isinstance(session_id, str) else None
+
+
+# -- the handshake ---------------------------------------------------------------------------------------------------
+
+
+def initialize_params(version: int = PROTOCOL_VERSION, client: ClientSide | None = None) -> dict[str, Any]:
+    capabilities = client.capabilities() if client else ClientSide(Path("/")).capabilities()
+    return {"protocolVersion": version, "clientCapabilities": capabilities, "clientInfo": CLIENT_INFO}
+
+
+async def _handshake(agent: LiveAgent, settings: Settings) -> tuple[Answer, float]:
+    """``initialize`` (and ``authenticate`` when asked); the answer and how long it took. ``Blocked`` when the
+    agent answers another protocol version."""
+    started = agent.now()
+    answer = await agent.request("initialize", initialize_params(client=agent.client), timeout=settings.startup_timeout)
+    took = agent.now() - started
+    version = answer.result.get("protocolVersion") if answer.ok and isinstance(answer.result, dict) else None
+    if answer.ok and _is_int(version) and version != PROTOCOL_VERSION:
+        raise Blocked(f"the agent speaks protocol version {version}; the kit speaks {PROTOCOL_VERSION}")
+    if answer.ok and settings.auth_method:
+        auth = await agent.request("authenticate", {"methodId": settings.auth_method}, timeout=settings.timeout)
+        if not auth.ok:
+            raise Blocked(f"authenticate with method {settings.auth_method!r} failed: {auth.describe()}")
+    return answer, took
+
+
+# -- the groups ------------------------------------------------------------------------------------------------------
+
+
+async def _group_initialize(g: _Group) -> None:
+    run = g.run
+    answer, took = await _handshake(g.agent, g.settings)
+    problems = _invalid("InitializeResponse", answer, g.settings.schema)
+    if problems:
+        run.fail("LMB-INIT-001", "a valid InitializeResponse", problems)
+    else:
+        run.set("LMB-INIT-001", Status.PASS)
+    result = answer.result if answer.ok and isinstance(answer.result, dict) else {}
+    version = result.get("protocolVersion")
+    if not answer.ok:
+        run.fail("LMB-INIT-002", f"protocolVersion {PROTOCOL_VERSION}", answer.describe())
+    elif not _is_int(version):
+        run.fail("LMB-INIT-002", "an integer protocolVersion", f"protocolVersion {json.dumps(version)}")
+    else:
+        run.set("LMB-INIT-002", Status.PASS)
+    info = result.get("agentInfo")
+    if isinstance(info, dict) and info.get("name") and info.get("version"):
+        run.set("LMB-INIT-004", Status.PASS, f"{info.get('name')} {info.get('version')}")
+    elif answer.ok:
+        run.fail("LMB-INIT-004", "agentInfo with name and version", f"agentInfo {json.dumps(info)}")
+    run.set("LMB-INIT-005", Status.PASS, f"{took:.3f} s", seconds=took)
+    run.initialize = result
+    capabilities = result.get("agentCapabilities")
+    run.capabilities = capabilities if isinstance(capabilities, dict) else {}
+
+
+async def _group_negotiation(g: _Group) -> None:
+    params = initialize_params(UNSUPPORTED_VERSION, g.agent.client)
+    answer = await g.agent.request("initialize", params, timeout=g.settings.startup_timeout)
+    version = answer.result.get("protocolVersion") if answer.ok and isinstance(answer.result, dict) else None
+    asked = f"asked for protocolVersion {UNSUPPORTED_VERSION}"
+    if not answer.ok:
+        g.run.fail("LMB-INIT-003", f"the latest version it supports ({asked})", answer.describe())
+    elif not isinstance(version, int) or isinstance(version, bool) or not 1 <= version < UNSUPPORTED_VERSION:
+        g.run.fail("LMB-INIT-003", f"a version it supports, below {UNSUPPORTED_VERSION} ({asked})", f"{version!r}")
+    else:
+        g.run.set("LMB-INIT-003", Status.PASS, f"answered {version}")
+
+
+async def _group_sessions(g: _Group) -> None:
+    run = g.run
+    await _handshake(g.agent, g.settings)
+    first = await g.new_session()
+    if first is None:
+        # What builds on a working session/new cannot be judged: saying it fails would blame the wrong thing.
+        why = "session/new itself failed (LMB-SESS-001)"
+        for requirement in ("LMB-SESS-002", "LMB-EXT-004", "LMB-SESS-004", "LMB-SESS-005"):
+            run.set(requirement, Status.NOT_TESTED, why)
+    else:
+        second = await g.new_session(None)
+        if second is None:
+            run.set("LMB-SESS-002", Status.NOT_TESTED, "a second session/new failed")
+        elif first == second:
+            run.fail("LMB-SESS-002", "two different session ids", f"{first!r} twice")
+        else:
+            run.set("LMB-SESS-002", Status.PASS)
+        answer = await g.request("session/new", {"cwd": str(g.settings.workspace), "mcpServers": [], "_meta": META})
+        if answer.ok:
+            run.set("LMB-EXT-004", Status.PASS)
+        else:
+            run.fail("LMB-EXT-004", "session/new with a _meta object answered like one without", answer.describe())
+        if advertised(g.capabilities, "sessionCapabilities.additionalDirectories"):
+            extra = Path(g.settings.workspace, "extra-root")
+            extra.mkdir(exist_ok=True)
+            await g.new_session("LMB-SESS-005", additionalDirectories=[str(extra)])
+        if advertised(g.capabilities, "sessionCapabilities.close"):
+            answer = await g.request("session/close", {"sessionId": first})
+            _judge(run, "LMB-SESS-004", "CloseSessionResponse", answer, g.settings.schema)
+    if advertised(g.capabilities, "sessionCapabilities.list"):
+        answer = await g.request("session/list", {})
+        _judge(run, "LMB-SESS-003", "ListSessionsResponse", answer, g.settings.schema)
+
+
+async def _group_robustness(g: _Group) -> None:
+    run = g.run
+    await _handshake(g.agent, g.settings)
+
+    answer = await g.request("lmbridge.conform/no_such_method", {})
+    _judge_unknown_method(run, answer, "LMB-RPC-001", "LMB-RPC-002")
+    answer = await g.request("_lmbridge.conform/no_such_extension", {"probe": True})
+    _judge_unknown_method(run, answer, "LMB-EXT-001", "LMB-EXT-002")
+
+    mark = len(g.agent.transcript)
+    await g.agent.notify("_lmbridge.conform/no_such_notification", {"probe": True})
+    alive = await _still_answers(g)
+    replies = _stray_responses(g.agent.transcript[mark:])
+    if alive is not None:
+        run.fail("LMB-EXT-003", "the next request answered after an unknown extension notification", alive)
+    elif replies:
+        run.fail("LMB-EXT-003", "the notification ignored", f"an answer to it: {json.dumps(replies[0])[:200]}")
+    else:
+        run.set("LMB-EXT-003", Status.PASS)
+
+    params = {"sessionId": "lmbridge-conform-no-such-session", "prompt": [{"type": "text", "text": "hello"}]}
+    try:
+        answer = await g.request("session/prompt", params)
+    except TimeoutError:
+        run.set("LMB-SESS-008", Status.FAIL, f"no answer within {g.settings.timeout:g} s")
+    else:
+        if answer.ok:
+            run.set("LMB-SESS-008", Status.FAIL, "answered with a result for a session that does not exist")
+        else:
+            alive = await _still_answers(g)
+            run.set("LMB-SESS-008", Status.PASS if alive is None else Status.FAIL, alive or answer.describe())
+
+    # Last, since an agent may well exit on it. The client MUST NOT send this, so what the agent answers to it is
+    # reported here (informational) and not held against it in LMB-RPC-003.
+    mark = len(g.agent.transcript)
+    await g.agent.send_line('{"jsonrpc": "2.0", "id": "conform-truncated", "method": "session/new", "par')
+    try:
+        alive = await _still_answers(g)
+    except AgentGone as exc:
+        alive = str(exc)
+    run.exempt.append(("main", mark, len(g.agent.transcript)))
+    replies = _stray_responses(g.agent.transcript[mark:])
+    answered = f"; it answered the line: {json.dumps(replies[0])[:200]}" if replies else ""
+    if alive is None:
+        run.set("LMB-STDIO-002", Status.PASS, "the next request was answered" + answered)
+    else:
+        run.set("LMB-STDIO-002", Status.FAIL, alive + answered)
+
+
+async def _group_prompt(g: _Group) -> None:
+    run = g.run
+    model = g.settings.model
+    assert model is not None
+    await _handshake(g.agent, g.settings)
+    session = await g.new_session(None)
+    if session is None:
+        return
+    for requirement in ("LMB-PROMPT-001", "LMB-PROMPT-003"):
+        answer = await g.request("session/prompt", _prompt(session, model.short))
+        problems = _invalid("PromptResponse", answer, g.settings.schema)
+        reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+        if problems:
+            run.fail(requirement, "a valid PromptResponse", problems)
+        elif reason == "cancelled" or reason not in STOP_REASONS:
+            run.fail(requirement, "a stop reason of a turn that was not cancelled", repr(reason))
+        else:
+            run.set(requirement, Status.PASS, f"stopReason {reason}")
+    _judge_updates(run, g.agent, {session}, g.settings.schema)
+    _judge_client_calls(run, g.agent.client)
+
+
+async def _group_cancel(g: _Group) -> None:
+    run = g.run
+    model = g.settings.model
+    assert model is not None
+    await _handshake(g.agent, g.settings)
+    session = await g.new_session(None)
+    if session is None:
+        return
+    seen = len(g.agent.notifications)
+    request_id = await g.agent.start_request("session/prompt", _prompt(session, model.long))
+    await g.agent.wait_until(
+        lambda: g.agent.answered(request_id) is not None or len(g.agent.notifications) > seen, g.settings.timeout
+    )
+    if g.agent.answered(request_id) is not None:
+        run.set("LMB-CANCEL-001", Status.SKIPPED, "the turn ended before the cancel was sent (nothing to judge)")
+    else:
+        await g.agent.notify("session/cancel", {"sessionId": session})
+        answer = await g.agent.answer(request_id, g.settings.timeout)
+        reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+        if reason == "cancelled":
+            run.set("LMB-CANCEL-001", Status.PASS)
+        else:
+            run.fail("LMB-CANCEL-001", "stopReason cancelled", answer.describe() if not answer.ok else repr(reason))
+    # A window for stragglers before the next prompt: an update that comes later still is missed (never
+    # misjudged), since it cannot be told from the next turn's.
+    await trio.sleep(LATE_UPDATE_WINDOW)
+    next_id = await g.agent.start_request("session/prompt", _prompt(session, model.short))
+    answer = await g.agent.answer(next_id, g.settings.timeout)
+    reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+    if answer.ok and reason in STOP_REASONS:
+        run.set("LMB-CANCEL-003", Status.PASS, f"stopReason {reason}")
+    else:
+        run.fail("LMB-CANCEL-003", "the next prompt answered with a stop reason", answer.describe())
+    if run.outcomes["LMB-CANCEL-001"].status is not Status.PASS:
+        run.set("LMB-CANCEL-002", Status.SKIPPED, "judged only after a turn that ended cancelled (LMB-CANCEL-001)")
+        return
+    # Content and tool-call updates between the cancelled prompt's answer and the next prompt going out belong to
+    # the cancelled turn (other kinds, such as available_commands_update, may come at any time).
+    lines = g.agent.transcript
+    start = _answer_index(lines, request_id)
+    end = next(i for i, line in enumerate(lines) if line.dir == "out" and _request_id(line.message) == next_id)
+    late = [
+        line.message
+        for line in lines[start:end]
+        if line.dir == "in" and _is_update(line.message, session) and _update_kind(line.message) in _TURN_KINDS
+    ]
+    if late:
+        kinds = ", ".join(sorted({str(m["params"]["update"].get("sessionUpdate")) for m in late}))
+        run.fail("LMB-CANCEL-002", "no session/update after the cancelled prompt's answer", f"{len(late)} ({kinds})")
+    else:
+        run.set("LMB-CANCEL-002", Status.PASS)
+
+
+async def _group_history(g: _Group) -> None:
+    """A session with one turn, then loaded (and resumed) by fresh processes of the agent."""
+    run = g.run
+    model = g.settings.model
+    assert model is not None
+    await _handshake(g.agent, g.settings)
+    session = await g.new_session(None)
+    if session is None:
+        return
+    answer = await g.request("session/prompt", _prompt(session, model.short))
+    if not answer.ok:
+        for requirement in ("LMB-SESS-006", "LMB-SESS-007"):
+            run.set(
+                requirement, Status.NOT_TESTED, f"the turn that gives the session a history failed: {answer.describe()}"
+            )
+        return
+    said = _agent_text(g.agent.notifications, session)
+    params = {"sessionId": session, "cwd": str(g.settings.workspace), "mcpServers": []}
+    if advertised(g.capabilities, "loadSession"):
+        async with open_agent(g.settings.spec, ClientSide(g.settings.workspace)) as loader:
+            run.transcripts["load"] = loader.transcript
+            await _handshake(loader, g.settings)
+            request_id = await loader.start_request("session/load", params)
+            answer = await loader.answer(request_id, g.settings.timeout)
+            before = _before_answer(loader.transcript, request_id, session)
+            problems = _invalid("LoadSessionResponse", answer, g.settings.schema)
+            replayed_user = _text_of(before, "user_message_chunk")
+            replayed_agent = _text_of(before, "agent_message_chunk")
+            if problems:
+                run.fail("LMB-SESS-006", "a valid LoadSessionResponse", problems)
+            elif _squash(model.short) not in _squash(replayed_user):
+                run.fail(
+                    "LMB-SESS-006",
+                    f"the user's prompt {model.short!r} replayed as user_message_chunk before the answer",
+                    f"{len(before)} update(s) before the answer; user text {replayed_user[:120]!r}",
+                )
+            elif said and _squash(said) not in _squash(replayed_agent):
+                run.fail(
+                    "LMB-SESS-006",
+                    f"the agent's answer {said[:80]!r} replayed as agent_message_chunk before the answer",
+                    f"agent text {replayed_agent[:120]!r}",
+                )
+            else:
+                run.set("LMB-SESS-006", Status.PASS, f"{len(before)} update(s) replayed")
+    if advertised(g.capabilities, "sessionCapabilities.resume"):
+        async with open_agent(g.settings.spec, ClientSide(g.settings.workspace)) as resumer:
+            run.transcripts["resume"] = resumer.transcript
+            await _handshake(resumer, g.settings)
+            request_id = await resumer.start_request("session/resume", params)
+            answer = await resumer.answer(request_id, g.settings.timeout)
+            before = _before_answer(resumer.transcript, request_id, session)
+            history = [m for m in before if _update_kind(m) in _REPLAY_KINDS]
+            problems = _invalid("ResumeSessionResponse", answer, g.settings.schema)
+            if problems:
+                run.fail("LMB-SESS-007", "a valid ResumeSessionResponse", problems)
+            elif history:
+                run.fail("LMB-SESS-007", "no history replayed before the answer", f"{len(history)} update(s)")
+            else:
+                run.set("LMB-SESS-007", Status.PASS)
+
+
+async def _group_shutdown(g: _Group) -> None:
+    await _handshake(g.agent, g.settings)
+    started = g.agent.now()
+    await g.agent.close_stdin()
+    code = await g.agent.wait_exit(SHUTDOWN_SECONDS)
+    took = g.agent.now() - started
+    if code is None:
+        g.run.set("LMB-SHUT-001", Status.FAIL, f"still running {SHUTDOWN_SECONDS:g} s after its stdin was closed")
+    else:
+        g.run.set("LMB-SHUT-001", Status.PASS, f"exited with status {code} after {took:.2f} s", seconds=took)
+
+
+GroupFunction = Callable[[_Group], Awaitable[None]]
+GROUPS: dict[str, GroupFunction] = {
+    "initialize": _group_initialize,
+    "negotiation": _group_negotiation,
+    "sessions": _group_sessions,
+    "robustness": _group_robustness,
+    "prompt": _group_prompt,
+    "cancel": _group_cancel,
+    "history": _group_history,
+    "shutdown": _group_shutdown,
+}
+
+
+async def run_group(name: str, settings: Settings, capabilities: dict[str, Any]) -> GroupRun:
+    """One group on a fresh agent process. Never raises for the agent's behaviour: what went wrong is the
+    group's ``problem`` (or ``blocked``)."""
+    run = GroupRun(name)
+    client = ClientSide(settings.workspace)
+    started = trio.current_time()
+    try:
+        async with open_agent(settings.spec, client) as agent:
+            run.transcripts["main"] = agent.transcript
+            group = _Group(run, agent, settings, capabilities)
+            try:
+                await GROUPS[name](group)
+            except Blocked as exc:
+                run.blocked = str(exc)
+            except TimeoutError as exc:
+                run.problem = f"the agent did not answer: {exc}"
+            except AgentGone as exc:
+                run.problem = str(exc)
+            finally:
+                run.stderr_tail = agent.stderr_tail()
+                run.stderr_bytes = agent.stderr_bytes
+    except OSError as exc:
+        run.problem = f"cannot start {settings.spec.argv[0]!r}: {exc.strerror or exc}"
+    run.seconds = trio.current_time() - started
+    return run
+
+
+# -- judging the whole run's wire ------------------------------------------------------------------------------------
+
+
+def judge_transcripts(runs: list[GroupRun]) -> dict[str, Outcome]:
+    """The requirements judged over every line of every group: envelope, stdout discipline, stderr volume."""
+    envelope: list[str] = []
+    stdout: list[str] = []
+    ours: dict[str, set[Any]] = {}
+    for run in runs:
+        lines = [
+            (label, line)
+            for label, transcript in run.transcripts.items()
+            for index, line in enumerate(transcript)
+            if not any(label == e and start <= index < end for e, start, end in run.exempt)
+        ]
+        for label, line in lines:
+            sent = ours.setdefault(f"{run.group}:{label}", set())
+            if line.dir == "out":
+                if isinstance(line.message, dict) and "method" in line.message and "id" in line.message:
+                    sent.add(json.dumps(line.message["id"]))
+                continue
+            if line.message is None:
+                stdout.append(f"[{run.group}] {line.raw[:160]!r}")
+                continue
+            problem = _envelope_problem(line.message, sent)
+            if problem:
+                envelope.append(f"[{run.group}] {problem}: {json.dumps(line.message)[:160]}")
+    outcomes = {
+        "LMB-RPC-003": _aggregate("LMB-RPC-003", envelope, "messages that are JSON-RPC 2.0"),
+        "LMB-STDIO-001": _aggregate("LMB-STDIO-001", stdout, "only JSON-RPC messages on stdout"),
+    }
+    total = sum(run.stderr_bytes for run in runs)
+    outcomes["LMB-STDIO-003"] = Outcome("LMB-STDIO-003", Status.PASS, f"{total} bytes over {len(runs)} process(es)")
+    return outcomes
+
+
+def _aggregate(requirement: str, findings: list[str], expected: str) -> Outcome:
+    if not findings:
+        return Outcome(requirement, Status.PASS)
+    shown = "; ".join(findings[:3]) + (f"; and {len(findings) - 3} more" if len(findings) > 3 else "")
+    return Outcome(requirement, Status.FAIL, f"expected {expected}; got {len(findings)} other(s): {shown}")
+
+
+def _envelope_problem(message: Any, sent_ids: set[str]) -> str | None:
+    if not isinstance(message, dict):
+        return "not a JSON object"
+    if message.get("jsonrpc") != "2.0":
+        return 'jsonrpc is not "2.0"'
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "a method that is not a string"
+        return None
+    if "id" not in message:
+        kind = "an error" if "error" in message else "a result" if "result" in message else "a message"
+        return f"{kind} without an id (a response's id is required; null when the request's could not be read)"
+    if ("result" in message) == ("error" in message):
+        return "a response with both or neither of result and error"
+    if json.dumps(message["id"]) not in sent_ids and message["id"] is not None:
+        return f"a response to id {message['id']!r}, which the client never sent"
+    if "error" in message:
+        error = message["error"]
+        if not isinstance(error, dict) or not _is_int(error.get("code")) or not isinstance(error.get("message"), str):
+            return "an error without an integer code and a string message"
+    return None
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def advertised(capabilities: dict[str, Any], path: str) -> bool:
+    """Whether a capability is advertised: ``true``, or an object (``{}`` advertises a session capability)."""
+    value: Any = capabilities
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value is True or isinstance(value, dict)
+
+
+def _invalid(definition: str, answer: Answer, schema: JsonSchema | None) -> str:
+    """What is wrong with ``answer`` as a successful ``definition``; empty when nothing is."""
+    if not answer.ok:
+        return answer.describe()
+    result = answer.result
+    if definition in ("CloseSessionResponse", "LoadSessionResponse") and result is None:
+        result = {}  # the spec's own example answers session/load with null
+    problems = validate(definition, result, schema)
+    return "; ".join(problems)
+
+
+def _judge(run: GroupRun, requirement: str, definition: str, answer: Answer, schema: JsonSchema | None) -> None:
+    problems = _invalid(definition, answer, schema)
+    if problems:
+        run.fail(requirement, f"a valid {definition}", problems)
+    else:
+        run.set(requirement, Status.PASS)
+
+
+def _judge_unknown_method(run: GroupRun, answer: Answer, answered: str, code: str) -> None:
+    if answer.ok:
+        run.fail(answered, "an error answer", "a result")
+        run.fail(code, "error -32601", "a result")
+        return
+    run.set(answered, Status.PASS)
+    if answer.error_code() == -32601:
+        run.set(code, Status.PASS)
+    else:
+        run.fail(code, "error -32601 (Method not found)", answer.describe())
+
+
+async def _still_answers(g: _Group) -> str | None:
+    """None when the agent still answers a request; else what happened."""
+    try:
+        await g.request("lmbridge.conform/ping", {})
+    except TimeoutError:
+        return f"the next request was not answered within {g.settings.timeout:g} s"
+    return None
+
+
+def _stray_responses(lines: list[TranscriptLine]) -> list[dict[str, Any]]:
+    """Responses (no method) in ``lines`` that answer none of the kit's requests: no id, or a null one."""
+    return [
+        line.message
+        for line in lines
+        if line.dir == "in"
+        and isinstance(line.message, dict)
+        and "method" not in line.message
+        and line.message.get("id") is None
+    ]
+
+
+def _prompt(session: str, text: str) -> dict[str, Any]:
+    return {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+
+
+def _is_update(message: Any, session: str | None = None) -> bool:
+    if not isinstance(message, dict) or message.get("method") != "session/update":
+        return False
+    params = message.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("update"), dict):
+        return session is None
+    return session is None or params.get("sessionId") == session
+
+
+def _update_kind(message: dict[str, Any]) -> Any:
+    update = message["params"].get("update")
+    return update.get("sessionUpdate") if isinstance(update, dict) else None
+
+
+def _judge_updates(run: GroupRun, agent: LiveAgent, sessions: set[str], schema: JsonSchema | None) -> None:
+    findings: list[str] = []
+    for message in agent.notifications:
+        if message.get("method") != "session/update":
+            continue
+        params = message.get("params")
+        problems = validate("SessionNotification", params, schema)
+        if problems:
+            findings.append("; ".join(problems))
+        elif isinstance(params, dict) and params.get("sessionId") not in sessions:
+            findings.append(f"an update for session {params.get('sessionId')!r}, which the agent did not create")
+    if findings:
+        shown = " | ".join(findings[:3]) + (f" | and {len(findings) - 3} more" if len(findings) > 3 else "")
+        run.fail("LMB-PROMPT-002", "valid session/update notifications", shown)
+    else:
+        count = sum(1 for m in agent.notifications if m.get("method") == "session/update")
+        run.set("LMB-PROMPT-002", Status.PASS, f"{count} update(s)")
+
+
+def _judge_client_calls(run: GroupRun, client: ClientSide) -> None:
+    offered = {"fs/read_text_file": client.fs_read, "fs/write_text_file": client.fs_write}
+    wrong = [
+        method
+        for method, _ in client.requests
+        if (method in offered and not offered[method]) or (method.startswith("terminal/") and not client.terminal)
+    ]
+    if wrong:
+        run.fail("LMB-CAP-001", "no fs/terminal calls (the client advertised none)", ", ".join(sorted(set(wrong))))
+    else:
+        run.set("LMB-CAP-001", Status.PASS, f"{len(client.requests)} request(s) from the agent, none to fs/terminal")
+
+
+def _request_id(message: Any) -> Any:
+    return message.get("id") if isinstance(message, dict) and "method" in message else None
+
+
+def _answer_index(transcript: list[TranscriptLine], request_id: int) -> int:
+    """Where the answer to our request ``request_id`` is in the transcript (its length when absent)."""
+    for index, line in enumerate(transcript):
+        message = line.message
+        if (
+            line.dir == "in"
+            and isinstance(message, dict)
+            and "method" not in message
+            and message.get("id") == request_id
+        ):
+            return index
+    return len(transcript)
+
+
+def _before_answer(transcript: list[TranscriptLine], request_id: int, session: str) -> list[dict[str, Any]]:
+    """The session's updates that arrived before the answer to ``request_id``."""
+    return [
+        line.message
+        for line in transcript[: _answer_index(transcript, request_id)]
+        if line.dir == "in"
+        and _is_update(line.message, session)
+        and isinstance(line.message["params"].get("update"), dict)
+    ]
+
+
+def _text_of(updates: list[dict[str, Any]], kind: str) -> str:
+    parts = []
+    for message in updates:
+        update = message["params"]["update"]
+        content = update.get("content")
+        if update.get("sessionUpdate") == kind and isinstance(content, dict) and content.get("type") == "text":
+            parts.append(str(content.get("text", "")))
+    return "".join(parts)
+
+
+def _agent_text(notifications: list[dict[str, Any]], session: str) -> str:
+    return _text_of([m for m in notifications if _is_update(m, session)], "agent_message_chunk")
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def workspace_for(path: str | None) -> Path:
+    """The sessions' cwd: the given directory (made absolute), else a fresh temporary one."""
+    if path:
+        return Path(os.path.abspath(path))
+    return Path(tempfile.mkdtemp(prefix="lmbridge-conform-"))

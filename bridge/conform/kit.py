@@ -1,0 +1,139 @@
+"""Running the kit: which requirements apply, the groups that decide them (one fresh agent process each, in
+order, the initialize group first: its answer says what the agent advertises), the status of every selected
+requirement, and the verdict. Produces a ``KitResult`` the reports render.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from .checks import GroupRun, Outcome, Settings, advertised, judge_transcripts, run_group
+from .requirements import REQUIREMENTS, Requirement, Status, Tier
+
+__all__ = ["KitResult", "Verdict", "run_kit", "select"]
+
+TRANSCRIPT_LINES = 200  # of a failing requirement's group, the last lines kept in the report
+
+
+@dataclass
+class Verdict:
+    conformant: bool
+    summary: str
+    blocked: str | None = None
+
+
+@dataclass
+class KitResult:
+    settings: Settings
+    requirements: list[Requirement]
+    outcomes: dict[str, Outcome]
+    groups: dict[str, GroupRun]
+    started: float  # wall clock
+    seconds: float
+    initialize: dict[str, Any] = field(default_factory=dict)  # the agent's initialize result
+    blocked: str | None = None
+
+    def group_of(self, requirement: Requirement) -> GroupRun | None:
+        return self.groups.get(requirement.group)
+
+    def verdict(self) -> Verdict:
+        failing: list[str] = []
+        untested: list[str] = []
+        for requirement in self.requirements:
+            status = self.outcomes[requirement.id].status
+            if requirement.tier in (Tier.MANDATORY, Tier.CAPABILITY) and status is Status.FAIL:
+                failing.append(requirement.id)
+            elif requirement.tier is Tier.MANDATORY and status is Status.NOT_TESTED:
+                untested.append(requirement.id)
+        if self.blocked:
+            return Verdict(False, f"BLOCKED: {self.blocked}", self.blocked)
+        if failing or untested:
+            parts = []
+            if failing:
+                parts.append(f"{len(failing)} failed ({', '.join(failing)})")
+            if untested:
+                parts.append(f"{len(untested)} not tested ({', '.join(untested)})")
+            return Verdict(False, "NOT CONFORMANT: " + "; ".join(parts))
+        skipped = sum(1 for r in self.requirements if self.outcomes[r.id].status is Status.SKIPPED)
+        tail = f" ({skipped} skipped: see each one's reason)" if skipped else ""
+        return Verdict(True, f"CONFORMANT on {len(self.requirements) - skipped} requirement(s){tail}")
+
+
+def select(patterns: list[str] | None, tiers: list[Tier] | None) -> list[Requirement]:
+    """The requirements ``-k`` patterns (ids, glob or substring, any case) and ``--tier`` choose."""
+    chosen = []
+    for requirement in REQUIREMENTS:
+        if tiers and requirement.tier not in tiers:
+            continue
+        if patterns and not any(_matches(requirement, pattern) for pattern in patterns):
+            continue
+        chosen.append(requirement)
+    return chosen
+
+
+def _matches(requirement: Requirement, pattern: str) -> bool:
+    pattern = pattern.upper()
+    return fnmatch.fnmatchcase(requirement.id, pattern) or fnmatch.fnmatchcase(requirement.id, f"*{pattern}*")
+
+
+async def run_kit(settings: Settings, requirements: list[Requirement]) -> KitResult:
+    started_wall = time.time()
+    started = trio.current_time()
+    outcomes: dict[str, Outcome] = {}
+    groups: dict[str, GroupRun] = {}
+    wanted = {r.group for r in requirements}
+    result = KitResult(settings, requirements, outcomes, groups, started_wall, 0.0)
+
+    # The initialize group always runs: what the agent advertises decides what applies.
+    first = await run_group("initialize", settings, {})
+    groups["initialize"] = first
+    capabilities = first.capabilities or {}
+    result.blocked = first.blocked
+    for requirement in requirements:
+        if requirement.group in ("initialize", "all"):
+            continue
+        reason = _skip_reason(requirement, settings, capabilities, result.blocked)
+        if reason:
+            outcomes[requirement.id] = Outcome(requirement.id, Status.SKIPPED, reason)
+    for name in ("negotiation", "sessions", "robustness", "prompt", "cancel", "history", "shutdown"):
+        pending = [r for r in requirements if r.group == name and r.id not in outcomes]
+        if name not in wanted or not pending:
+            continue
+        run = await run_group(name, settings, capabilities)
+        groups[name] = run
+        if run.blocked and not result.blocked:
+            result.blocked = run.blocked
+    for run in groups.values():
+        for requirement_id, outcome in run.outcomes.items():
+            outcomes.setdefault(requirement_id, outcome)
+    if "all" in wanted:
+        outcomes.update({k: v for k, v in judge_transcripts(list(groups.values())).items() if k not in outcomes})
+    for requirement in requirements:
+        if requirement.id in outcomes:
+            continue
+        decider = groups.get(requirement.group)
+        if decider is not None and decider.blocked:
+            outcomes[requirement.id] = Outcome(requirement.id, Status.SKIPPED, f"blocked: {decider.blocked}")
+        else:
+            why = (decider.problem if decider else None) or "not reached"
+            outcomes[requirement.id] = Outcome(requirement.id, Status.NOT_TESTED, why)
+    result.initialize = first.initialize or {}
+    result.seconds = trio.current_time() - started
+    return result
+
+
+def _skip_reason(
+    requirement: Requirement, settings: Settings, capabilities: dict[str, Any], blocked: str | None
+) -> str | None:
+    if blocked:
+        return f"blocked: {blocked}"
+    if requirement.needs_model and settings.model is None:
+        return "needs the agent's model to act (run with --model own, or directives for the demo agent)"
+    if requirement.capability and not advertised(capabilities, requirement.capability):
+        return f"not advertised (agentCapabilities.{requirement.capability})"
+    return None

@@ -1,0 +1,426 @@
+"""The requirements ``lmbridge conform`` judges, as data: each has an id (``LMB-<AREA>-<NNN>``), a tier, the spec
+text it rests on (quoted from the ACP v1 docs, or JSON-RPC 2.0), the capability that makes it apply (if any) and
+whether it needs the agent's model to do something. The checks that decide them live in ``checks``; this module
+owns the words, the tiers and the verdict rule.
+
+Tiers and the verdict follow acp-tck: the agent is conformant unless a MANDATORY requirement fails or was not
+tested, a CAPABILITY requirement the agent advertised fails, or the run was blocked (authentication, an unsupported
+protocol version). ADVISORY failures (SHOULDs) and INFORMATIONAL findings are reported, never held against it.
+
+Quotes are from agentclientprotocol/agent-client-protocol, docs/protocol/v1 (commit b7f0005, 2026-08-22).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["BY_ID", "REQUIREMENTS", "Citation", "Requirement", "Status", "Tier"]
+
+DOCS = "https://agentclientprotocol.com/protocol/v1/"
+JSONRPC = "https://www.jsonrpc.org/specification"
+
+
+class Tier(enum.Enum):
+    MANDATORY = "MANDATORY"  # a MUST of the spec; failing (or not testing) it makes the agent non-conformant
+    CAPABILITY = "CAPABILITY"  # a MUST that applies once the agent advertises a capability
+    ADVISORY = "ADVISORY"  # a SHOULD; reported, not held against the agent
+    INFORMATIONAL = "INFORMATIONAL"  # behaviour the spec leaves open; reported as found
+
+
+class Status(enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIPPED = "SKIPPED"  # does not apply (not advertised), or cannot run here (auth, needs a model): the reason says
+    NOT_TESTED = "NOT_TESTED"  # should have run but could not (the agent crashed or hung before it)
+
+
+@dataclass(frozen=True)
+class Citation:
+    url: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Requirement:
+    id: str
+    tier: Tier
+    title: str
+    cites: tuple[Citation, ...]
+    group: str  # which check group decides it (one fresh agent process per group)
+    capability: str | None = None  # dotted path in agentCapabilities that makes it apply (CAPABILITY tier)
+    needs_model: bool = False  # the agent's model must do something specific
+
+    @property
+    def area(self) -> str:
+        return self.id.split("-")[1]
+
+
+def _r(
+    id: str,
+    tier: Tier,
+    title: str,
+    group: str,
+    *cites: tuple[str, str],
+    capability: str | None = None,
+    needs_model: bool = False,
+) -> Requirement:
+    return Requirement(id, tier, title, tuple(Citation(u, t) for u, t in cites), group, capability, needs_model)
+
+
+M, C, A, INFO = Tier.MANDATORY, Tier.CAPABILITY, Tier.ADVISORY, Tier.INFORMATIONAL
+
+REQUIREMENTS: tuple[Requirement, ...] = (
+    # -- initialization ---------------------------------------------------------------------------------------------
+    _r(
+        "LMB-INIT-001",
+        M,
+        "initialize is answered with a valid InitializeResponse",
+        "initialize",
+        (
+            DOCS + "initialization",
+            "The Agent MUST respond with the chosen protocol version and the capabilities it supports.",
+        ),
+    ),
+    _r(
+        "LMB-INIT-002",
+        M,
+        "asked for a protocol version it supports, the agent answers with that version (an integer)",
+        "initialize",
+        (
+            DOCS + "initialization#version-negotiation",
+            "If the Agent supports the requested version, it MUST respond with the same version.",
+        ),
+        (
+            DOCS + "initialization#protocol-version",
+            "The protocol versions that appear in the initialize requests and responses are a single integer that "
+            "identifies a MAJOR protocol version.",
+        ),
+    ),
+    _r(
+        "LMB-INIT-003",
+        M,
+        "asked for a version it does not support, the agent answers with the latest version it supports",
+        "negotiation",
+        (
+            DOCS + "initialization#version-negotiation",
+            "Otherwise, the Agent MUST respond with the latest version it supports.",
+        ),
+    ),
+    _r(
+        "LMB-INIT-004",
+        A,
+        "the initialize answer names the agent (agentInfo with name and version)",
+        "initialize",
+        (
+            DOCS + "initialization#implementation-information",
+            "Both Clients and Agents SHOULD provide information about their implementation in the clientInfo and "
+            "agentInfo fields respectively.",
+        ),
+    ),
+    _r(
+        "LMB-INIT-005",
+        INFO,
+        "time from start to the initialize answer",
+        "initialize",
+        (DOCS + "initialization", "(informational: how long an editor waits before the first session)"),
+    ),
+    # -- sessions ---------------------------------------------------------------------------------------------------
+    _r(
+        "LMB-SESS-001",
+        M,
+        "session/new is answered with a valid NewSessionResponse",
+        "sessions",
+        (
+            DOCS + "session-setup#creating-a-session",
+            "The Agent MUST respond with a unique Session ID that identifies this conversation",
+        ),
+    ),
+    _r(
+        "LMB-SESS-002",
+        M,
+        "two session/new requests get two different session ids",
+        "sessions",
+        (
+            DOCS + "session-setup#creating-a-session",
+            "The Agent MUST respond with a unique Session ID that identifies this conversation",
+        ),
+    ),
+    _r(
+        "LMB-SESS-003",
+        C,
+        "session/list is answered with a valid ListSessionsResponse",
+        "sessions",
+        (
+            DOCS + "session-list#listing-sessions",
+            "The Agent MUST respond with a list of sessions and optional pagination metadata",
+        ),
+        capability="sessionCapabilities.list",
+    ),
+    _r(
+        "LMB-SESS-004",
+        C,
+        "session/close of an open session is answered with a valid CloseSessionResponse",
+        "sessions",
+        (
+            DOCS + "session-setup#closing-active-sessions",
+            "The Agent MUST cancel any ongoing work for that session as if session/cancel had been called, then "
+            "free the resources associated with the session.",
+        ),
+        capability="sessionCapabilities.close",
+    ),
+    _r(
+        "LMB-SESS-005",
+        C,
+        "session/new with additionalDirectories (absolute paths) is answered with a valid NewSessionResponse",
+        "sessions",
+        (
+            DOCS + "session-setup#creating-a-session",
+            "The Agent MUST respond with a unique Session ID that identifies this conversation",
+        ),
+        capability="sessionCapabilities.additionalDirectories",
+    ),
+    _r(
+        "LMB-SESS-006",
+        C,
+        "session/load of a session with history replays it as session/update notifications before answering",
+        "history",
+        (
+            DOCS + "session-setup#loading-sessions",
+            "The Agent MUST replay the entire conversation to the Client in the form of session/update "
+            "notifications (like session/prompt).",
+        ),
+        (
+            DOCS + "session-setup#loading-sessions",
+            "When all the conversation entries have been streamed to the Client, the Agent MUST respond to the "
+            "original session/load request.",
+        ),
+        capability="loadSession",
+        needs_model=True,
+    ),
+    _r(
+        "LMB-SESS-007",
+        C,
+        "session/resume of a session with history is answered without replaying it",
+        "history",
+        (
+            DOCS + "session-setup#resuming-sessions",
+            "Unlike session/load, the Agent MUST NOT replay the conversation history via session/update "
+            "notifications before responding.",
+        ),
+        capability="sessionCapabilities.resume",
+        needs_model=True,
+    ),
+    _r(
+        "LMB-SESS-008",
+        INFO,
+        "a request naming a session that does not exist is answered with an error, and the agent carries on",
+        "robustness",
+        (DOCS + "overview#error-handling", "All methods follow standard JSON-RPC 2.0 error handling"),
+    ),
+    # -- prompt turns -----------------------------------------------------------------------------------------------
+    _r(
+        "LMB-PROMPT-001",
+        M,
+        "session/prompt is answered with a valid PromptResponse and one of ACP's stop reasons",
+        "prompt",
+        (
+            DOCS + "prompt-turn#4-check-for-completion",
+            "If there are no pending tool calls, the turn ends and the Agent MUST respond to the original "
+            "session/prompt request with a StopReason",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-PROMPT-002",
+        M,
+        "every session/update is a valid SessionNotification for a session the agent created",
+        "prompt",
+        (DOCS + "prompt-turn", "(the SessionNotification schema; session ids as answered by session/new)"),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-PROMPT-003",
+        M,
+        "a session takes a second prompt after the first one ended",
+        "prompt",
+        (
+            DOCS + "prompt-turn#4-check-for-completion",
+            "the turn ends and the Agent MUST respond to the original session/prompt request with a StopReason",
+        ),
+        needs_model=True,
+    ),
+    # -- cancel -----------------------------------------------------------------------------------------------------
+    _r(
+        "LMB-CANCEL-001",
+        M,
+        "after session/cancel, the prompt is answered with stop reason cancelled",
+        "cancel",
+        (
+            DOCS + "prompt-turn#cancellation",
+            "After all ongoing operations have been successfully aborted and pending updates have been sent, the "
+            "Agent MUST respond to the original session/prompt request with the cancelled stop reason.",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CANCEL-002",
+        M,
+        "no session/update for a cancelled turn after its prompt was answered",
+        "cancel",
+        (
+            DOCS + "prompt-turn#cancellation",
+            "The Agent MAY send session/update notifications with content or tool call updates after receiving "
+            "the session/cancel notification, but it MUST ensure that it does so before responding to the "
+            "session/prompt request.",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CANCEL-003",
+        M,
+        "the session takes the next prompt after a cancelled one",
+        "cancel",
+        (
+            DOCS + "prompt-turn#4-check-for-completion",
+            "the turn ends and the Agent MUST respond to the original session/prompt request with a StopReason",
+        ),
+        needs_model=True,
+    ),
+    # -- the client's capabilities ----------------------------------------------------------------------------------
+    _r(
+        "LMB-CAP-001",
+        M,
+        "the agent never calls fs/* or terminal/* methods the client did not advertise",
+        "prompt",
+        (
+            DOCS + "file-system#checking-support",
+            "If readTextFile or writeTextFile is false or not present, the Agent MUST NOT attempt to call the "
+            "corresponding filesystem method.",
+        ),
+        (
+            DOCS + "terminals#checking-support",
+            "If terminal is false or not present, the Agent MUST NOT attempt to call any terminal methods.",
+        ),
+        needs_model=True,
+    ),
+    # -- extensibility ----------------------------------------------------------------------------------------------
+    _r(
+        "LMB-EXT-001",
+        M,
+        "an unknown extension request (a method starting with _) is answered, with its id",
+        "robustness",
+        (
+            DOCS + "extensibility#custom-requests",
+            "Upon receiving a custom request, implementations MUST respond accordingly with the provided id",
+        ),
+    ),
+    _r(
+        "LMB-EXT-002",
+        A,
+        "an unknown extension request is answered with Method not found (-32601)",
+        "robustness",
+        (
+            DOCS + "extensibility#custom-requests",
+            "If the receiving end doesn't recognize the custom method name, it should respond with the standard "
+            '"Method not found" error',
+        ),
+    ),
+    _r(
+        "LMB-EXT-003",
+        A,
+        "an unknown extension notification is ignored: the agent answers the next request",
+        "robustness",
+        (
+            DOCS + "extensibility#custom-notifications",
+            "Unlike with custom requests, implementations SHOULD ignore unrecognized notifications.",
+        ),
+    ),
+    _r(
+        "LMB-EXT-004",
+        M,
+        "a request carrying a _meta object is accepted (session/new)",
+        "sessions",
+        (
+            DOCS + "extensibility#the-_meta-field",
+            "The _meta property is reserved by ACP to allow clients and agents to attach additional metadata to "
+            "their interactions.",
+        ),
+    ),
+    # -- JSON-RPC ---------------------------------------------------------------------------------------------------
+    _r(
+        "LMB-RPC-001",
+        M,
+        "a request for a method the agent does not have is answered with an error",
+        "robustness",
+        (
+            JSONRPC + "#response_object",
+            "When a rpc call is made, the Server MUST reply with a Response, except for in the case of Notifications.",
+        ),
+    ),
+    _r(
+        "LMB-RPC-002",
+        A,
+        "a request for a method the agent does not have is answered with Method not found (-32601)",
+        "robustness",
+        (JSONRPC + "#error_object", "-32601 Method not found: The method does not exist / is not available."),
+    ),
+    _r(
+        "LMB-RPC-003",
+        M,
+        "every message is JSON-RPC 2.0: jsonrpc 2.0, answers with the request's id and exactly one of "
+        "result and error, errors with an integer code and a string message",
+        "all",
+        (
+            DOCS + "overview#error-handling",
+            "Successful responses include a result field; Errors include an error object with code and message; "
+            "Notifications never receive responses (success or error)",
+        ),
+        (
+            JSONRPC + "#response_object",
+            "id: This member is REQUIRED. It MUST be the same as the value of the id member in the Request Object. "
+            "If there was an error in detecting the id in the Request Object (e.g. Parse error/Invalid Request), "
+            "it MUST be Null.",
+        ),
+    ),
+    # -- stdio ------------------------------------------------------------------------------------------------------
+    _r(
+        "LMB-STDIO-001",
+        M,
+        "nothing but ACP messages on stdout, one per line",
+        "all",
+        (DOCS + "transports#stdio", "The agent MUST NOT write anything to its stdout that is not a valid ACP message."),
+        (
+            DOCS + "transports#stdio",
+            "Messages are delimited by newlines (\\n), and MUST NOT contain embedded newlines.",
+        ),
+    ),
+    _r(
+        "LMB-STDIO-002",
+        INFO,
+        "a line that is not JSON does not stop the agent: it answers the next request",
+        "robustness",
+        (
+            DOCS + "transports#stdio",
+            "The client MUST NOT write anything to the agent's stdin that is not a valid ACP message. (what the "
+            "agent does when one does is not specified)",
+        ),
+    ),
+    _r(
+        "LMB-STDIO-003",
+        INFO,
+        "bytes the agent wrote to stderr during the run",
+        "all",
+        (DOCS + "transports#stdio", "The agent MAY write UTF-8 strings to its standard error (stderr) for logging."),
+    ),
+    _r(
+        "LMB-SHUT-001",
+        INFO,
+        "with its stdin closed, the agent exits within 5 s",
+        "shutdown",
+        (DOCS + "transports#stdio", "(the sequence diagram: Close stdin, terminate subprocess; no normative text)"),
+    ),
+)
+
+BY_ID = {requirement.id: requirement for requirement in REQUIREMENTS}
+assert len(BY_ID) == len(REQUIREMENTS), "requirement ids must be unique"

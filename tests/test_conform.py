@@ -1,0 +1,193 @@
+"""``lmbridge conform``: the kit finds each defect of the deliberately broken test agent (tests/conform_agent.py)
+and nothing else, passes the conformant agents (that agent as written, the demo agent), and its command line and
+reports work through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from bridge.acp.spawn import agent_environment
+from bridge.config import demo_agent
+from bridge.conform.agent import AgentSpec
+from bridge.conform.checks import MODEL_DRIVERS, Settings
+from bridge.conform.kit import KitResult, run_kit, select
+from bridge.conform.requirements import BY_ID, REQUIREMENTS, Status, Tier
+from tests.conform_agent import DEFECTS
+
+AGENT = str(Path(__file__).with_name("conform_agent.py"))
+
+wire = pytest.mark.wire  # agents as processes: make test; make check runs the smoke ones
+
+
+def _settings(
+    tmp_path: Path, *argv: str, model: str | None = "directives", env: dict[str, str] | None = None
+) -> Settings:
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    spec = AgentSpec((sys.executable, AGENT, *argv), {**os.environ, "CONFORM_AGENT_STATE": str(state)})
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return Settings(spec, timeout=30, model=MODEL_DRIVERS.get(model or ""), workspace=workspace)
+
+
+def _with(result: KitResult, *statuses: Status) -> set[str]:
+    return {rid for rid, outcome in result.outcomes.items() if outcome.status in statuses}
+
+
+@wire
+@pytest.mark.smoke
+async def test_the_conformant_test_agent_passes_everything_that_applies(tmp_path: Path) -> None:
+    result = await run_kit(_settings(tmp_path), list(REQUIREMENTS))
+    assert _with(result, Status.FAIL, Status.NOT_TESTED) == set(), {
+        rid: o.detail for rid, o in result.outcomes.items() if o.status in (Status.FAIL, Status.NOT_TESTED)
+    }
+    # It advertises everything but additionalDirectories: that one alone is skipped, and says why.
+    assert _with(result, Status.SKIPPED) == {"LMB-SESS-005"}
+    assert "not advertised" in result.outcomes["LMB-SESS-005"].detail
+    assert result.verdict().conformant
+
+
+@wire
+@pytest.mark.parametrize("defect", sorted(DEFECTS))
+async def test_each_defect_is_found_and_nothing_else(tmp_path: Path, defect: str) -> None:
+    result = await run_kit(_settings(tmp_path, "--defect", defect), list(REQUIREMENTS))
+    failing = _with(result, Status.FAIL, Status.NOT_TESTED)
+    assert failing == DEFECTS[defect], {rid: result.outcomes[rid].detail for rid in failing}
+    for rid in failing:
+        assert result.outcomes[rid].detail, rid  # every failure says what was expected and what came
+    held = {rid for rid in failing if BY_ID[rid].tier in (Tier.MANDATORY, Tier.CAPABILITY)}
+    assert result.verdict().conformant == (not held)
+
+
+@wire
+async def test_the_demo_agent_is_conformant(tmp_path: Path) -> None:
+    config = demo_agent()
+    env = {**agent_environment(config), "LMBRIDGE_DEMO_STATE_DIR": str(tmp_path / "state")}
+    settings = Settings(AgentSpec(tuple(config.argv), env), model=MODEL_DRIVERS["directives"], workspace=tmp_path)
+    result = await run_kit(settings, list(REQUIREMENTS))
+    assert _with(result, Status.FAIL, Status.NOT_TESTED) == set(), {
+        rid: o.detail for rid, o in result.outcomes.items() if o.status in (Status.FAIL, Status.NOT_TESTED)
+    }
+    assert {"LMB-SESS-006", "LMB-SESS-007", "LMB-CANCEL-001"} <= _with(result, Status.PASS)
+
+
+@wire
+async def test_without_a_model_the_model_driven_requirements_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    result = await run_kit(_settings(tmp_path, model=None), list(REQUIREMENTS))
+    needing = {r.id for r in REQUIREMENTS if r.needs_model}
+    assert needing <= _with(result, Status.SKIPPED)
+    assert all("--model" in result.outcomes[rid].detail for rid in needing)
+    assert _with(result, Status.FAIL, Status.NOT_TESTED) == set()
+    assert result.verdict().conformant
+
+
+@wire
+async def test_an_agent_that_requires_authentication_blocks_the_run_unless_authenticated(tmp_path: Path) -> None:
+    blocked = await run_kit(_settings(tmp_path, "--require-auth"), list(REQUIREMENTS))
+    verdict = blocked.verdict()
+    assert not verdict.conformant and verdict.blocked and "authentication required" in verdict.blocked
+    session_ids = {r.id for r in REQUIREMENTS if r.group in ("sessions", "prompt", "cancel", "history")}
+    assert session_ids <= _with(blocked, Status.SKIPPED)  # never counted as passes
+    assert blocked.outcomes["LMB-INIT-001"].status is Status.PASS
+
+    settings = _settings(tmp_path, "--require-auth")
+    settings.auth_method = "token"
+    authenticated = await run_kit(settings, list(REQUIREMENTS))
+    assert authenticated.verdict().conformant, authenticated.verdict().summary
+
+
+@wire
+async def test_an_agent_that_cannot_start_is_not_tested_and_not_conformant(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    settings.spec = AgentSpec((str(tmp_path / "no-such-agent"),), dict(os.environ))
+    result = await run_kit(settings, select(["INIT"], None))
+    assert all(result.outcomes[rid].status is Status.NOT_TESTED for rid in ("LMB-INIT-001", "LMB-INIT-002"))
+    assert "cannot start" in result.outcomes["LMB-INIT-001"].detail
+    assert not result.verdict().conformant
+
+
+def test_selection_by_pattern_and_tier() -> None:
+    assert [r.id for r in select(["init-00?"], None)] == [f"LMB-INIT-00{n}" for n in range(1, 6)]
+    assert {r.tier for r in select(None, [Tier.ADVISORY])} == {Tier.ADVISORY}
+    assert select(["cancel"], [Tier.INFORMATIONAL]) == []
+
+
+def test_every_requirement_cites_the_spec_and_belongs_to_a_group() -> None:
+    from bridge.conform.checks import GROUPS
+
+    for requirement in REQUIREMENTS:
+        assert requirement.cites and all(c.url.startswith("https://") and c.text for c in requirement.cites)
+        assert requirement.group in {*GROUPS, "all"}, requirement.id
+        assert (requirement.tier is Tier.CAPABILITY) == (requirement.capability is not None), requirement.id
+
+
+def _conform(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CONFORM_AGENT_STATE": str(tmp_path)}
+    command = [sys.executable, "-m", "bridge", "conform", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+@wire
+@pytest.mark.smoke
+def test_the_command_line_writes_every_report_and_exits_1_for_a_broken_agent(tmp_path: Path) -> None:
+    reports = {name: tmp_path / name for name in ("report.json", "junit.xml", "table.md")}
+    done = _conform(
+        tmp_path,
+        "--model", "directives",
+        "--report-json", str(reports["report.json"]),
+        "--junit", str(reports["junit.xml"]),
+        "--markdown", str(reports["table.md"]),
+        "--", sys.executable, AGENT, "--defect", "ext-wrong-code", "--defect", "same-session-id",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Verdict: NOT CONFORMANT: 1 failed (LMB-SESS-002)" in done.stdout
+    report = json.loads(reports["report.json"].read_text())
+    assert report["verdict"]["conformant"] is False
+    assert report["agent"]["info"] == {"name": "conform-test-agent", "version": "1.0"}
+    by_id = {entry["id"]: entry for entry in report["requirements"]}
+    failed = by_id["LMB-SESS-002"]
+    assert failed["status"] == "FAIL" and "twice" in failed["detail"]
+    assert failed["citations"][0]["url"].startswith("https://agentclientprotocol.com/protocol/v1/session-setup")
+    wire = [line for lines in failed["transcript"].values() for line in lines]
+    assert any(line.get("msg", {}).get("method") == "session/new" for line in wire if line["dir"] == "out")
+    assert "transcript" not in by_id["LMB-SESS-001"]  # only failures carry their wire
+    assert by_id["LMB-EXT-002"]["status"] == "FAIL" and by_id["LMB-EXT-002"]["tier"] == "ADVISORY"
+
+    suite = ElementTree.parse(reports["junit.xml"]).getroot()
+    cases = {case.get("name", "").split()[0]: case for case in suite.iter("testcase")}
+    assert len(cases) == len(REQUIREMENTS) and suite.get("failures") == "1"
+    assert cases["LMB-SESS-002"].find("failure") is not None
+    assert cases["LMB-EXT-002"].find("skipped") is not None  # an advisory finding does not fail CI
+    assert "| LMB-SESS-002 | MANDATORY | FAIL |" in reports["table.md"].read_text()
+
+
+@wire
+def test_the_command_line_exits_0_for_a_conformant_agent(tmp_path: Path) -> None:
+    done = _conform(tmp_path, "--model", "directives", "-k", "SESS", "--", sys.executable, AGENT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Verdict: CONFORMANT" in done.stdout
+
+
+@wire
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "name the agent"),
+        (("--tier", "mandatory,bogus", "demo"), "--tier bogus: not a tier"),
+        (("-k", "NOPE-*", "demo"), "no requirement matches"),
+        (("no-such-agent",), "no agent 'no-such-agent' in the config"),
+        (("--agent-env", "NOEQUALS", "demo"), "expected NAME=VALUE"),
+        (("--timeout", "0", "demo"), "--timeout must be positive"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_clear_message(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    done = _conform(tmp_path, *args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr
