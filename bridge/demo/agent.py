@@ -6,7 +6,8 @@ block the bridge wrote as context (the transcript of an earlier conversation, th
 with ``[lmbridge]``) is remembered for ``/recall`` but never executed.
 
 With ``$LMBRIDGE_DEMO_STATE_DIR`` set, sessions are kept there (one JSON file each, 0600) and the agent supports
-``session/load`` (which replays the earlier prompts as ``user_message_chunk`` updates) and ``session/resume`` —
+``session/load`` (which replays the conversation: each earlier prompt as a ``user_message_chunk``, what the agent said
+in that turn as an ``agent_message_chunk``) and ``session/resume`` —
 also across restarts of the agent.
 
 Run as ``python -m bridge.demo``. Never prints to stdout except through the ACP connection.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import logging
 import os
@@ -51,6 +53,8 @@ class _Session:
     cwd: str
     mcp_servers: list[Any]
     prompts: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)  # what the agent said in each turn (for session/load)
+    saying: list[str] = field(default_factory=list)  # what it has said so far in this turn
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     later: set[asyncio.Task[Any]] = field(default_factory=set)
     tools: Any = None  # the MCP client connection, opened on first use
@@ -88,6 +92,25 @@ class _Cancelled(Exception):
     pass
 
 
+class _Recording:
+    """The client connection, keeping the text of every ``agent_message_chunk`` in its session's ``saying``."""
+
+    def __init__(self, conn: Any, sessions: dict[str, _Session]) -> None:
+        self._conn = conn
+        self._sessions = sessions
+
+    async def session_update(self, session_id: str, update: Any) -> Any:
+        session = self._sessions.get(session_id)
+        if session is not None and getattr(update, "session_update", None) == "agent_message_chunk":
+            text = getattr(update.content, "text", None)
+            if isinstance(text, str):
+                session.saying.append(text)
+        return await self._conn.session_update(session_id, update)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 class DemoAgent:
     """The agent object the SDK drives. A plain class on purpose: subclassing ``acp.Agent`` (a Protocol) would
     turn every method we do not define into one that answers ``null`` instead of "method not found"."""
@@ -102,7 +125,7 @@ class DemoAgent:
         self._barriers: dict[str, tuple[int, asyncio.Event]] = {}  # /barrier NAME: prompts arrived, all there
 
     def on_connect(self, conn: Any) -> None:
-        self._conn = conn
+        self._conn = _Recording(conn, self._sessions)
 
     # The SDK reports every message it reads and writes; this is how /later knows the response went out.
     def observe(self, event: Any) -> None:
@@ -174,12 +197,15 @@ class DemoAgent:
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None, **_: Any
     ) -> Any:
-        from acp import update_user_message_text
+        from acp import update_agent_message_text, update_user_message_text
         from acp.schema import LoadSessionResponse
 
         session = self._reopen(session_id, cwd, mcp_servers)
-        for text in session.prompts:
-            await self._conn.session_update(session_id, update_user_message_text(text))
+        for text, answer in itertools.zip_longest(session.prompts, session.answers):
+            if text is not None:
+                await self._conn.session_update(session_id, update_user_message_text(text))
+            if answer:
+                await self._conn.session_update(session_id, update_agent_message_text(answer))
         return LoadSessionResponse.model_validate({"configOptions": _config_options(session.options)})
 
     async def resume_session(
@@ -198,7 +224,9 @@ class DemoAgent:
             raise RequestError.resource_not_found(session_id)
         with open(path, encoding="utf-8") as handle:
             saved = json.load(handle)
-        session = self._sessions[session_id] = _Session(session_id, cwd, list(mcp_servers or []), saved["prompts"])
+        session = self._sessions[session_id] = _Session(
+            session_id, cwd, list(mcp_servers or []), saved["prompts"], saved.get("answers", [])
+        )
         return session
 
     def _state_path(self, session_id: str) -> str | None:
@@ -213,7 +241,7 @@ class DemoAgent:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"prompts": session.prompts, "cwd": session.cwd}, handle)
+            json.dump({"prompts": session.prompts, "answers": session.answers, "cwd": session.cwd}, handle)
         os.replace(path + ".tmp", path)
 
     async def close_session(self, session_id: str, **_: Any) -> Any:
@@ -239,6 +267,7 @@ class DemoAgent:
         session.cancelled = asyncio.Event()
         session.ignore_cancel = False
         session.turn_usage = None
+        session.saying = []
         self._turn_ended[session_id] = turn_ended = asyncio.Event()
         own_texts: list[str] = []
         others: list[str] = []
@@ -259,6 +288,7 @@ class DemoAgent:
             stop_reason = "cancelled"
         finally:
             session.prompts.append("\n".join(others + own_texts))
+            session.answers.append("".join(session.saying))
             self._save(session)
         if stop_reason not in STOP_REASONS:  # /badstop: not something PromptResponse can hold
             return {"stopReason": stop_reason}
