@@ -70,12 +70,12 @@ from bench.wire import ROOT
 
 sys.path.insert(0, str(ROOT / "tests"))  # the interop suite's fake model, agent kits and installs
 
-from interop.fake_models import FakeModel, call, open_fake_model, say
 from interop.installs import ensure_installed, npm_missing
 from interop.kits import FOREIGN_ENV, KITS, AgentKit, write_config
 
 from bridge.acp.handshake import CLIENT_CAPABILITIES
 from bridge.editor.client import EditorClient, spawn_stdio
+from bridge.fakemodel.server import FakeModel, call, open_fake_model, say
 
 TYPING = 1.0  # seconds between an editor connecting and its first chat, in the prestart figure
 STEP_TIMEOUT = 90.0  # seconds: one chat, including an agent's cold start

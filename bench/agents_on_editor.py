@@ -37,9 +37,9 @@ from bench.wire import ROOT
 
 sys.path.insert(0, str(ROOT / "tests"))
 
-from interop.fake_models import Call, FakeModel, Text, Turn, call, open_fake_model, say
 from interop.kits import KITS, write_config
 
+from bridge.fakemodel.server import Call, FakeModel, Text, Turn, call, open_fake_model, say
 from bridge.service.editor_models import SYSTEM_MARKER
 
 AGENTS = ("claude", "codex", "opencode")  # those whose model API lmbridge serves (docs/agents.md)

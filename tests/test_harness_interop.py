@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import trio
 from conftest import processes_with_marker
-from interop.fake_models import call, open_fake_model, say
 from interop.installs import InstallError, ensure_installed, npm_missing
 from interop.kits import KITS, write_config
+
+from bridge.fakemodel.server import call, open_fake_model, say
 
 pytestmark = pytest.mark.interop
 

@@ -8,8 +8,11 @@ subcommand's work lives in its own module, imported only when that subcommand ru
 - ``keys``: ``lmbridge keys``, the keys of a shared daemon
 - ``usage``: ``lmbridge usage``, what its turns used, from the usage ledger
 
-May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.conform``, ``bridge.editor``, ``bridge.config``, ``wire``. Nothing imports it
-but ``python -m bridge``.
+``lmbridge test`` and ``replay`` are the harness's, ``conform`` the kit's, ``fake-model`` the fake model's: each
+package has a ``command`` module with its parser and entry point.
+
+May import: ``bridge.daemon``, ``bridge.harness``, ``bridge.conform``, ``bridge.fakemodel``, ``bridge.editor``,
+``bridge.config``, ``wire``. Nothing imports it but ``python -m bridge``.
 """
 
 from __future__ import annotations
@@ -188,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--agent", default="demo", help="agent to talk to (default: the built-in demo agent)")
 
     from bridge.conform.command import add_conform_parser
+    from bridge.fakemodel.command import add_fake_model_parser
     from bridge.harness.commands import add_replay_parser, add_test_parser
 
     from .keys import add_keys_parser
@@ -196,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_test_parser(commands)
     add_replay_parser(commands)
     add_conform_parser(commands)
+    add_fake_model_parser(commands)
     add_keys_parser(commands)
     add_usage_parser(commands)
 
@@ -212,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bridge.conform.command import run_conform
 
         return run_conform(args)
+    if args.command == "fake-model":  # a model server: no config, its own lines on stdout
+        from bridge.fakemodel.command import run_fake_model
+
+        return run_fake_model(args)
     if args.command == "keys":  # files only: no config, no logging
         from .keys import run_keys
 

@@ -23,9 +23,9 @@ from conftest import processes_with_marker
 from fakes import ScriptedEditorModel, user
 
 from bridge.editor.client import ChatResult, ChatTurn, EditorClient, spawn_stdio
+from bridge.fakemodel.server import FakeModel, open_fake_model
 
 from .editor_served import ForwardingEditorModel
-from .fake_models import FakeModel, open_fake_model
 from .installs import PINS, Installed, InstallError, ensure_installed, npm_missing
 from .kits import FOREIGN_ENV, KITS, AgentKit, write_config
 

@@ -9,27 +9,21 @@ arrive through lmbridge's MCP server, named ``editor``; each agent's built-in sh
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from .fake_models import Call, ModelRequest
+from bridge.fakemodel.recipes import FOREIGN_ENV, Pointed, point_at
+from bridge.fakemodel.server import Call, ModelRequest
+
 from .installs import PINS
 
 __all__ = ["FOREIGN_ENV", "KITS", "MCP_SERVER", "AgentKit", "model_name", "requested_model", "write_config"]
 
-# Agents read these from the environment before their own config: a developer's real keys or endpoints must not leak
-# into a run against the fake model (nor its requests out to them).
-FOREIGN_ENV = re.compile(r"^(ANTHROPIC_|CLAUDE_|OPENAI_|CODEX_|GEMINI_|GOOGLE_|VERTEX|OPENCODE)")
 MCP_SERVER = "editor"  # the name lmbridge gives its synthetic MCP server in session/new
-
-# Keeps HTTP(S)_PROXY settings of the machine from routing 127.0.0.1 through a proxy.
-_LOCAL = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
 @dataclass(frozen=True)
@@ -78,26 +72,13 @@ class AgentKit:
         """A call of the agent's built-in shell tool."""
         raise NotImplementedError
 
-    def _env(self, home: Path, marker: str, **extra: str) -> dict[str, str]:
-        return {"HOME": str(home), **_LOCAL, **extra, "LMBRIDGE_TEST_MARKER": marker}
+    def _env(self, marker: str, pointed: Pointed) -> dict[str, str]:
+        return {**pointed.env, "LMBRIDGE_TEST_MARKER": marker}
 
 
 class ClaudeKit(AgentKit):
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
-        env = self._env(
-            home,
-            marker,
-            ANTHROPIC_BASE_URL=model_url,
-            ANTHROPIC_API_KEY="dummy",
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
-            # Since 0.5x it lists MCP tools by name only, behind its ToolSearch tool, which the model must call
-            # first to get a tool's schema: the scripts call the editor's tools directly.
-            ENABLE_TOOL_SEARCH="false",
-            # After each turn it asks the model what the user might type next (lmbridge shows no such thing).
-            CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION="false",
-        )
-        if os.geteuid() == 0:
-            env["IS_SANDBOX"] = "1"  # as root, Claude Code refuses to start without it
+        env = self._env(marker, point_at("claude", model_url=model_url, home=home, project=project))
         node = PINS[self.id].node
         if node is not None:  # its launcher is `#!/usr/bin/env node`: the pinned node first on PATH
             env["PATH"] = f"{PINS[node].executable.parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -116,50 +97,8 @@ class ClaudeKit(AgentKit):
 
 
 class CodexKit(AgentKit):
-    # An unknown model slug makes Codex prefix every turn with a "Model metadata ... not found" message and turn off
-    # parallel tool calls; a catalog entry for the fake model avoids both.
-    MODEL = {
-        "slug": "fake-model",
-        "display_name": "Fake model",
-        "base_instructions": "You are a coding agent.",
-        "context_window": 200000,
-        "supports_parallel_tool_calls": True,
-        "shell_type": "shell_command",
-        "supported_reasoning_levels": [],
-        "supports_reasoning_summaries": False,
-        "support_verbosity": False,
-        "truncation_policy": {"mode": "tokens", "limit": 10000},
-        "experimental_supported_tools": [],
-        "visibility": "list",
-        "supported_in_api": True,
-        "priority": 0,
-    }
-
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
-        # "untrusted": Codex asks before shell commands (with "never" it asks only for MCP tools). No sandbox: Codex's
-        # Linux sandbox needs bubblewrap, which CI machines may lack; the scripted commands only touch tmp_path.
-        codex_home = home / ".codex"
-        codex_home.mkdir(parents=True, exist_ok=True)  # Codex exits 1 when CODEX_HOME does not exist
-        catalog = codex_home / "fake-models.json"
-        large = {**self.MODEL, "slug": "fake-model-large", "display_name": "Fake model (large)", "priority": 1}
-        catalog.write_text(json.dumps({"models": [self.MODEL, large]}))
-        (codex_home / "config.toml").write_text(f"""\
-model = "fake-model"
-model_provider = "fake"
-model_catalog_json = {json.dumps(str(catalog))}
-approval_policy = "untrusted"
-sandbox_mode = "danger-full-access"
-check_for_update_on_startup = false
-
-[model_providers.fake]
-name = "Fake local model"
-base_url = "{model_url}/v1"
-wire_api = "responses"
-env_key = "FAKE_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-""")
-        env = self._env(home, marker, CODEX_HOME=str(codex_home), FAKE_API_KEY="dummy")
+        env = self._env(marker, point_at("codex", model_url=model_url, home=home, project=project))
         return {"name": "Codex", "command": str(self.executable), "env": env}
 
     def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
@@ -173,37 +112,15 @@ stream_max_retries = 0
 
 
 class GeminiKit(AgentKit):
-    MODEL = "gemini-2.5-flash"  # a fixed model: the default router first calls another endpoint, retrying for long
-
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
-        settings = home / ".gemini"
-        settings.mkdir(parents=True, exist_ok=True)
-        (settings / "settings.json").write_text(
-            json.dumps(
-                {
-                    "privacy": {"usageStatisticsEnabled": False},  # else it calls play.googleapis.com
-                    "telemetry": {"enabled": False},
-                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-                }
-            )
-        )
-        # MCP servers are silently disabled in folders that are not trusted.
-        trusted = settings / "trustedFolders.json"
-        trusted.write_text(json.dumps({str(project): "TRUST_FOLDER"}))
-        env = self._env(
-            home,
-            marker,
-            GEMINI_API_KEY="dummy",
-            GOOGLE_GEMINI_BASE_URL=model_url,
-            GEMINI_CLI_TRUSTED_FOLDERS_PATH=str(trusted),
-        )
+        pointed = point_at("gemini", model_url=model_url, home=home, project=project)
         return {
             "name": "Gemini CLI",
             "command": str(self.executable),
-            "args": ["--acp", "-m", self.MODEL],
-            "env": env,
-            "authenticate": "gemini-api-key",
-            "cwd": str(project),
+            "args": ["--acp", *pointed.args],
+            "env": self._env(marker, pointed),
+            "authenticate": pointed.authenticate,
+            "cwd": pointed.cwd,
         }
 
     def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:
@@ -217,37 +134,8 @@ class GeminiKit(AgentKit):
 
 
 class OpenCodeKit(AgentKit):
-    MODEL = "anthropic/claude-sonnet-4-5"  # its built-in Anthropic provider, pointed at the fake model
-
     def agent_table(self, *, model_url: str, home: Path, project: Path, marker: str) -> dict[str, Any]:
-        config = home / ".config" / "opencode"
-        config.mkdir(parents=True, exist_ok=True)
-        (config / "opencode.json").write_text(
-            json.dumps(
-                {
-                    "$schema": "https://opencode.ai/config.json",
-                    "model": self.MODEL,
-                    "provider": {"anthropic": {"options": {"baseURL": f"{model_url}/v1", "apiKey": "dummy"}}},
-                    # Its title agent asks the model for a session title at the first prompt: one request the
-                    # scripts would have to answer first.
-                    "agent": {"title": {"disable": True}},
-                    "permission": {"bash": "ask", "edit": "ask"},  # asks before commands and edits, as the others
-                    "autoupdate": False,
-                    "share": "disabled",
-                }
-            )
-        )
-        env = self._env(
-            home,
-            marker,
-            XDG_CONFIG_HOME=str(home / ".config"),
-            XDG_DATA_HOME=str(home / ".local" / "share"),
-            XDG_CACHE_HOME=str(home / ".cache"),
-            XDG_STATE_HOME=str(home / ".local" / "state"),
-            OPENCODE_DISABLE_AUTOUPDATE="1",
-            OPENCODE_DISABLE_MODELS_FETCH="1",  # its model list from the copy it carries, not models.dev
-            OPENCODE_DISABLE_LSP_DOWNLOAD="1",
-        )
+        env = self._env(marker, point_at("opencode", model_url=model_url, home=home, project=project))
         return {"name": "OpenCode", "command": str(self.executable), "args": ["acp"], "env": env}
 
     def editor_tool(self, name: str, arguments: dict[str, Any]) -> Call:

@@ -17,9 +17,10 @@ import pytest
 import trio
 from conftest import HANG
 
+from bridge.fakemodel.server import Call, say, stall
+
 from .conftest import FIRST_TURN_TIMEOUT, LiveBridge
 from .editor_served import ForwardingEditorModel
-from .fake_models import Call, say, stall
 from .kits import KITS, MCP_SERVER, AgentKit, CodexKit
 from .test_real_agents import (  # noqa: F401  (collected here again, on the editor's model)
     test_cancel_mid_turn,

@@ -24,8 +24,9 @@ import pytest
 import trio
 from conftest import processes_with_marker
 
+from bridge.fakemodel.server import FakeModel, call, say
+
 from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT
-from .fake_models import FakeModel, call, say
 from .installs import Installed
 from .kits import AgentKit, model_name, requested_model, write_config
 

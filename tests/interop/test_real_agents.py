@@ -2,8 +2,8 @@
 configured in lmbridge's config file and pointed at a scripted fake model on 127.0.0.1.
 
 Each test runs once per agent (the ``agent`` fixture). The editor side is ``bridge.editor.client``, as in the wire
-tests; the model side is ``fake_models``: the test scripts what the model answers, then asserts both what the editor
-got and what the agent sent the model.
+tests; the model side is ``bridge.fakemodel``: the test scripts what the model answers, then asserts both what the
+editor got and what the agent sent the model.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import trio
 from conftest import first_chat_with_initialize, processes_with_marker
 from fakes import ScriptedEditorModel, user
 
+from bridge.fakemodel.server import FakeModel, call, parallel, say, stall
+
 from .conftest import FIRST_TURN_TIMEOUT, TURN_TIMEOUT, LiveBridge
-from .fake_models import FakeModel, call, parallel, say, stall
 from .kits import AgentKit, model_name, requested_model, write_config
 
 pytestmark = pytest.mark.interop

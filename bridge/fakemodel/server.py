@@ -1,10 +1,12 @@
-"""A fake model server for real agents: one HTTP/1.1 server on 127.0.0.1 speaking three streaming APIs, answering
-every model request with the next turn of a per-test script, and recording every request it receives.
+"""A fake model server for real agents: one HTTP/1.1 server on 127.0.0.1 speaking four streaming APIs, answering
+every model request with the next turn of a script, and recording every request it receives.
 
 Owns:
-- the script vocabulary (``say``, ``call``, ``parallel``, ``stall``; a ``Turn`` is one model response);
-- the three wire formats: Anthropic Messages SSE (``POST /v1/messages``), OpenAI Responses SSE
-  (``POST /v1/responses``) and Gemini ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``;
+- the script vocabulary (``say``, ``call``, ``parallel``, ``stall``; a ``Turn`` is one model response; a ``Call``
+  names its tool, or picks it from the tools the request offers by a glob: ``Call("", {...}, offered="*echo")``);
+- the four wire formats: Anthropic Messages SSE (``POST /v1/messages``), OpenAI Responses SSE
+  (``POST /v1/responses``), OpenAI Chat Completions SSE (``POST /v1/chat/completions``) and Gemini
+  ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``;
 - a small HTTP/1.1 server in Trio (keep-alive, Content-Length or chunked request bodies, chunked SSE responses);
 - the record: each request's API, path and parsed JSON body, with accessors for what tests assert (the tools the
   agent offered the model, the tool results it sent back).
@@ -15,6 +17,7 @@ outlives the block. It never connects anywhere; it only listens on 127.0.0.1.
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
 import math
@@ -58,6 +61,17 @@ class Call:
     name: str
     arguments: dict[str, Any]
     namespace: str | None = None  # OpenAI Responses only: the namespace of an MCP tool
+    offered: str | None = None  # a glob: call the first tool the request offers whose name matches (name unused)
+
+    def resolve(self, request: ModelRequest) -> Call:
+        """This call with ``offered`` resolved against the tools ``request`` offers (unchanged when none match)."""
+        if self.offered is None:
+            return self
+        for listed in request.tool_names:
+            if fnmatch.fnmatchcase(listed, self.offered):
+                namespace, _, name = listed.rpartition("/") if request.api == "openai" else ("", "", listed)
+                return Call(name, self.arguments, namespace or None)
+        return Call(self.offered, self.arguments, self.namespace)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +85,12 @@ class Turn:
     @property
     def calls(self) -> tuple[Call, ...]:
         return tuple(item for item in self.items if isinstance(item, Call))
+
+    def resolve(self, request: ModelRequest) -> Turn:
+        if not any(isinstance(item, Call) and item.offered for item in self.items):
+            return self
+        items = tuple(item.resolve(request) if isinstance(item, Call) else item for item in self.items)
+        return Turn(items, self.stall)
 
 
 def say(text: str, chunks: int = 3) -> Turn:
@@ -89,6 +109,7 @@ def stall(text: str = "") -> Turn:
     return Turn((Text(text, 1),) if text else (), stall=True)
 
 
+FAKE_MODEL_ID = "fake-model"
 _EXHAUSTED = say("[fake model: the script has no more turns]", 1)
 
 # -- the record ----------------------------------------------------------------------------------------------------
@@ -102,7 +123,7 @@ class ToolResult:
 
 @dataclass(eq=False)
 class ModelRequest:
-    api: str  # "anthropic" | "openai" | "gemini" | "other"
+    api: str  # "anthropic" | "openai" (Responses) | "openai-chat" (Chat Completions) | "gemini" | "other"
     method: str
     path: str
     query: dict[str, list[str]]
@@ -122,6 +143,8 @@ class ModelRequest:
                 names += [f["name"] for f in tool.get("functionDeclarations") or () if "name" in f]
             elif self.api == "openai" and tool.get("type") == "namespace":
                 names += [f"{tool['name']}/{t['name']}" for t in tool.get("tools") or () if "name" in t]
+            elif self.api == "openai-chat" and isinstance(tool.get("function"), dict):
+                names.append(tool["function"].get("name", ""))
             elif "name" in tool:
                 names.append(tool["name"])
         return names
@@ -133,13 +156,16 @@ class ModelRequest:
             if self.api == "gemini":
                 for declaration in tool.get("functionDeclarations") or ():
                     if declaration.get("name") == name:
-                        return declaration
+                        return dict(declaration)
             elif self.api == "openai" and tool.get("type") == "namespace":
                 for inner in tool.get("tools") or ():
                     if f"{tool['name']}/{inner.get('name')}" == name:
-                        return inner
+                        return dict(inner)
+            elif self.api == "openai-chat" and isinstance(tool.get("function"), dict):
+                if tool["function"].get("name") == name:
+                    return dict(tool["function"])
             elif tool.get("name") == name:
-                return tool
+                return dict(tool)
         return None
 
     @property
@@ -156,6 +182,10 @@ class ModelRequest:
             for item in body.get("input") or ():
                 if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
                     results.append(ToolResult(item.get("call_id", ""), _flatten(item.get("output"))))
+        elif self.api == "openai-chat":
+            for message in body.get("messages") or ():
+                if isinstance(message, dict) and message.get("role") == "tool":
+                    results.append(ToolResult(message.get("tool_call_id", ""), _flatten(message.get("content"))))
         elif self.api == "gemini":
             for content in body.get("contents") or ():
                 for part in content.get("parts") or ():
@@ -182,7 +212,7 @@ def _flatten(value: Any) -> str:
         return "".join(_flatten(item) for item in value)
     if isinstance(value, dict):
         if isinstance(value.get("text"), str):
-            return value["text"]
+            return str(value["text"])
         return json.dumps(value, ensure_ascii=False)
     return "" if value is None else json.dumps(value)
 
@@ -193,8 +223,10 @@ def _flatten(value: Any) -> str:
 class FakeModel:
     """The script, the record and the request handlers. Use ``open_fake_model``."""
 
-    def __init__(self, script: Iterable[Turn] = ()) -> None:
+    def __init__(self, script: Iterable[Turn] = (), default: Turn | None = None) -> None:
+        """``default``: the answer once the script is used up (else a marker text, counted in ``errors``)."""
         self.script: list[Turn] = list(script)
+        self.default = default
         self.requests: list[ModelRequest] = []
         self.errors: list[str] = []  # requests the script could not answer: a test failure
         self.port = 0
@@ -219,6 +251,10 @@ class FakeModel:
             await self._changed.wait()
         return self.turns[number - 1]
 
+    async def changed(self) -> None:
+        """Return once the next request has been recorded."""
+        await self._changed.wait()
+
     def _record(self, request: ModelRequest) -> None:
         self.requests.append(request)
         self._changed.set()
@@ -227,6 +263,8 @@ class FakeModel:
     def _next_turn(self, request: ModelRequest) -> Turn:
         if self.script:
             return self.script.pop(0)
+        if self.default is not None:
+            return self.default
         self.errors.append(f"unscripted model request #{len(self.turns) + 1}: {request.method} {request.path}")
         return _EXHAUSTED
 
@@ -276,12 +314,13 @@ class FakeModel:
             return keep_alive
         chore = _chore(body)
         if chore is None:
-            request.turn = turn = self._next_turn(request)
+            request.turn = turn = self._next_turn(request).resolve(request)
         else:
             turn = chore  # the agent's own housekeeping: answered, not a turn of the script
         self._record(request)
         body = body if isinstance(body, dict) else {}
-        if (api == "anthropic" and body.get("stream") is not True) or url.path.endswith(":generateContent"):
+        whole = api in ("anthropic", "openai-chat") and body.get("stream") is not True
+        if whole or url.path.endswith(":generateContent"):
             if turn.stall:
                 await reader.wait_closed()
                 return False
@@ -304,11 +343,13 @@ class FakeModel:
 
 
 @asynccontextmanager
-async def open_fake_model(script: Iterable[Turn] = ()) -> AsyncIterator[FakeModel]:
-    """Serve a ``FakeModel`` on 127.0.0.1 (a free port) for the duration of the block."""
-    model = FakeModel(script)
+async def open_fake_model(
+    script: Iterable[Turn] = (), *, default: Turn | None = None, port: int = 0
+) -> AsyncIterator[FakeModel]:
+    """Serve a ``FakeModel`` on 127.0.0.1 (``port``, else a free one) for the duration of the block."""
+    model = FakeModel(script, default)
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, model._serve_connection, 0, host="127.0.0.1"))
+        listeners = await nursery.start(partial(trio.serve_tcp, model._serve_connection, port, host="127.0.0.1"))
         model.port = listeners[0].socket.getsockname()[1]
         yield model
         nursery.cancel_scope.cancel()
@@ -325,6 +366,8 @@ def _classify(method: str, path: str) -> tuple[str, bool]:
         return "gemini", False
     if path.rstrip("/").endswith("/responses"):
         return "openai", method == "POST"
+    if path.rstrip("/").endswith("/chat/completions"):
+        return "openai-chat", method == "POST"
     return "other", False
 
 
@@ -348,6 +391,8 @@ def _side_answer(api: str, path: str, body: Any) -> tuple[int, Any]:
         return 200, {"input_tokens": size}
     if api == "gemini" and path.endswith(":countTokens"):
         return 200, {"totalTokens": size}
+    if path.rstrip("/").endswith("/v1/models"):  # OpenAI-compatible clients list the models first
+        return 200, {"object": "list", "data": [{"id": FAKE_MODEL_ID, "object": "model", "owned_by": "lmbridge"}]}
     message = f"fake model server: no such endpoint {path}"
     return 404, {"error": {"code": 404, "message": message, "status": "NOT_FOUND"}}
 
@@ -582,7 +627,38 @@ def _gemini(turn: Turn, body: dict[str, Any], path: str, serial: int) -> tuple[l
     return frames, [chunk([{"text": ""}], True)]
 
 
-_FRAMES = {"anthropic": _anthropic, "openai": _openai, "gemini": _gemini}
+def _chat_completion(turn: Turn, body: dict[str, Any], path: str, serial: int) -> tuple[list[bytes], list[bytes]]:
+    """OpenAI Chat Completions, streamed: text deltas, then each tool call whole in one delta."""
+    head = {"id": f"chatcmpl-fake-{serial}", "object": "chat.completion.chunk", "model": body.get("model", "fake")}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return _sse(None, {**head, "choices": [choice]})
+
+    frames = [chunk({"role": "assistant", "content": ""})]
+    calls = 0
+    for index, item in enumerate(turn.items):
+        if isinstance(item, Text):
+            frames += [chunk({"content": piece}) for piece in _pieces(item.text, item.chunks)]
+        else:
+            call = {
+                "index": calls,
+                "id": f"call_fake_{serial}_{index}",
+                "type": "function",
+                "function": {"name": item.name, "arguments": json.dumps(item.arguments)},
+            }
+            frames.append(chunk({"tool_calls": [call]}))
+            calls += 1
+    usage = {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}
+    ending = [
+        chunk({}, "tool_calls" if calls else "stop"),
+        _sse(None, {**head, "choices": [], "usage": usage}),
+        b"data: [DONE]\n\n",
+    ]
+    return frames, ending
+
+
+_FRAMES = {"anthropic": _anthropic, "openai": _openai, "openai-chat": _chat_completion, "gemini": _gemini}
 
 
 def _anthropic_whole(turn: Turn, body: dict[str, Any], serial: int) -> Any:
@@ -617,9 +693,32 @@ def _gemini_whole(turn: Turn, body: dict[str, Any], serial: int) -> Any:
     }
 
 
+def _chat_completion_whole(turn: Turn, body: dict[str, Any], serial: int) -> Any:
+    text = "".join(item.text for item in turn.items if isinstance(item, Text))
+    calls = [
+        {
+            "id": f"call_fake_{serial}_{index}",
+            "type": "function",
+            "function": {"name": item.name, "arguments": json.dumps(item.arguments)},
+        }
+        for index, item in enumerate(turn.items)
+        if isinstance(item, Call)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-fake-{serial}",
+        "object": "chat.completion",
+        "model": body.get("model", "fake"),
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19},
+    }
+
+
 # Non-streaming answers (Anthropic without ``"stream": true``, Gemini ``:generateContent``): agents use them for side
 # requests; none was seen with the set-ups in ``kits``. Codex always streams.
-_WHOLE = {"anthropic": _anthropic_whole, "gemini": _gemini_whole}
+_WHOLE = {"anthropic": _anthropic_whole, "openai-chat": _chat_completion_whole, "gemini": _gemini_whole}
 
 
 # -- HTTP/1.1 framing ----------------------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
-"""The fake model server on its own, through raw HTTP/1.1: no agent, no npm, so these run in ``make test`` too."""
+"""The fake model server on its own, through raw HTTP/1.1 and the official SDKs: no agent, no npm; and
+``lmbridge fake-model``, its script files and its record, through a real process."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
-from .fake_models import Call, FakeModel, Text, Turn, call, open_fake_model, parallel, say, stall
+from bridge.fakemodel.server import Call, FakeModel, Text, Turn, call, open_fake_model, parallel, say, stall
 
 
 class _Client:
@@ -176,3 +182,106 @@ async def test_side_requests_are_recorded_but_do_not_consume_the_script_and_extr
     assert "only turn" in first.decode() and "script has no more turns" in extra.decode()
     assert [r.path for r in model.requests] == ["/v1/messages/count_tokens", "/", "/v1/messages", "/v1/messages"]
     assert len(model.turns) == 2 and model.errors == ["unscripted model request #2: POST /v1/messages"]
+
+
+async def test_chat_completions_through_the_official_openai_sdk_text_tool_call_and_a_picked_tool() -> None:
+    import openai
+
+    tools = [
+        {"type": "function", "function": {"name": "list_files", "parameters": {"type": "object"}}},
+        {"type": "function", "function": {"name": "mcp_conform_echo", "parameters": {"type": "object"}}},
+    ]
+    script = [say("Hello there", 4), call(Call("", {"text": "hi"}, offered="*echo"))]
+    async with open_fake_model(script, default=say("and again", 1)) as model:
+        client = openai.AsyncOpenAI(base_url=f"{model.base_url}/v1", api_key="dummy", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+        assert text == "Hello there"
+        answer = await client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "echo"}], tools=tools
+        )
+        calls = answer.choices[0].message.tool_calls
+        assert answer.choices[0].finish_reason == "tool_calls" and calls is not None
+        assert (calls[0].function.name, json.loads(calls[0].function.arguments)) == ("mcp_conform_echo", {"text": "hi"})
+        result = {"role": "tool", "tool_call_id": calls[0].id, "content": "echoed"}
+        assistant = {"role": "assistant", "tool_calls": [calls[0].model_dump()]}
+        again = await client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "echo"}, assistant, result], tools=tools
+        )
+        assert again.choices[0].message.content == "and again"  # the default, once the script is used up
+        assert [m.id async for m in client.models.list()] == ["fake-model"]
+        assert model.errors == []
+        assert model.turns[2].tool_results[0].text == "echoed"
+        assert model.turns[1].tool_names == ["list_files", "mcp_conform_echo"]
+
+
+def test_script_files_are_read_and_their_mistakes_named(tmp_path: Path) -> None:
+    from bridge.fakemodel.script import ScriptError, load_script, parse_script
+
+    turns, then = parse_script(
+        {
+            "turns": [
+                {"say": "a", "chunks": 1},
+                {"call": {"offered": "*echo", "arguments": {"x": 1}}},
+                {"parallel": [{"name": "a"}, {"name": "b", "namespace": "ns"}]},
+                {"say": "b", "stall": True},
+            ],
+            "then": {"say": "z"},
+        }
+    )
+    assert turns[0] == say("a", 1) and turns[3].stall and then == say("z")
+    assert turns[1].calls[0].offered == "*echo" and [c.name for c in turns[2].calls] == ["a", "b"]
+    for bad, message in [
+        ([], "expected an object"),
+        ({"turns": [{"sing": "a"}]}, "turns[0]: unknown key(s) sing"),
+        ({"turns": [{}]}, "turns[0]: say something"),
+        ({"turns": [{"call": {"name": "a", "offered": "b"}}]}, "turns[0].call: give exactly one"),
+        ({"turns": [{"say": "a", "chunks": 0}]}, "turns[0].chunks"),
+    ]:
+        with pytest.raises(ScriptError, match=re.escape(message)):
+            parse_script(bad)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ScriptError, match=re.escape("broken.json: not JSON")):
+        load_script(broken)
+
+
+def test_the_command_serves_a_script_prints_its_url_and_records_every_request(tmp_path: Path) -> None:
+    import anthropic
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"say": "first"}], "then": {"say": "after"}}))
+    record = tmp_path / "record.ndjson"
+    command = [sys.executable, "-m", "bridge", "fake-model", "--script", str(script), "--record", str(record)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            url = process.stdout.readline().strip()
+            assert url.startswith("http://127.0.0.1:")
+            client = anthropic.Anthropic(base_url=url, api_key="dummy", max_retries=0)
+            texts = [
+                client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+                .content[0]
+                .text  # type: ignore[union-attr]
+                for _ in range(2)
+            ]
+            assert texts == ["first", "after"]
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(line["api"], line["path"], line.get("turn")) for line in lines] == [
+        ("anthropic", "/v1/messages", 1),
+        ("anthropic", "/v1/messages", 2),
+    ]
+
+
+def test_the_command_refuses_a_bad_script_with_status_2(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"say": 3}]}))
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge", "fake-model", "--script", str(script)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "turns[0].say: expected a string" in done.stderr
