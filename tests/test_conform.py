@@ -191,3 +191,29 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path: Path, args: tuple[st
     done = _conform(tmp_path, *args)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
+
+
+def test_with_the_fake_model_the_agent_is_pointed_at_it_by_its_recipe(tmp_path: Path) -> None:
+    from bridge.conform.kit import _pointed_at
+    from bridge.fakemodel.server import FakeModel, say
+
+    fake = FakeModel()
+    fake.port = 4321
+    env = {"PATH": "/bin", "OPENAI_API_KEY": "a real key", "ANTHROPIC_BASE_URL": "https://elsewhere"}
+    settings = Settings(
+        AgentSpec(("/opt/bin/codex-acp", "--flag"), env),
+        model=MODEL_DRIVERS["fake"],
+        workspace=tmp_path / "workspace",
+        agent_env={"MY_MODEL_URL": "{model_url}/v1"},
+    )
+    pointed = _pointed_at(settings, fake, tmp_path / "home")
+    assert pointed.spec.argv == ("/opt/bin/codex-acp", "--flag")
+    assert pointed.spec.env["MY_MODEL_URL"] == "http://127.0.0.1:4321/v1"
+    assert "OPENAI_API_KEY" not in pointed.spec.env and "ANTHROPIC_BASE_URL" not in pointed.spec.env  # no real key
+    assert pointed.spec.env["HOME"] == str(tmp_path / "home") and pointed.spec.env["PATH"] == "/bin"
+    assert 'base_url = "http://127.0.0.1:4321/v1"' in (tmp_path / "home" / ".codex" / "config.toml").read_text()
+    assert pointed.model is not None and pointed.model.before is not None
+    pointed.model.before("long")
+    assert fake.script[0].stall  # a cancel's turn streams, then stays open until the agent hangs up
+    pointed.model.before("short")
+    assert fake.script == [say("pong", 1)]

@@ -8,6 +8,6 @@ between), requirement by requirement, each citing the spec text it rests on.
 - ``report``: terminal, JSON, JUnit XML and Markdown reports
 - ``command``: the ``lmbridge conform`` arguments and entry point
 
-May import: ``bridge.acp``, ``bridge.harness.validation``, ``bridge.config``, ``wire``. Like the harness it drives
-agents as processes, never the bridge service in-process.
+May import: ``bridge.acp``, ``bridge.harness.validation``, ``bridge.fakemodel``, ``bridge.config``, ``wire``. Like
+the harness it drives agents as processes, never the bridge service in-process.
 """

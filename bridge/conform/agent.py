@@ -254,6 +254,11 @@ class LiveAgent:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
 
+    async def stop(self) -> None:
+        """Stop the agent's process group now (closing stdin, then signals), as at the end of the block."""
+        with trio.CancelScope(shield=True):
+            await stop_process_group(self._process, STOP_GRACE)
+
     async def wait_exit(self, timeout: float) -> int | None:
         """The exit status once the process has exited, None if it is still running after ``timeout`` s."""
         with trio.move_on_after(timeout):

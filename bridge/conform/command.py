@@ -52,16 +52,21 @@ def add_conform_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     parser.add_argument("--auth-method", metavar="ID", help="call authenticate with this method after initialize")
     parser.add_argument(
-        "--agent-env", action="append", default=[], metavar="NAME=VALUE", help="set in the agent's environment"
+        "--agent-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set in the agent's environment; with --model fake, {model_url} in VALUE is the fake model's URL",
     )
     parser.add_argument("--agent-cwd", metavar="DIR", help="the agent processes' working directory")
     parser.add_argument("--workspace", metavar="DIR", help="the sessions' cwd (default: a fresh temporary directory)")
     parser.add_argument(
         "--model",
-        choices=("none", "own", "directives"),
+        choices=("none", "fake", "own", "directives"),
         default="none",
-        help="how the checks that need the agent's model run: none (skipped), own (the agent's own model, its "
-        "login or key: costs tokens), directives (lmbridge's demo agent directives) (default none)",
+        help="how the checks that need the agent's model run: none (skipped), fake (lmbridge's fake model, the "
+        "agent pointed at it: docs/fake-model.md), own (the agent's own model, its login or key: costs tokens), "
+        "directives (lmbridge's demo agent directives) (default none)",
     )
     parser.add_argument(
         "--acp-schema", metavar="FILE", help="also validate against this ACP JSON schema (default $LMBRIDGE_ACP_SCHEMA)"
@@ -157,6 +162,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Settings, list[Requirement]]:
         model=MODEL_DRIVERS.get(args.model),
         schema=schema,
         workspace=workspace_for(args.workspace),
+        agent_env=extra_env,
     )
     return settings, list(requirements)
 

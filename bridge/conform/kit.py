@@ -5,13 +5,22 @@ requirement, and the verdict. Produces a ``KitResult`` the reports render.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import trio
 
+from bridge.config import AgentConfig, known_agent
+from bridge.fakemodel.recipes import FOREIGN_ENV, point_at
+from bridge.fakemodel.server import FakeModel, open_fake_model, say, stall
+
+from .agent import AgentSpec
 from .checks import GroupRun, Outcome, Settings, advertised, judge_transcripts, run_group
 from .requirements import REQUIREMENTS, Requirement, Status, Tier
 
@@ -82,6 +91,37 @@ def _matches(requirement: Requirement, pattern: str) -> bool:
 
 
 async def run_kit(settings: Settings, requirements: list[Requirement]) -> KitResult:
+    """Run the groups the requirements need. With ``--model fake``, the fake model runs beside them, and the agent
+    is pointed at it by its recipe, from a private HOME removed afterwards."""
+    if settings.model is None or settings.model.name != "fake":
+        return await _run(settings, requirements)
+    home = Path(tempfile.mkdtemp(prefix="lmbridge-conform-home-"))
+    try:
+        async with open_fake_model(default=say("pong", 1)) as fake:
+            return await _run(_pointed_at(settings, fake, home), requirements)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _pointed_at(settings: Settings, fake: FakeModel, home: Path) -> Settings:
+    argv = settings.spec.argv
+    agent = known_agent(AgentConfig(id="conform", name="conform", command=argv[0], args=tuple(argv[1:])))
+    pointed = point_at(agent, model_url=fake.base_url, home=home, project=settings.workspace)
+    env = {name: value for name, value in settings.spec.env.items() if not FOREIGN_ENV.match(name)}
+    env.update(pointed.env)
+    env.update({name: value.replace("{model_url}", fake.base_url) for name, value in settings.agent_env.items()})
+    spec = AgentSpec((*argv, *pointed.args), env, settings.spec.cwd or pointed.cwd)
+
+    def before(kind: str) -> None:
+        fake.script[:] = [stall("counting: 1 2 3 ") if kind == "long" else say("pong", 1)]
+
+    assert settings.model is not None
+    model = dataclasses.replace(settings.model, before=before)
+    auth_method = settings.auth_method or pointed.authenticate
+    return dataclasses.replace(settings, spec=spec, model=model, auth_method=auth_method)
+
+
+async def _run(settings: Settings, requirements: list[Requirement]) -> KitResult:
     started_wall = time.time()
     started = trio.current_time()
     outcomes: dict[str, Outcome] = {}
