@@ -3,7 +3,9 @@ NAME`` (repeatable). Standard library only, one thread per prompt, so that each 
 that differs from the conformant behaviour.
 
 Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT`` streams TEXT, ``/sleep MS``
-waits (a cancel ends the wait). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
+waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
+of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command (``touch PATH``
+only). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
 """
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 DEFECTS: dict[str, set[str]] = {
@@ -31,12 +35,19 @@ DEFECTS: dict[str, set[str]] = {
     "bad-stop-reason": {"LMB-PROMPT-001", "LMB-PROMPT-003", "LMB-CANCEL-003"},
     "bad-update": {"LMB-PROMPT-002"},
     "reads-without-capability": {"LMB-CAP-001"},
-    "ignores-cancel": {"LMB-CANCEL-001"},
+    "ignores-cancel": {"LMB-CANCEL-001", "LMB-CANCEL-004"},
     "updates-after-cancel": {"LMB-CANCEL-002"},
     "list-invalid": {"LMB-SESS-003"},
     "load-without-replay": {"LMB-SESS-006"},
     "resume-replays": {"LMB-SESS-007"},
     "stays-after-eof": {"LMB-SHUT-001"},
+    "skips-mcp": {"LMB-MCP-001", "LMB-MCP-002"},  # never starts the MCP servers it is given
+    "wrong-mcp-arguments": {"LMB-MCP-002"},
+    "unreported-tool-call": {"LMB-MCP-003"},  # calls the MCP tool without a tool_call update
+    "orphan-tool-call": {"LMB-TOOL-001"},  # its tool call stays in_progress after the turn
+    "bad-permission-request": {"LMB-PERM-001"},  # options without a kind
+    "runs-rejected": {"LMB-PERM-002"},
+    "cancelled-permission-ends-turn": {"LMB-PERM-003"},  # a cancel during a permission request ends end_turn
 }
 
 _defects: set[str] = set()
@@ -45,6 +56,79 @@ _write_lock = threading.Lock()
 _sessions: dict[str, dict[str, Any]] = {}
 _cancelled: dict[str, threading.Event] = {}
 _state_dir = os.environ.get("CONFORM_AGENT_STATE")
+_waiting: dict[str, tuple[threading.Event, list[Any]]] = {}  # our requests to the client, by id
+
+
+def _ask_client(request_id: str, method: str, params: dict[str, Any]) -> Any:
+    """Send a request to the client and wait for its answer (the reader thread hands it over)."""
+    done, answer = threading.Event(), []
+    _waiting[request_id] = (done, answer)
+    _send({"id": request_id, "method": method, "params": params})
+    done.wait(120)
+    return answer[0] if answer else None
+
+
+def _mcp_call(server: dict[str, Any], name: str, arguments: Any) -> str:
+    """One tool call on a stdio MCP server: initialize, initialized, tools/list, tools/call; the result's text."""
+    env = {**os.environ, **{pair["name"]: pair["value"] for pair in server.get("env") or ()}}
+    command = [server["command"], *server.get("args", [])]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as process:
+        assert process.stdin is not None and process.stdout is not None
+
+        def ask(number: int, method: str, params: dict[str, Any]) -> Any:
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params}) + "\n")
+            process.stdin.flush()
+            return json.loads(process.stdout.readline()).get("result")
+
+        info = {"name": "conform-test-agent", "version": "1"}
+        ask(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info})
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        ask(2, "tools/list", {})
+        result = ask(3, "tools/call", {"name": name, "arguments": arguments})
+        process.stdin.close()
+    return "".join(block.get("text", "") for block in (result or {}).get("content", []))
+
+
+def _tool(session_id: str, line: str) -> str:
+    name, _, raw = line[len("/tool ") :].partition(" ")
+    arguments = json.loads(raw or "{}")
+    if "wrong-mcp-arguments" in _defects:
+        arguments = {"text": "not what the model asked"}
+    servers = [s for s in _sessions[session_id].get("mcpServers", []) if s.get("command")]
+    call_id = f"tool-{uuid.uuid4().hex[:8]}"
+    if "unreported-tool-call" not in _defects:
+        _update(
+            session_id, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": name, "status": "in_progress"}
+        )
+    text = "no MCP server" if not servers or "skips-mcp" in _defects else _mcp_call(servers[0], name, arguments)
+    if "unreported-tool-call" not in _defects and "orphan-tool-call" not in _defects:
+        _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed"})
+    return f"tool {name} returned: {text}\n"
+
+
+def _shell(session_id: str, line: str) -> str:
+    """``/shell touch PATH``: a tool call behind a permission request; the stop reason when cancelled."""
+    path = line.split()[-1]
+    call_id = f"shell-{uuid.uuid4().hex[:8]}"
+    _update(session_id, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": line, "kind": "execute"})
+    options = [
+        {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+        {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+    ]
+    if "bad-permission-request" in _defects:
+        options = [{"optionId": "allow", "name": "Allow"}]
+    params = {"sessionId": session_id, "toolCall": {"toolCallId": call_id}, "options": options}
+    answer = _ask_client(f"perm-{call_id}", "session/request_permission", params) or {}
+    outcome = (answer.get("result") or {}).get("outcome") or {}
+    if outcome.get("outcome") == "cancelled":
+        _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"})
+        return "end_turn" if "cancelled-permission-ends-turn" in _defects else "cancelled"
+    allowed = outcome.get("optionId") == "allow" or "runs-rejected" in _defects
+    if allowed:
+        Path(path).touch()
+    status = "completed" if allowed else "failed"
+    _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status})
+    return ""
 
 
 def _send(message: dict[str, Any]) -> None:
@@ -99,8 +183,7 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
 def _prompt(request_id: Any, params: dict[str, Any]) -> None:
     session_id = params["sessionId"]
     session = _sessions[session_id]
-    cancelled = _cancelled.setdefault(session_id, threading.Event())
-    cancelled.clear()
+    cancelled = _cancelled[session_id]  # reset when the prompt arrived, so a cancel right behind it is kept
     text = "".join(block.get("text", "") for block in params.get("prompt", []) if block.get("type") == "text")
     said = []
     stop = "end_turn"
@@ -121,6 +204,14 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
         elif line.startswith("/sleep ") and cancelled.wait(int(line[7:]) / 1000) and "ignores-cancel" not in _defects:
             stop = "cancelled"
             break
+        elif line.startswith("/tool "):
+            said.append(_tool(session_id, line))
+            _update(session_id, _text("agent_message_chunk", said[-1]))
+        elif line.startswith("/shell "):
+            ended = _shell(session_id, line)
+            if ended:
+                stop = ended
+                break
     session["history"].append([text, "".join(said)])
     _save(session_id)
     if "bad-stop-reason" in _defects and stop == "end_turn":
@@ -147,8 +238,12 @@ def _handle(message: dict[str, Any]) -> None:
         elif "answers-notifications" in _defects:
             _send({"error": {"code": -32601, "message": "Method not found", "data": method}})
         return
-    if method is None:
-        return  # an answer to our own request
+    if method is None:  # an answer to one of our requests
+        waiting = _waiting.pop(str(request_id), None)
+        if waiting is not None:
+            waiting[1].append(message)
+            waiting[0].set()
+        return
     if method == "initialize":
         _send({"id": request_id, "result": _initialize(params)})
     elif method == "authenticate":
@@ -164,7 +259,7 @@ def _handle(message: dict[str, Any]) -> None:
             _send({"id": request_id, "error": {"code": -32602, "message": "unexpected _meta"}})
             return
         session_id = "same-session" if "same-session-id" in _defects else f"s-{uuid.uuid4().hex[:12]}"
-        _sessions[session_id] = {"cwd": params.get("cwd"), "history": []}
+        _sessions[session_id] = {"cwd": params.get("cwd"), "history": [], "mcpServers": params.get("mcpServers", [])}
         _save(session_id)
         _send({"id": request_id, "result": {"sessionId": session_id}})
     elif method in ("session/load", "session/resume"):
@@ -192,6 +287,7 @@ def _handle(message: dict[str, Any]) -> None:
         if params.get("sessionId") not in _sessions:
             _send({"id": request_id, "error": {"code": -32602, "message": "unknown session"}})
             return
+        _cancelled[params["sessionId"]] = threading.Event()
         threading.Thread(target=_prompt, args=(request_id, params), daemon=True).start()
     elif isinstance(method, str) and method.startswith("_") and "ext-wrong-code" in _defects:
         _send({"id": request_id, "error": {"code": -32603, "message": "Internal error"}})

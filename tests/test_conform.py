@@ -195,7 +195,7 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path: Path, args: tuple[st
 
 def test_with_the_fake_model_the_agent_is_pointed_at_it_by_its_recipe(tmp_path: Path) -> None:
     from bridge.conform.kit import _pointed_at
-    from bridge.fakemodel.server import FakeModel, say
+    from bridge.fakemodel.server import Call, FakeModel, say
 
     fake = FakeModel()
     fake.port = 4321
@@ -213,7 +213,11 @@ def test_with_the_fake_model_the_agent_is_pointed_at_it_by_its_recipe(tmp_path: 
     assert pointed.spec.env["HOME"] == str(tmp_path / "home") and pointed.spec.env["PATH"] == "/bin"
     assert 'base_url = "http://127.0.0.1:4321/v1"' in (tmp_path / "home" / ".codex" / "config.toml").read_text()
     assert pointed.model is not None and pointed.model.before is not None
-    pointed.model.before("long")
+    pointed.model.before("long", {})
     assert fake.script[0].stall  # a cancel's turn streams, then stays open until the agent hangs up
-    pointed.model.before("short")
+    pointed.model.before("short", {})
     assert fake.script == [say("pong", 1)]
+    pointed.model.before("shell", {"command": "touch /tmp/x"})
+    assert fake.script[0].calls == (Call("exec_command", {"cmd": "touch /tmp/x"}),)  # Codex's own shell tool
+    pointed.model.before("tool", {"token": "t1"})
+    assert fake.script[0].calls[0].offered == "*conform*echo"

@@ -117,16 +117,18 @@ class ClientSide:
     fs_read: bool = False
     fs_write: bool = False
     terminal: bool = False
-    permission_answer: str = "allow"  # allow | reject | cancelled
+    permission_answer: str = "allow"  # allow | reject | cancelled | hold (left for the kit to answer)
     requests: list[tuple[str, Any]] = field(default_factory=list)
 
     def capabilities(self) -> dict[str, Any]:
         return {"fs": {"readTextFile": self.fs_read, "writeTextFile": self.fs_write}, "terminal": self.terminal}
 
-    def answer(self, method: str, params: Any) -> dict[str, Any]:
-        """The result or error (``{"error": ...}``) for one of the agent's requests."""
+    def answer(self, method: str, params: Any) -> dict[str, Any] | None:
+        """The result or error (``{"error": ...}``) for one of the agent's requests; None to hold it."""
         self.requests.append((method, params))
         if method == "session/request_permission":
+            if self.permission_answer == "hold":
+                return None
             return {"result": {"outcome": self._permission(params)}}
         if method == "fs/read_text_file" and self.fs_read:
             return self._read(params)
@@ -179,6 +181,7 @@ class LiveAgent:
         self._started = started
         self.transcript: list[TranscriptLine] = []
         self.notifications: list[dict[str, Any]] = []  # in arrival order
+        self.held: list[dict[str, Any]] = []  # the agent's requests the client side left for the kit to answer
         self._answers: dict[Any, Answer] = {}
         self._arrived = trio.Event()  # set (and replaced) whenever anything arrives
         self._next_id = 0
@@ -230,6 +233,11 @@ class LiveAgent:
 
     async def request(self, method: str, params: Any = None, *, timeout: float) -> Answer:
         return await self.answer(await self.start_request(method, params), timeout)
+
+    async def respond(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+        """Answer one of the agent's held requests (``reply``: ``{"result": ...}`` or ``{"error": ...}``)."""
+        self.held.remove(request)
+        await self._reply(request["id"], reply)
 
     def answered(self, request_id: Any) -> Answer | None:
         return self._answers.get(request_id)
@@ -324,7 +332,10 @@ class LiveAgent:
             return
         if "method" in message and "id" in message:
             reply = self.client.answer(str(message.get("method")), message.get("params"))
-            await self._reply(message["id"], reply)
+            if reply is None:
+                self.held.append(message)
+            else:
+                await self._reply(message["id"], reply)
         elif "method" in message:
             self.notifications.append(message)
         elif "id" in message:

@@ -8,16 +8,20 @@ spec allows is a bug here, not in the agent. Every wait has a deadline (``Settin
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from bridge.fakemodel.server import ModelRequest
 from bridge.harness.validation import JsonSchema, validate
 from wire.vocabulary import STOP_REASONS
 
@@ -54,43 +58,62 @@ class Blocked(Exception):
 
 @dataclass(frozen=True)
 class ModelDriver:
-    """How the kit makes the agent's model do what a check needs: the prompt text for a short answer and for a
-    long one (the turn a cancel interrupts), and, for a scripted model, what to script before each (``before``).
-    ``none`` has no driver: checks that need a model are skipped."""
+    """How the kit makes the agent's model do what a check needs. ``texts``: the prompt for each kind of turn —
+    ``short`` (a short answer), ``long`` (a turn a cancel interrupts), ``tool`` (call the probe MCP server's
+    ``echo`` with ``{token}``), ``shell`` (run ``{command}`` with the agent's shell tool). A scripted model is
+    scripted by ``before`` ahead of each prompt, and its ``requests`` show what the model was sent. ``none`` has
+    no driver: the checks that need a model are skipped."""
 
     name: str
-    short: str
-    long: str
+    texts: Mapping[str, str]
     description: str
-    before: Callable[[str], None] | None = None  # called with "short" or "long" before such a prompt goes out
+    before: Callable[[str, Mapping[str, str]], None] | None = None
     answer: str | None = None  # what the model answers a short prompt, when the kit knows it (a scripted model)
+    scripted: bool = False  # the model does what the kit asks, always (a script, directives): no inconclusive turns
+    requests: Callable[[], list[ModelRequest]] | None = None
 
-    def prompt(self, session: str, kind: str) -> dict[str, Any]:
+    @property
+    def short(self) -> str:
+        return self.texts["short"]
+
+    def can(self, kind: str) -> bool:
+        return kind in self.texts
+
+    def prompt(self, session: str, kind: str, **values: str) -> dict[str, Any]:
         if self.before is not None:
-            self.before(kind)
-        return _prompt(session, self.short if kind == "short" else self.long)
+            self.before(kind, values)
+        text = self.texts[kind]
+        for name, value in values.items():
+            text = text.replace("{" + name + "}", value)
+        return _prompt(session, text)
 
 
+_PLAIN = {
+    "short": "Reply with the single word: pong",
+    "long": "Count from 1 to 400, one number per line, with no other text.",
+    "tool": "Call the echo tool of the MCP server named conform with the text {token}, then reply: done.",
+    "shell": "Run this shell command, then reply: done. {command}",
+}
 MODEL_DRIVERS = {
-    "own": ModelDriver(
-        "own",
-        "Reply with the single word: pong",
-        "Count from 1 to 400, one number per line, with no other text.",
-        "the agent's own model, as configured (its login or API key; the prompts cost tokens)",
-    ),
+    "own": ModelDriver("own", _PLAIN, "the agent's own model, as configured (its login or API key; costs tokens)"),
     "fake": ModelDriver(
         "fake",
-        "Reply with the single word: pong",
-        "Count from 1 to 400, one number per line, with no other text.",
+        _PLAIN,
         "lmbridge's fake model, scripted per check (the agent pointed at it by its recipe: docs/fake-model.md)",
         answer="pong",
+        scripted=True,
     ),
     "directives": ModelDriver(
         "directives",
-        "/say pong",
-        "/say counting\n/sleep 60000\n/say done",
+        {
+            "short": "/say pong",
+            "long": "/say counting\n/sleep 60000\n/say done",
+            "tool": '/tool echo {"text": "{token}"}',
+            "shell": "/shell {command}",
+        },
         "lmbridge's demo directives (the built-in demo agent, or an agent that speaks them)",
         answer="pong",
+        scripted=True,
     ),
 }
 
@@ -105,6 +128,7 @@ class Settings:
     schema: JsonSchema | None = None
     workspace: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
     agent_env: dict[str, str] = field(default_factory=dict)  # --agent-env, applied last (``{model_url}`` filled in)
+    session_mode: str | None = None  # set on each session the model-driven groups open (a recipe's choice)
 
 
 @dataclass
@@ -157,7 +181,7 @@ class _Group:
         return await self.agent.request(method, params, timeout=timeout or self.settings.timeout)
 
     async def new_session(self, requirement: str | None = "LMB-SESS-001", **extra: Any) -> str | None:
-        params = {"cwd": str(self.settings.workspace), "mcpServers": [], **extra}
+        params: dict[str, Any] = {"cwd": str(self.settings.workspace), "mcpServers": [], **extra}
         answer = await self.request("session/new", params)
         if answer.error_code() == -32000:
             raise Blocked("authentication required: session/new answered -32000 (pass --auth-method)")
@@ -168,7 +192,22 @@ class _Group:
                 self.run.fail(requirement, "a valid NewSessionResponse", problems)
             else:
                 self.run.set(requirement, Status.PASS)
-        return session_id if isinstance(session_id, str) else None
+        if not isinstance(session_id, str):
+            return None
+        if requirement is None and self.settings.session_mode:
+            await self._set_mode(session_id, answer.result, self.settings.session_mode)
+        return session_id
+
+    async def _set_mode(self, session_id: str, result: dict[str, Any], mode: str) -> None:
+        """Put a session in ``mode`` when it offers one (``session/set_mode``, else its ``mode`` config option)."""
+        modes = (result.get("modes") or {}).get("availableModes") or []
+        if any(isinstance(m, dict) and m.get("id") == mode for m in modes):
+            await self.request("session/set_mode", {"sessionId": session_id, "modeId": mode})
+            return
+        options = result.get("configOptions") or []
+        if any(isinstance(o, dict) and o.get("id") == "mode" for o in options):
+            params = {"sessionId": session_id, "configId": "mode", "value": mode}
+            await self.request("session/set_config_option", params)
 
 
 # -- the handshake ---------------------------------------------------------------------------------------------------
@@ -353,9 +392,13 @@ async def _group_cancel(g: _Group) -> None:
         return
     seen = len(g.agent.notifications)
     request_id = await g.agent.start_request("session/prompt", model.prompt(session, "long"))
-    await g.agent.wait_until(
-        lambda: g.agent.answered(request_id) is not None or len(g.agent.notifications) > seen, g.settings.timeout
-    )
+
+    # The cancel goes out once the turn is under way: its first content (the model streaming, a tool call), not
+    # just any update (available_commands_update may come before the agent even asked its model).
+    def under_way() -> bool:
+        return any(_is_update(m, session) and _update_kind(m) in _TURN_KINDS for m in g.agent.notifications[seen:])
+
+    await g.agent.wait_until(lambda: g.agent.answered(request_id) is not None or under_way(), g.settings.timeout)
     if g.agent.answered(request_id) is not None:
         run.set("LMB-CANCEL-001", Status.SKIPPED, "the turn ended before the cancel was sent (nothing to judge)")
     else:
@@ -394,6 +437,21 @@ async def _group_cancel(g: _Group) -> None:
         run.fail("LMB-CANCEL-002", "no session/update after the cancelled prompt's answer", f"{len(late)} ({kinds})")
     else:
         run.set("LMB-CANCEL-002", Status.PASS)
+    await _early_cancel(g, session)
+
+
+async def _early_cancel(g: _Group, session: str) -> None:
+    """The cancel race: session/cancel right behind the prompt, before the agent has done anything of the turn."""
+    model = g.settings.model
+    assert model is not None
+    request_id = await g.agent.start_request("session/prompt", model.prompt(session, "long"))
+    await g.agent.notify("session/cancel", {"sessionId": session})
+    answer = await g.agent.answer(request_id, g.settings.timeout)
+    reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+    if not answer.ok or reason not in STOP_REASONS:
+        g.run.fail("LMB-CANCEL-004", "stopReason cancelled", answer.describe() if not answer.ok else repr(reason))
+    else:
+        g.run.set("LMB-CANCEL-004", Status.PASS, f"stopReason {reason}")
 
 
 async def _group_history(g: _Group) -> None:
@@ -461,6 +519,180 @@ async def _group_history(g: _Group) -> None:
                 run.set("LMB-SESS-007", Status.PASS)
 
 
+PROBE_TOOL = "*conform*echo"  # the probe server's echo tool, however the agent names it for its model
+_PROBE = Path(__file__).with_name("mcp_probe.py")
+
+
+def _probe_server(log: Path) -> dict[str, Any]:
+    """The probe MCP server as ``session/new`` names it: this Python, no site packages, logging to ``log``."""
+    args = ["-I", "-S", str(_PROBE), "--log", str(log)]
+    return {"name": "conform", "command": sys.executable, "args": args, "env": []}
+
+
+def _probe_log(log: Path) -> list[dict[str, Any]]:
+    try:
+        lines = log.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+async def _group_tools(g: _Group) -> None:
+    run = g.run
+    model = g.settings.model
+    assert model is not None
+    await _handshake(g.agent, g.settings)
+    token = f"conform-{uuid.uuid4().hex[:8]}"
+    log = Path(g.settings.workspace, f".conform-mcp-{token}.ndjson")
+    session = await g.new_session(None, mcpServers=[_probe_server(log)])
+    if session is None:
+        return
+    start = len(g.agent.transcript)
+    answer = await g.request("session/prompt", model.prompt(session, "tool", token=token))
+    received = _probe_log(log)
+    methods = [m.get("method") for m in received]
+    calls = [m for m in received if m.get("method") == "tools/call" and (m.get("params") or {}).get("name") == "echo"]
+    asked = model.requests() if model.requests else None
+    offered = None if asked is None else any(r.tool(name) for r in asked for name in _matching(r, PROBE_TOOL))
+    if "initialize" in methods and "tools/list" in methods:
+        run.set("LMB-MCP-001", Status.PASS, f"{len(received)} message(s) reached the server")
+    elif calls or offered or model.scripted:
+        run.fail("LMB-MCP-001", "initialize and tools/list on the stdio MCP server", f"methods {methods}")
+    else:
+        run.set("LMB-MCP-001", Status.SKIPPED, "the model never asked for the tool (inconclusive)")
+    if calls:
+        arguments = (calls[0].get("params") or {}).get("arguments")
+        results = [t.text for r in asked or () for t in r.tool_results]
+        if arguments != {"text": token}:
+            run.fail("LMB-MCP-002", f"arguments {{'text': {token!r}}}", json.dumps(arguments))
+        elif asked is not None and not any(f"echo: {token}" in text for text in results):
+            run.fail("LMB-MCP-002", f"the result 'echo: {token}' in the model's next request", f"results {results}")
+        else:
+            run.set("LMB-MCP-002", Status.PASS)
+    elif offered is False:
+        run.fail("LMB-MCP-002", "the server's tools offered to the model", "no tool matching " + PROBE_TOOL)
+    elif model.scripted:
+        run.fail("LMB-MCP-002", "the model's call of the echo tool at the server", "no tools/call arrived")
+    else:
+        run.set("LMB-MCP-002", Status.SKIPPED, "the model did not call the tool (inconclusive: not a scripted model)")
+    if not calls and not (model.scripted and offered is not False):
+        why = "judged only when the model called the tool"
+        run.set("LMB-MCP-003", Status.SKIPPED, why)
+        run.set("LMB-TOOL-001", Status.SKIPPED, why)
+        return
+    turn = [
+        line.message
+        for line in g.agent.transcript[start:]
+        if line.dir == "in" and isinstance(line.message, dict) and _about_tools(line.message, session)
+    ]
+    if turn:
+        run.set("LMB-MCP-003", Status.PASS)
+    else:
+        run.fail("LMB-MCP-003", "a tool_call update (or a permission request) for the MCP call", "none")
+    problems = _tool_call_problems(turn, ended=answer.ok)
+    if problems:
+        run.fail("LMB-TOOL-001", "consistent tool call updates", "; ".join(problems[:3]))
+    else:
+        run.set("LMB-TOOL-001", Status.PASS)
+
+
+def _matching(request: ModelRequest, globs: str) -> list[str]:
+    return [name for name in request.tool_names if any(fnmatch.fnmatchcase(name, g) for g in globs.split("|"))]
+
+
+def _about_tools(message: dict[str, Any], session: str) -> bool:
+    """A tool call or its update for ``session``, or a permission request (which announces its tool call)."""
+    if message.get("method") == "session/request_permission":
+        params = message.get("params")
+        return isinstance(params, dict) and params.get("sessionId") == session
+    return _is_update(message, session) and _update_kind(message) in ("tool_call", "tool_call_update")
+
+
+def _tool_call_problems(messages: list[dict[str, Any]], *, ended: bool) -> list[str]:
+    """What is inconsistent in a turn's tool calls (``_about_tools`` messages, in order)."""
+    order = {"pending": 0, "in_progress": 1, "completed": 2, "failed": 2}
+    status: dict[str, str] = {}
+    problems = []
+    for message in messages:
+        if message.get("method") == "session/request_permission":
+            tool_call = message["params"].get("toolCall")
+            if isinstance(tool_call, dict):
+                status.setdefault(str(tool_call.get("toolCallId")), tool_call.get("status") or "pending")
+            continue
+        update = message["params"]["update"]
+        kind, call_id = update.get("sessionUpdate"), update.get("toolCallId")
+        if kind == "tool_call":
+            status[call_id] = update.get("status") or "pending"
+        elif kind == "tool_call_update":
+            if call_id not in status:
+                problems.append(f"tool_call_update for {call_id!r}, never announced")
+                continue
+            new, old = update.get("status"), status[call_id]
+            if new is None or new == old:
+                continue
+            if order.get(new, 0) < order.get(old, 0) or old in ("completed", "failed"):
+                problems.append(f"{call_id}: {old} -> {new}")
+            status[call_id] = new
+    if ended:
+        problems += [
+            f"{call_id} left {value}" for call_id, value in status.items() if value in ("pending", "in_progress")
+        ]
+    return problems
+
+
+async def _group_permissions(g: _Group) -> None:
+    run = g.run
+    model = g.settings.model
+    assert model is not None
+    client = g.agent.client
+    await _handshake(g.agent, g.settings)
+    session = await g.new_session(None)
+    if session is None:
+        return
+    token = uuid.uuid4().hex[:8]
+    rejected = Path(g.settings.workspace, f"conform-rejected-{token}")
+    client.permission_answer = "reject"
+    await g.request("session/prompt", model.prompt(session, "shell", command=f"touch {rejected}"))
+    asked = [params for method, params in client.requests if method == "session/request_permission"]
+    if not asked:
+        why = "the agent asked no permission before the command (its policy, or no shell call reached it)"
+        run.set("LMB-PERM-001", Status.SKIPPED, why)
+        run.set("LMB-PERM-002", Status.SKIPPED, why)
+        run.set("LMB-PERM-003", Status.SKIPPED, why)
+        return
+    problems = [p for params in asked for p in validate("RequestPermissionRequest", params, g.settings.schema)]
+    foreign = [params.get("sessionId") for params in asked if params.get("sessionId") != session]
+    if problems or foreign:
+        run.fail("LMB-PERM-001", "valid permission requests for the session", "; ".join(problems) or f"{foreign}")
+    else:
+        run.set("LMB-PERM-001", Status.PASS, f"{len(asked)} request(s)")
+    if rejected.exists():
+        run.fail("LMB-PERM-002", f"no {rejected.name} (the command was rejected)", "the file was created")
+    else:
+        run.set("LMB-PERM-002", Status.PASS)
+
+    pending = Path(g.settings.workspace, f"conform-cancelled-{token}")
+    client.permission_answer = "hold"
+    request_id = await g.agent.start_request(
+        "session/prompt", model.prompt(session, "shell", command=f"touch {pending}")
+    )
+    await g.agent.wait_until(lambda: bool(g.agent.held) or g.agent.answered(request_id) is not None, g.settings.timeout)
+    if not g.agent.held:
+        run.set("LMB-PERM-003", Status.SKIPPED, "no permission request was pending (the turn ended, or none came)")
+        return
+    await g.agent.notify("session/cancel", {"sessionId": session})
+    for request in list(g.agent.held):
+        await g.agent.respond(request, {"result": {"outcome": {"outcome": "cancelled"}}})
+    answer = await g.agent.answer(request_id, g.settings.timeout)
+    reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+    if reason != "cancelled":
+        run.fail("LMB-PERM-003", "stopReason cancelled", answer.describe() if not answer.ok else repr(reason))
+    elif pending.exists():
+        run.fail("LMB-PERM-003", f"no {pending.name} (the turn was cancelled)", "the file was created")
+    else:
+        run.set("LMB-PERM-003", Status.PASS)
+
+
 async def _group_shutdown(g: _Group) -> None:
     await _handshake(g.agent, g.settings)
     started = g.agent.now()
@@ -482,6 +714,8 @@ GROUPS: dict[str, GroupFunction] = {
     "prompt": _group_prompt,
     "cancel": _group_cancel,
     "history": _group_history,
+    "tools": _group_tools,
+    "permissions": _group_permissions,
     "shutdown": _group_shutdown,
 }
 

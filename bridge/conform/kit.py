@@ -10,6 +10,7 @@ import fnmatch
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,11 @@ from typing import Any
 import trio
 
 from bridge.config import AgentConfig, known_agent
-from bridge.fakemodel.recipes import FOREIGN_ENV, point_at
-from bridge.fakemodel.server import FakeModel, open_fake_model, say, stall
+from bridge.fakemodel.recipes import FOREIGN_ENV, point_at, shell_call
+from bridge.fakemodel.server import Call, FakeModel, Turn, call, open_fake_model, say, stall
 
 from .agent import AgentSpec
-from .checks import GroupRun, Outcome, Settings, advertised, judge_transcripts, run_group
+from .checks import PROBE_TOOL, GroupRun, Outcome, Settings, advertised, judge_transcripts, run_group
 from .requirements import REQUIREMENTS, Requirement, Status, Tier
 
 __all__ = ["KitResult", "Verdict", "run_kit", "select"]
@@ -112,13 +113,25 @@ def _pointed_at(settings: Settings, fake: FakeModel, home: Path) -> Settings:
     env.update({name: value.replace("{model_url}", fake.base_url) for name, value in settings.agent_env.items()})
     spec = AgentSpec((*argv, *pointed.args), env, settings.spec.cwd or pointed.cwd)
 
-    def before(kind: str) -> None:
-        fake.script[:] = [stall("counting: 1 2 3 ") if kind == "long" else say("pong", 1)]
+    def before(kind: str, values: Mapping[str, str]) -> None:
+        fake.script[:] = _script(kind, values, agent)
 
     assert settings.model is not None
-    model = dataclasses.replace(settings.model, before=before)
+    model = dataclasses.replace(settings.model, before=before, requests=lambda: fake.requests)
     auth_method = settings.auth_method or pointed.authenticate
-    return dataclasses.replace(settings, spec=spec, model=model, auth_method=auth_method)
+    mode = settings.session_mode or pointed.session_mode
+    return dataclasses.replace(settings, spec=spec, model=model, auth_method=auth_method, session_mode=mode)
+
+
+def _script(kind: str, values: Mapping[str, str], agent: str | None) -> list[Turn]:
+    """The fake model's turns for one kind of prompt (after them, every request is answered "pong")."""
+    if kind == "long":
+        return [stall("counting: 1 2 3 ")]
+    if kind == "tool":
+        return [call(Call("", {"text": values["token"]}, offered=PROBE_TOOL)), say("done", 1)]
+    if kind == "shell":
+        return [call(shell_call(agent, values["command"])), say("done", 1)]
+    return [say("pong", 1)]
 
 
 async def _run(settings: Settings, requirements: list[Requirement]) -> KitResult:
@@ -140,7 +153,17 @@ async def _run(settings: Settings, requirements: list[Requirement]) -> KitResult
         reason = _skip_reason(requirement, settings, capabilities, result.blocked)
         if reason:
             outcomes[requirement.id] = Outcome(requirement.id, Status.SKIPPED, reason)
-    for name in ("negotiation", "sessions", "robustness", "prompt", "cancel", "history", "shutdown"):
+    for name in (
+        "negotiation",
+        "sessions",
+        "robustness",
+        "prompt",
+        "cancel",
+        "history",
+        "tools",
+        "permissions",
+        "shutdown",
+    ):
         pending = [r for r in requirements if r.group == name and r.id not in outcomes]
         if name not in wanted or not pending:
             continue
@@ -173,7 +196,7 @@ def _skip_reason(
     if blocked:
         return f"blocked: {blocked}"
     if requirement.needs_model and settings.model is None:
-        return "needs the agent's model to act (run with --model own, or directives for the demo agent)"
+        return "needs the agent's model to act (run with --model fake or own; directives for the demo agent)"
     if requirement.capability and not advertised(capabilities, requirement.capability):
         return f"not advertised (agentCapabilities.{requirement.capability})"
     return None

@@ -287,6 +287,107 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ),
         needs_model=True,
     ),
+    _r(
+        "LMB-CANCEL-004",
+        M,
+        "a cancel sent at once after the prompt, before anything of the turn came, still ends it with stop reason "
+        "cancelled (or, had it ended first, its own stop reason), never an error",
+        "cancel",
+        (
+            DOCS + "prompt-turn#cancellation",
+            "Agents MUST catch these errors and return the semantically meaningful cancelled stop reason",
+        ),
+        needs_model=True,
+    ),
+    # -- MCP and tool calls -----------------------------------------------------------------------------------------
+    _r(
+        "LMB-MCP-001",
+        M,
+        "the agent connects to a stdio MCP server given in session/new (initialize and tools/list reach it)",
+        "tools",
+        (
+            DOCS + "session-setup#stdio-transport",
+            "All Agents MUST support connecting to MCP servers via stdio",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-MCP-002",
+        M,
+        "the model's call of that server's tool reaches the server with its arguments, and the result reaches the "
+        "model",
+        "tools",
+        (
+            DOCS + "session-setup#mcp-servers",
+            "Clients MAY include connection details for MCP servers that the Agent should connect to.",
+        ),
+        (
+            DOCS + "session-setup#stdio-transport",
+            "All Agents MUST support connecting to MCP servers via stdio",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-MCP-003",
+        A,
+        "the call is reported to the client as a tool call",
+        "tools",
+        (
+            DOCS + "tool-calls#creating",
+            "When the language model requests a tool invocation, the Agent SHOULD report it to the Client",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-TOOL-001",
+        A,
+        "tool_call_update names a tool call announced before; a status never goes back; none is left pending or "
+        "in_progress when the turn ends",
+        "tools",
+        (DOCS + "tool-calls#updating", "All fields except toolCallId are optional in updates."),
+        (
+            DOCS + "prompt-turn#5-tool-invocation-and-status-updates",
+            "the Agent SHOULD invoke the tool and report a status update marking the tool as in_progress",
+        ),
+        needs_model=True,
+    ),
+    # -- permissions ------------------------------------------------------------------------------------------------
+    _r(
+        "LMB-PERM-001",
+        M,
+        "a permission request is a valid RequestPermissionRequest for the session, with its tool call and options",
+        "permissions",
+        (
+            DOCS + "tool-calls#requesting-permission",
+            "Request for user permission to execute a tool call. Sent when the agent needs authorization before "
+            "performing a sensitive operation.",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-PERM-002",
+        M,
+        "an operation the client rejected is not performed",
+        "permissions",
+        (DOCS + "schema#permissionoptionkind", "reject_once: Reject this operation only this time."),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-PERM-003",
+        M,
+        "a cancel while a permission request is pending (answered cancelled, as the client must) ends the prompt "
+        "with stop reason cancelled, and the operation is not performed",
+        "permissions",
+        (
+            DOCS + "tool-calls#requesting-permission",
+            'If the current prompt turn gets cancelled, the Client MUST respond with the "cancelled" outcome',
+        ),
+        (
+            DOCS + "prompt-turn#cancellation",
+            "the Agent MUST respond to the original session/prompt request with the cancelled stop reason.",
+        ),
+        needs_model=True,
+    ),
     # -- the client's capabilities ----------------------------------------------------------------------------------
     _r(
         "LMB-CAP-001",

@@ -14,10 +14,12 @@ import dataclasses
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FOREIGN_ENV", "RECIPES", "Pointed", "point_at"]
+from .server import Call
+
+__all__ = ["FOREIGN_ENV", "RECIPES", "Pointed", "point_at", "shell_call"]
 
 # An agent reads these before its own config: a developer's real keys or endpoints must neither reach a run against
 # the fake model nor send its requests elsewhere.
@@ -35,8 +37,8 @@ class Pointed:
     authenticate: str | None = None  # the auth method to call after initialize
     cwd: str | None = None
     model: str = ""  # the model id it asks for
+    session_mode: str | None = None  # a mode to put each session in, when the agent offers it
     api: str = ""  # the API it speaks: anthropic | openai | openai-chat | gemini ("" when unknown)
-    notes: tuple[str, ...] = field(default=())
 
 
 def point_at(agent: str | None, *, model_url: str, home: Path, project: Path) -> Pointed:
@@ -60,7 +62,9 @@ def _claude(model_url: str, home: Path, project: Path) -> Pointed:
     }
     if os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"  # as root, Claude Code refuses to start without it
-    return Pointed(env, model="claude-sonnet", api="anthropic", notes=("session titles: answered by the server",))
+    # Its sessions start in mode "auto": a model classifier (a request of its own to the model) decides permission
+    # requests, which then never reach the client. "default" asks the client.
+    return Pointed(env, model="claude-sonnet", api="anthropic", session_mode="default")
 
 
 CODEX_MODEL = {
@@ -181,7 +185,23 @@ def _generic(model_url: str, home: Path, project: Path) -> Pointed:
         "LMBRIDGE_MODEL_BASE_URL": model_url,
         "LMBRIDGE_MODEL_TOKEN": DUMMY_KEY,
     }
-    return Pointed(env, notes=("no recipe: the usual variables set; anything else is --agent-env's",))
+    return Pointed(env)
 
 
 RECIPES = {"claude": _claude, "codex": _codex, "gemini": _gemini, "opencode": _opencode}
+
+_WHY = "Run the command the user asked for"
+
+
+def shell_call(agent: str | None, command: str) -> Call:
+    """A call of the agent's built-in shell tool, as its model makes it; for an agent without a recipe, the first
+    offered tool with "shell" or "bash" in its name, given ``command``."""
+    if agent == "claude":
+        return Call("Bash", {"command": command, "description": _WHY})
+    if agent == "codex":
+        return Call("exec_command", {"cmd": command})
+    if agent == "gemini":
+        return Call("run_shell_command", {"command": command, "description": _WHY})
+    if agent == "opencode":
+        return Call("bash", {"command": command, "description": _WHY})
+    return Call("", {"command": command}, offered="*[Ss]hell*|*[Bb]ash*")

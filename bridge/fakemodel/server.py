@@ -61,14 +61,14 @@ class Call:
     name: str
     arguments: dict[str, Any]
     namespace: str | None = None  # OpenAI Responses only: the namespace of an MCP tool
-    offered: str | None = None  # a glob: call the first tool the request offers whose name matches (name unused)
+    offered: str | None = None  # globs (``a*|*b``): call the first offered tool whose name matches (name unused)
 
     def resolve(self, request: ModelRequest) -> Call:
         """This call with ``offered`` resolved against the tools ``request`` offers (unchanged when none match)."""
         if self.offered is None:
             return self
         for listed in request.tool_names:
-            if fnmatch.fnmatchcase(listed, self.offered):
+            if any(fnmatch.fnmatchcase(listed, pattern) for pattern in self.offered.split("|")):
                 namespace, _, name = listed.rpartition("/") if request.api == "openai" else ("", "", listed)
                 return Call(name, self.arguments, namespace or None)
         return Call(self.offered, self.arguments, self.namespace)

@@ -16,7 +16,7 @@ from typing import Any
 
 import tomli_w
 
-from bridge.fakemodel.recipes import FOREIGN_ENV, Pointed, point_at
+from bridge.fakemodel.recipes import FOREIGN_ENV, Pointed, point_at, shell_call
 from bridge.fakemodel.server import Call, ModelRequest
 
 from .installs import PINS
@@ -93,7 +93,7 @@ class ClaudeKit(AgentKit):
         return f"mcp__{MCP_SERVER}__{name}"
 
     def shell(self, command: str) -> Call:
-        return Call("Bash", {"command": command, "description": "Run the command the user asked for"})
+        return shell_call(self.id, command)
 
 
 class CodexKit(AgentKit):
@@ -108,7 +108,7 @@ class CodexKit(AgentKit):
         return f"mcp__{MCP_SERVER}/{name}"
 
     def shell(self, command: str) -> Call:
-        return Call("exec_command", {"cmd": command})
+        return shell_call(self.id, command)
 
 
 class GeminiKit(AgentKit):
@@ -130,7 +130,7 @@ class GeminiKit(AgentKit):
         return f"mcp_{MCP_SERVER}_{name}"
 
     def shell(self, command: str) -> Call:
-        return Call("run_shell_command", {"command": command, "description": "Run the command the user asked for"})
+        return shell_call(self.id, command)
 
 
 class OpenCodeKit(AgentKit):
@@ -145,7 +145,7 @@ class OpenCodeKit(AgentKit):
         return f"{MCP_SERVER}_{name}"
 
     def shell(self, command: str) -> Call:
-        return Call("bash", {"command": command, "description": "Run the command the user asked for"})
+        return shell_call(self.id, command)
 
 
 KITS: dict[str, AgentKit] = {

@@ -30,7 +30,10 @@ FINDINGS = {
     "opencode": set[str](),
 }
 # Passed by every agent: the model-driven requirements, so the fake model really drove each one.
-ALWAYS = {"LMB-PROMPT-001", "LMB-PROMPT-002", "LMB-PROMPT-003", "LMB-CANCEL-001", "LMB-CANCEL-002", "LMB-CAP-001"}
+ALWAYS = {
+    *("LMB-PROMPT-001", "LMB-PROMPT-002", "LMB-PROMPT-003", "LMB-CANCEL-001", "LMB-CANCEL-002", "LMB-CAP-001"),
+    *("LMB-MCP-001", "LMB-MCP-002", "LMB-MCP-003", "LMB-TOOL-001", "LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003"),
+}
 
 
 async def test_the_kit_judges_the_agent_against_the_fake_model(
