@@ -1,9 +1,10 @@
 """A scripted fake model for real agents, as a standalone server: the worked example of docs/harness.md.
 
-Serves ``tests/interop/fake_models.py`` (Anthropic Messages, OpenAI Responses and Gemini streaming APIs) on
-127.0.0.1, answering each model request with the next turn of a JSON script, until interrupted; and writes an
-lmbridge config file with the agent pointed at it (``tests/interop/kits.py``: the tables of docs/agents.md, a
-private HOME, and what each agent needs there). Run it from the repository root:
+Serves lmbridge's fake model (``bridge.fakemodel``: Anthropic Messages, OpenAI Responses and Chat Completions, and
+Gemini streaming APIs) on 127.0.0.1, answering each model request with the next turn of a JSON script, until
+interrupted; and writes an lmbridge config file with the agent pointed at it (``tests/interop/kits.py``, from the
+recipes of docs/fake-model.md: the tables of docs/agents.md, a private HOME, and what each agent needs there). Run it
+from the repository root:
 
     python examples/real-agent/fake_model.py --agent claude --dir /tmp/lmbridge-example \\
         examples/real-agent/weather-model.json
@@ -17,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
 from pathlib import Path
 
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.interop.fake_models import FakeModel, call, say
+from bridge.fakemodel.server import call, open_fake_model, say
 from tests.interop.kits import KITS, write_config
 
 
@@ -39,10 +39,7 @@ def load(path: str, agent: str) -> list:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    model = FakeModel(load(args.script, args.agent))
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, model._serve_connection, args.port, host="127.0.0.1"))
-        model.port = listeners[0].socket.getsockname()[1]
+    async with open_fake_model(load(args.script, args.agent), port=args.port) as model:
         directory = Path(args.dir).resolve()
         home, project = directory / "home", directory / "project"
         home.mkdir(parents=True, exist_ok=True)
@@ -56,7 +53,7 @@ async def serve(args: argparse.Namespace) -> None:
         )
         while True:
             before = len(model.requests)
-            await model._changed.wait()
+            await model.changed()
             for request in model.requests[before:]:
                 print(
                     f"  {request.api} {request.method} {request.path}" + (" (a model turn)" if request.turn else ""),
