@@ -1,5 +1,5 @@
-# make demo | make check | make test | make lint | make bench | make interop | make scale — each creates .venv on
-# first use.
+# make demo | make check | make test | make lint | make bench | make interop | make scale | make conform-sweep — each
+# creates .venv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: demo check test test-plan lint pytest haproxy scale vscode-test vscode-e2e vscode-package bench bench-agents \
-	interop clean
+	interop conform-sweep clean
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -71,6 +71,12 @@ haproxy:
 SCALE_CONVERSATIONS ?= 30
 scale: $(STAMP) haproxy
 	LMBRIDGE_SCALE_CONVERSATIONS=$(SCALE_CONVERSATIONS) $(BIN)/python -m pytest -q -s tests/test_scale.py $(PYTEST_ARGS)
+
+# The ACP registry's agents that install from npm or PyPI, pinned, through `lmbridge conform --model fake`; writes
+# the matrix into docs/conformance.md. Not part of `make test`: it installs about 3 GB into .conform-cache/ and takes
+# about half an hour. `tests/conform_sweep.py qwen cline` runs a few.
+conform-sweep: $(STAMP)
+	$(BIN)/python tests/conform_sweep.py
 
 interop: $(STAMP)
 	$(BIN)/python -m pytest -m interop tests/interop $(PYTEST_ARGS)

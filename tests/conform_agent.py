@@ -27,7 +27,7 @@ DEFECTS: dict[str, set[str]] = {
     "no-agent-info": {"LMB-INIT-004"},
     "same-session-id": {"LMB-SESS-002"},
     "rejects-meta": {"LMB-EXT-004"},
-    "result-for-unknown-method": {"LMB-RPC-001", "LMB-RPC-002"},
+    "result-for-unknown-method": {"LMB-RPC-002"},  # answered, but with a result
     "ext-wrong-code": {"LMB-EXT-002"},
     "answers-notifications": {"LMB-EXT-003", "LMB-RPC-003"},  # an error without an id
     "stdout-noise": {"LMB-STDIO-001"},

@@ -7,6 +7,7 @@ subcommand's work lives in its own module, imported only when that subcommand ru
 - ``demo``: ``lmbridge demo``, the scripted conversation
 - ``keys``: ``lmbridge keys``, the keys of a shared daemon
 - ``usage``: ``lmbridge usage``, what its turns used, from the usage ledger
+- ``agents``: ``lmbridge agents``, the ACP registry's agents: list, add to the config, update, doctor
 
 ``lmbridge test`` and ``replay`` are the harness's, ``conform`` the kit's, ``fake-model`` the fake model's: each
 package has a ``command`` module with its parser and entry point.
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bridge.fakemodel.command import add_fake_model_parser
     from bridge.harness.commands import add_replay_parser, add_test_parser
 
+    from .agents import add_agents_parser
     from .keys import add_keys_parser
     from .usage import add_usage_parser
 
@@ -201,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_replay_parser(commands)
     add_conform_parser(commands)
     add_fake_model_parser(commands)
+    add_agents_parser(commands)
     add_keys_parser(commands)
     add_usage_parser(commands)
 
@@ -221,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bridge.fakemodel.command import run_fake_model
 
         return run_fake_model(args)
+    if args.command == "agents":  # reads the config itself, where it needs it
+        from .agents import run_agents
+
+        return run_agents(args)
     if args.command == "keys":  # files only: no config, no logging
         from .keys import run_keys
 

@@ -147,8 +147,12 @@ async def _run(settings: Settings, requirements: list[Requirement]) -> KitResult
     groups["initialize"] = first
     capabilities = first.capabilities or {}
     result.blocked = first.blocked
+    unusable = None if first.initialize is not None or first.blocked else (first.problem or "initialize failed")
     for requirement in requirements:
         if requirement.group in ("initialize", "all"):
+            continue
+        if unusable is not None:  # no process of it will get further: each would wait out the start-up timeout
+            outcomes[requirement.id] = Outcome(requirement.id, Status.NOT_TESTED, f"not started: {unusable}")
             continue
         reason = _skip_reason(requirement, settings, capabilities, result.blocked)
         if reason:

@@ -68,6 +68,9 @@ def _requirement_json(result: KitResult, requirement: Requirement) -> dict[str, 
             for label, lines in run.transcripts.items()
         }
         entry["stderrTail"] = {run.group: run.stderr_tail for run in runs}
+        requests = {run.group: run.model_requests for run in runs if run.model_requests}
+        if requests:
+            entry["modelRequests"] = requests  # what the fake model was asked: API, path, the tools offered
     return entry
 
 

@@ -452,7 +452,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     _r(
         "LMB-RPC-001",
         M,
-        "a request for a method the agent does not have is answered with an error",
+        "a request for a method the agent does not have is answered (a response with its id)",
         "robustness",
         (
             JSONRPC + "#response_object",
