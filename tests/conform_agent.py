@@ -48,7 +48,17 @@ DEFECTS: dict[str, set[str]] = {
     "bad-permission-request": {"LMB-PERM-001"},  # options without a kind
     "runs-rejected": {"LMB-PERM-002"},
     "cancelled-permission-ends-turn": {"LMB-PERM-003"},  # a cancel during a permission request ends end_turn
+    "refuses-its-mode": {"LMB-MODE-001"},  # session/set_mode to the mode it is in: an error
+    "partial-config-answer": {"LMB-CONFIG-001"},  # set_config_option answered with the changed option only
 }
+
+_MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
+_OPTIONS = [
+    {"id": "model", "name": "Model", "type": "select", "currentValue": "small",
+     "options": [{"value": "small", "name": "Small"}, {"value": "large", "name": "Large"}]},
+    {"id": "effort", "name": "Effort", "type": "select", "currentValue": "low",
+     "options": [{"value": "low", "name": "Low"}, {"value": "high", "name": "High"}]},
+]  # fmt: skip
 
 _defects: set[str] = set()
 _auth = {"required": False, "done": False}  # --require-auth: session/new answers -32000 until authenticate
@@ -261,7 +271,7 @@ def _handle(message: dict[str, Any]) -> None:
         session_id = "same-session" if "same-session-id" in _defects else f"s-{uuid.uuid4().hex[:12]}"
         _sessions[session_id] = {"cwd": params.get("cwd"), "history": [], "mcpServers": params.get("mcpServers", [])}
         _save(session_id)
-        _send({"id": request_id, "result": {"sessionId": session_id}})
+        _send({"id": request_id, "result": {"sessionId": session_id, "modes": _MODES, "configOptions": _OPTIONS}})
     elif method in ("session/load", "session/resume"):
         session = _load(params.get("sessionId", ""))
         if session is None:
@@ -280,6 +290,17 @@ def _handle(message: dict[str, Any]) -> None:
         else:
             listed = [{"sessionId": key, "cwd": value["cwd"]} for key, value in _sessions.items()]
             _send({"id": request_id, "result": {"sessions": listed}})
+    elif method == "session/set_mode":
+        if "refuses-its-mode" in _defects:
+            _send({"id": request_id, "error": {"code": -32602, "message": "no"}})
+        else:
+            _send({"id": request_id, "result": {}})
+    elif method == "session/set_config_option":
+        chosen = [dict(o, currentValue=params.get("value")) for o in _OPTIONS if o["id"] == params.get("configId")]
+        others = (
+            [] if "partial-config-answer" in _defects else [o for o in _OPTIONS if o["id"] != params.get("configId")]
+        )
+        _send({"id": request_id, "result": {"configOptions": chosen + others}})
     elif method == "session/close":
         _sessions.pop(params.get("sessionId"), None)
         _send({"id": request_id, "result": {}})

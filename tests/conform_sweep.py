@@ -57,8 +57,8 @@ CANDIDATES = (
     Candidate("auggie", "Auggie CLI", "npm", "@augmentcode/auggie@0.36.0", ("auggie", "--acp")),
     Candidate("cline", "Cline", "npm", "cline@3.0.65", ("cline", "--acp")),
     Candidate("copilot", "GitHub Copilot", "npm", "@github/copilot@1.0.102", ("copilot", "--acp")),
-    # 7.8.1's platform package is not on the npm mirror here: the latest pair that is.
-    Candidate("kilo", "Kilo", "npm", "@kilocode/cli@7.7.9", ("kilo", "acp")),
+    # 7.8.1's Linux package is not on npm (nor 7.7.9's main one): the latest release with both.
+    Candidate("kilo", "Kilo", "npm", "@kilocode/cli@7.7.7", ("kilo", "acp")),
     Candidate("pi-acp", "pi ACP", "npm", "pi-acp@0.0.34", ("pi-acp",), extra=("@mariozechner/pi-coding-agent@0.73.1",)),
     Candidate("qoder", "Qoder CLI", "npm", "@qoder-ai/qodercli@1.1.52", ("qodercli", "--acp")),
     Candidate(
@@ -112,7 +112,8 @@ def install(candidate: Candidate) -> Path:
     if installed != " ".join([candidate.package, *candidate.extra]):
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            raise RuntimeError(f"install failed: {(done.stderr or done.stdout).strip().splitlines()[-1][:200]}")
+            lines = [line for line in (done.stderr or done.stdout).splitlines() if "complete log" not in line]
+            raise RuntimeError(f"install failed: {' '.join(lines[-2:])[:240]}")
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(" ".join([candidate.package, *candidate.extra]))
     if not executable.exists():

@@ -221,3 +221,16 @@ def test_with_the_fake_model_the_agent_is_pointed_at_it_by_its_recipe(tmp_path: 
     assert fake.script[0].calls == (Call("exec_command", {"cmd": "touch /tmp/x"}),)  # Codex's own shell tool
     pointed.model.before("tool", {"token": "t1"})
     assert fake.script[0].calls[0].offered == "*conform*echo"
+
+
+@wire
+async def test_an_agent_that_never_asks_the_fake_model_is_not_judged_on_what_its_model_did(tmp_path: Path) -> None:
+    # The test agent has no model: with --model fake, the turns it answers are its own, not the script's.
+    result = await run_kit(_settings(tmp_path, model="fake"), list(REQUIREMENTS))
+    assert _with(result, Status.FAIL, Status.NOT_TESTED) == set(), {
+        rid: o.detail for rid, o in result.outcomes.items() if o.status in (Status.FAIL, Status.NOT_TESTED)
+    }
+    undriven = {"LMB-CANCEL-001", "LMB-SESS-006", "LMB-MCP-001", "LMB-MCP-002", "LMB-PERM-001", "LMB-PERM-002"}
+    assert undriven <= _with(result, Status.SKIPPED)
+    assert all("never reached the fake model" in result.outcomes[rid].detail for rid in undriven)
+    assert result.outcomes["LMB-PROMPT-001"].status is Status.PASS  # the ACP side of a turn is judged all the same

@@ -177,6 +177,28 @@ class _Group:
     agent: LiveAgent
     settings: Settings
     capabilities: dict[str, Any]
+    asked_before: int = 0  # the scripted model's requests before the group began
+    opened: dict[str, dict[str, Any]] = field(default_factory=dict)  # session id → its session/new result
+
+    def model_asked(self) -> bool | None:
+        """Whether the agent has asked the scripted model anything during this group (None: not a scripted model
+        the kit can see). An agent not pointed at it answers from elsewhere: what its model did is not the kit's."""
+        model = self.settings.model
+        if model is None or model.requests is None:
+            return None
+        return len(model.requests()) > self.asked_before
+
+    def undriven(self, requirements: tuple[str, ...]) -> bool:
+        """True (the requirements SKIPPED, saying why) when the agent never asked the fake model."""
+        if self.model_asked() is not False:
+            return False
+        why = (
+            "the agent's model requests never reached the fake model (it is not pointed at it: give what it reads "
+            "with --agent-env NAME={model_url})"
+        )
+        for requirement in requirements:
+            self.run.set(requirement, Status.SKIPPED, why)
+        return True
 
     async def request(self, method: str, params: Any, timeout: float | None = None) -> Answer:
         return await self.agent.request(method, params, timeout=timeout or self.settings.timeout)
@@ -193,6 +215,8 @@ class _Group:
                 self.run.fail(requirement, "a valid NewSessionResponse", problems)
             else:
                 self.run.set(requirement, Status.PASS)
+        if isinstance(session_id, str):
+            self.opened[session_id] = answer.result
         if not isinstance(session_id, str):
             if requirement is None:  # what the group's requirements needed: they are not tested, and this is why
                 self.run.problem = f"session/new failed: {answer.describe()}"
@@ -240,6 +264,16 @@ async def _handshake(agent: LiveAgent, settings: Settings) -> tuple[Answer, floa
 # -- the groups ------------------------------------------------------------------------------------------------------
 
 
+async def _model_session(g: _Group, **extra: Any) -> tuple[ModelDriver, str] | None:
+    """For a group that needs the model: the handshake and a session (None when session/new failed: the group's
+    problem says why)."""
+    model = g.settings.model
+    assert model is not None
+    await _handshake(g.agent, g.settings)
+    session = await g.new_session(None, **extra)
+    return None if session is None else (model, session)
+
+
 async def _group_initialize(g: _Group) -> None:
     run = g.run
     answer, took = await _handshake(g.agent, g.settings)
@@ -284,10 +318,19 @@ async def _group_sessions(g: _Group) -> None:
     run = g.run
     await _handshake(g.agent, g.settings)
     first = await g.new_session()
+    if first is not None:
+        await _session_options(g, first, g.opened.get(first, {}))
     if first is None:
         # What builds on a working session/new cannot be judged: saying it fails would blame the wrong thing.
         why = "session/new itself failed (LMB-SESS-001)"
-        for requirement in ("LMB-SESS-002", "LMB-EXT-004", "LMB-SESS-004", "LMB-SESS-005"):
+        for requirement in (
+            "LMB-SESS-002",
+            "LMB-EXT-004",
+            "LMB-SESS-004",
+            "LMB-SESS-005",
+            "LMB-MODE-001",
+            "LMB-CONFIG-001",
+        ):
             run.set(requirement, Status.NOT_TESTED, why)
     else:
         second = await g.new_session(None)
@@ -312,6 +355,35 @@ async def _group_sessions(g: _Group) -> None:
     if advertised(g.capabilities, "sessionCapabilities.list"):
         answer = await g.request("session/list", {})
         _judge(run, "LMB-SESS-003", "ListSessionsResponse", answer, g.settings.schema)
+
+
+async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> None:
+    """The session's modes and config options, each set to what it already is: the methods work and say so."""
+    modes = opened.get("modes")
+    if isinstance(modes, dict) and isinstance(modes.get("currentModeId"), str):
+        answer = await g.request("session/set_mode", {"sessionId": session, "modeId": modes["currentModeId"]})
+        _judge(g.run, "LMB-MODE-001", "SetSessionModeResponse", answer, g.settings.schema)
+    else:
+        g.run.set("LMB-MODE-001", Status.SKIPPED, "its sessions offer no modes")
+    options = [o for o in opened.get("configOptions") or () if isinstance(o, dict)]
+    select = next((o for o in options if o.get("type", "select") == "select" and "currentValue" in o), None)
+    if select is None:
+        g.run.set("LMB-CONFIG-001", Status.SKIPPED, "its sessions offer no select config option")
+        return
+    params = {"sessionId": session, "configId": select.get("id"), "value": select["currentValue"]}
+    answer = await g.request("session/set_config_option", params)
+    problems = _invalid("SetSessionConfigOptionResponse", answer, g.settings.schema)
+    listed = {o.get("id"): o for o in (answer.result or {}).get("configOptions") or () if isinstance(o, dict)}
+    missing = [o.get("id") for o in options if o.get("id") not in listed]
+    if problems:
+        g.run.fail("LMB-CONFIG-001", "a valid SetSessionConfigOptionResponse", problems)
+    elif missing:
+        g.run.fail("LMB-CONFIG-001", "every option of the session in the answer", f"{missing} missing")
+    elif listed[select.get("id")].get("currentValue") != select["currentValue"]:
+        value = listed[select.get("id")].get("currentValue")
+        g.run.fail("LMB-CONFIG-001", f"{select.get('id')} = {select['currentValue']!r}", repr(value))
+    else:
+        g.run.set("LMB-CONFIG-001", Status.PASS, f"{len(listed)} option(s)")
 
 
 async def _group_robustness(g: _Group) -> None:
@@ -365,12 +437,10 @@ async def _group_robustness(g: _Group) -> None:
 
 async def _group_prompt(g: _Group) -> None:
     run = g.run
-    model = g.settings.model
-    assert model is not None
-    await _handshake(g.agent, g.settings)
-    session = await g.new_session(None)
-    if session is None:
+    opened = await _model_session(g)
+    if opened is None:
         return
+    model, session = opened
     for requirement in ("LMB-PROMPT-001", "LMB-PROMPT-003"):
         answer = await g.request("session/prompt", model.prompt(session, "short"))
         problems = _invalid("PromptResponse", answer, g.settings.schema)
@@ -387,12 +457,10 @@ async def _group_prompt(g: _Group) -> None:
 
 async def _group_cancel(g: _Group) -> None:
     run = g.run
-    model = g.settings.model
-    assert model is not None
-    await _handshake(g.agent, g.settings)
-    session = await g.new_session(None)
-    if session is None:
+    opened = await _model_session(g)
+    if opened is None:
         return
+    model, session = opened
     seen = len(g.agent.notifications)
     request_id = await g.agent.start_request("session/prompt", model.prompt(session, "long"))
 
@@ -402,6 +470,8 @@ async def _group_cancel(g: _Group) -> None:
         return any(_is_update(m, session) and _update_kind(m) in _TURN_KINDS for m in g.agent.notifications[seen:])
 
     await g.agent.wait_until(lambda: g.agent.answered(request_id) is not None or under_way(), g.settings.timeout)
+    if g.undriven(("LMB-CANCEL-001", "LMB-CANCEL-002", "LMB-CANCEL-003", "LMB-CANCEL-004")):
+        return
     if g.agent.answered(request_id) is not None:
         run.set("LMB-CANCEL-001", Status.SKIPPED, "the turn ended before the cancel was sent (nothing to judge)")
     else:
@@ -440,13 +510,11 @@ async def _group_cancel(g: _Group) -> None:
         run.fail("LMB-CANCEL-002", "no session/update after the cancelled prompt's answer", f"{len(late)} ({kinds})")
     else:
         run.set("LMB-CANCEL-002", Status.PASS)
-    await _early_cancel(g, session)
+    await _early_cancel(g, model, session)
 
 
-async def _early_cancel(g: _Group, session: str) -> None:
+async def _early_cancel(g: _Group, model: ModelDriver, session: str) -> None:
     """The cancel race: session/cancel right behind the prompt, before the agent has done anything of the turn."""
-    model = g.settings.model
-    assert model is not None
     request_id = await g.agent.start_request("session/prompt", model.prompt(session, "long"))
     await g.agent.notify("session/cancel", {"sessionId": session})
     answer = await g.agent.answer(request_id, g.settings.timeout)
@@ -460,13 +528,13 @@ async def _early_cancel(g: _Group, session: str) -> None:
 async def _group_history(g: _Group) -> None:
     """A session with one turn, then loaded (and resumed) by fresh processes of the agent."""
     run = g.run
-    model = g.settings.model
-    assert model is not None
-    await _handshake(g.agent, g.settings)
-    session = await g.new_session(None)
-    if session is None:
+    opened = await _model_session(g)
+    if opened is None:
         return
+    model, session = opened
     answer = await g.request("session/prompt", model.prompt(session, "short"))
+    if g.undriven(("LMB-SESS-006", "LMB-SESS-007")):
+        return
     if not answer.ok:
         for requirement in ("LMB-SESS-006", "LMB-SESS-007"):
             run.set(
@@ -480,46 +548,47 @@ async def _group_history(g: _Group) -> None:
     await g.agent.stop()
     params = {"sessionId": session, "cwd": str(g.settings.workspace), "mcpServers": []}
     if advertised(g.capabilities, "loadSession"):
-        async with open_agent(g.settings.spec, ClientSide(g.settings.workspace)) as loader:
-            run.transcripts["load"] = loader.transcript
-            await _handshake(loader, g.settings)
-            request_id = await loader.start_request("session/load", params)
-            answer = await loader.answer(request_id, g.settings.timeout)
-            before = _before_answer(loader.transcript, request_id, session)
-            problems = _invalid("LoadSessionResponse", answer, g.settings.schema)
-            replayed_user = _text_of(before, "user_message_chunk")
-            replayed_agent = _text_of(before, "agent_message_chunk")
-            if problems:
-                run.fail("LMB-SESS-006", "a valid LoadSessionResponse", problems)
-            elif _squash(model.short) not in _squash(replayed_user):
-                run.fail(
-                    "LMB-SESS-006",
-                    f"the user's prompt {model.short!r} replayed as user_message_chunk before the answer",
-                    f"{len(before)} update(s) before the answer; user text {replayed_user[:120]!r}",
-                )
-            elif said and not _replayed(said, replayed_agent, exact=model.answer is not None):
-                run.fail(
-                    "LMB-SESS-006",
-                    f"the agent's answer {said[:80]!r} replayed as agent_message_chunk before the answer",
-                    f"agent text {replayed_agent[:120]!r}",
-                )
-            else:
-                run.set("LMB-SESS-006", Status.PASS, f"{len(before)} update(s) replayed")
+        answer, before = await _in_fresh_process(g, "session/load", params)
+        problems = _invalid("LoadSessionResponse", answer, g.settings.schema)
+        replayed_user = _text_of(before, "user_message_chunk")
+        replayed_agent = _text_of(before, "agent_message_chunk")
+        if problems:
+            run.fail("LMB-SESS-006", "a valid LoadSessionResponse", problems)
+        elif _squash(model.short) not in _squash(replayed_user):
+            run.fail(
+                "LMB-SESS-006",
+                f"the user's prompt {model.short!r} replayed as user_message_chunk before the answer",
+                f"{len(before)} update(s) before the answer; user text {replayed_user[:120]!r}",
+            )
+        elif said and not _replayed(said, replayed_agent, exact=model.answer is not None):
+            run.fail(
+                "LMB-SESS-006",
+                f"the agent's answer {said[:80]!r} replayed as agent_message_chunk before the answer",
+                f"agent text {replayed_agent[:120]!r}",
+            )
+        else:
+            run.set("LMB-SESS-006", Status.PASS, f"{len(before)} update(s) replayed")
     if advertised(g.capabilities, "sessionCapabilities.resume"):
-        async with open_agent(g.settings.spec, ClientSide(g.settings.workspace)) as resumer:
-            run.transcripts["resume"] = resumer.transcript
-            await _handshake(resumer, g.settings)
-            request_id = await resumer.start_request("session/resume", params)
-            answer = await resumer.answer(request_id, g.settings.timeout)
-            before = _before_answer(resumer.transcript, request_id, session)
-            history = [m for m in before if _update_kind(m) in _REPLAY_KINDS]
-            problems = _invalid("ResumeSessionResponse", answer, g.settings.schema)
-            if problems:
-                run.fail("LMB-SESS-007", "a valid ResumeSessionResponse", problems)
-            elif history:
-                run.fail("LMB-SESS-007", "no history replayed before the answer", f"{len(history)} update(s)")
-            else:
-                run.set("LMB-SESS-007", Status.PASS)
+        answer, before = await _in_fresh_process(g, "session/resume", params)
+        history = [m for m in before if _update_kind(m) in _REPLAY_KINDS]
+        problems = _invalid("ResumeSessionResponse", answer, g.settings.schema)
+        if problems:
+            run.fail("LMB-SESS-007", "a valid ResumeSessionResponse", problems)
+        elif history:
+            run.fail("LMB-SESS-007", "no history replayed before the answer", f"{len(history)} update(s)")
+        else:
+            run.set("LMB-SESS-007", Status.PASS)
+
+
+async def _in_fresh_process(g: _Group, method: str, params: dict[str, Any]) -> tuple[Answer, list[dict[str, Any]]]:
+    """``method`` on a fresh process of the agent (after the handshake): its answer, and the session's updates
+    that came before it. The process's wire is kept under the method's name."""
+    async with open_agent(g.settings.spec, ClientSide(g.settings.workspace)) as fresh:
+        g.run.transcripts[method.removeprefix("session/")] = fresh.transcript
+        await _handshake(fresh, g.settings)
+        request_id = await fresh.start_request(method, params)
+        answer = await fresh.answer(request_id, g.settings.timeout)
+        return answer, _before_answer(fresh.transcript, request_id, params["sessionId"])
 
 
 PROBE_TOOL = "*conform*echo"  # the probe server's echo tool, however the agent names it for its model
@@ -542,16 +611,16 @@ def _probe_log(log: Path) -> list[dict[str, Any]]:
 
 async def _group_tools(g: _Group) -> None:
     run = g.run
-    model = g.settings.model
-    assert model is not None
-    await _handshake(g.agent, g.settings)
     token = f"conform-{uuid.uuid4().hex[:8]}"
     log = Path(g.settings.workspace, f".conform-mcp-{token}.ndjson")
-    session = await g.new_session(None, mcpServers=[_probe_server(log)])
-    if session is None:
+    opened = await _model_session(g, mcpServers=[_probe_server(log)])
+    if opened is None:
         return
+    model, session = opened
     start = len(g.agent.transcript)
     answer = await g.request("session/prompt", model.prompt(session, "tool", token=token))
+    if g.undriven(("LMB-MCP-001", "LMB-MCP-002", "LMB-MCP-003", "LMB-TOOL-001")):
+        return
     received = _probe_log(log)
     methods = [m.get("method") for m in received]
     calls = [m for m in received if m.get("method") == "tools/call" and (m.get("params") or {}).get("name") == "echo"]
@@ -645,17 +714,17 @@ def _tool_call_problems(messages: list[dict[str, Any]], *, ended: bool) -> list[
 
 async def _group_permissions(g: _Group) -> None:
     run = g.run
-    model = g.settings.model
-    assert model is not None
     client = g.agent.client
-    await _handshake(g.agent, g.settings)
-    session = await g.new_session(None)
-    if session is None:
+    opened = await _model_session(g)
+    if opened is None:
         return
+    model, session = opened
     token = uuid.uuid4().hex[:8]
     rejected = Path(g.settings.workspace, f"conform-rejected-{token}")
     client.permission_answer = "reject"
     await g.request("session/prompt", model.prompt(session, "shell", command=f"touch {rejected}"))
+    if g.undriven(("LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003")):
+        return
     asked = [params for method, params in client.requests if method == "session/request_permission"]
     if not asked:
         why = "the agent asked no permission before the command (its policy, or no shell call reached it)"
@@ -734,7 +803,7 @@ async def run_group(name: str, settings: Settings, capabilities: dict[str, Any])
     try:
         async with open_agent(settings.spec, client) as agent:
             run.transcripts["main"] = agent.transcript
-            group = _Group(run, agent, settings, capabilities)
+            group = _Group(run, agent, settings, capabilities, before)
             try:
                 await GROUPS[name](group)
             except Blocked as exc:

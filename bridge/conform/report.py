@@ -42,6 +42,9 @@ def terminal(result: KitResult, *, verbose: bool = False) -> str:
                 lines.append(f"  {'':<10} {'':<15} {outcome.detail}")
     verdict = result.verdict()
     lines += ["", f"Verdict: {verdict.summary}"]
+    methods = [m.get("id") for m in result.initialize.get("authMethods") or () if isinstance(m, dict)]
+    if verdict.blocked and methods:
+        lines.append(f"         its auth methods: {', '.join(map(str, methods))}")
     return "\n".join(lines)
 
 

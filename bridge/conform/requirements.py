@@ -218,6 +218,27 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "robustness",
         (DOCS + "overview#error-handling", "All methods follow standard JSON-RPC 2.0 error handling"),
     ),
+    _r(
+        "LMB-MODE-001",
+        M,
+        "a session that offers modes takes session/set_mode (to its current mode): a valid SetSessionModeResponse",
+        "sessions",
+        (
+            DOCS + "session-modes",
+            "(SessionModeState: currentModeId, availableModes; the client sets one with session/set_mode)",
+        ),
+    ),
+    _r(
+        "LMB-CONFIG-001",
+        M,
+        "a session that offers config options takes session/set_config_option (a select option, to its current "
+        "value), answered with the complete list of options and their current values",
+        "sessions",
+        (
+            DOCS + "session-config-options#from-the-client",
+            "The Agent MUST respond with the complete list of all configuration options and their current values",
+        ),
+    ),
     # -- prompt turns -----------------------------------------------------------------------------------------------
     _r(
         "LMB-PROMPT-001",
