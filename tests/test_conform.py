@@ -234,3 +234,27 @@ async def test_an_agent_that_never_asks_the_fake_model_is_not_judged_on_what_its
     assert undriven <= _with(result, Status.SKIPPED)
     assert all("never reached the fake model" in result.outcomes[rid].detail for rid in undriven)
     assert result.outcomes["LMB-PROMPT-001"].status is Status.PASS  # the ACP side of a turn is judged all the same
+
+
+@wire
+async def test_the_kits_sends_and_its_answers_to_the_agent_never_collide_on_the_pipe(tmp_path: Path) -> None:
+    """The reader answers the agent's requests while the kit sends its own: one writer at a time on stdin."""
+    from bridge.conform.agent import ClientSide, open_agent
+
+    script = tmp_path / "chatty.py"
+    script.write_text(
+        "import json, sys\n"
+        "for n in range(300):\n"
+        "    print(json.dumps({'jsonrpc': '2.0', 'id': n, 'method': 'fs/read_text_file', 'params': {}}), flush=True)\n"
+        "answers = sum(1 for line in sys.stdin if '\"result\"' in line or '\"error\"' in line)\n"
+        "print(json.dumps({'jsonrpc': '2.0', 'method': 'done', 'params': {'answers': answers}}), flush=True)\n"
+    )
+    spec = AgentSpec((sys.executable, str(script)), dict(os.environ))
+    async with open_agent(spec, ClientSide(tmp_path)) as agent:
+        for _ in range(300):
+            await agent.notify("_lmbridge.conform/noise", {"padding": "x" * 2000})
+        await agent.wait_until(lambda: len(agent.client.requests) == 300, 60)
+        await agent.close_stdin()
+        assert await agent.wait_until(lambda: any(m.get("method") == "done" for m in agent.notifications), 60)
+    done = next(m for m in agent.notifications if m.get("method") == "done")
+    assert done["params"]["answers"] == 300

@@ -185,6 +185,7 @@ class LiveAgent:
         self._answers: dict[Any, Answer] = {}
         self._arrived = trio.Event()  # set (and replaced) whenever anything arrives
         self._next_id = 0
+        self._sending = trio.Lock()
         self.closed = trio.Event()  # stdout ended: no more messages
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
@@ -194,11 +195,12 @@ class LiveAgent:
 
     async def send_line(self, raw: str, message: Any = None) -> None:
         """Write one line as is (a newline is added); ``message`` is what it encodes, for the transcript."""
-        self._record("out", raw, message)
         stdin = self._process.stdin
         assert stdin is not None
         try:
-            await stdin.send_all(raw.encode() + b"\n")
+            async with self._sending:  # the kit's requests and the reader's answers to the agent share the pipe
+                self._record("out", raw, message)
+                await stdin.send_all(raw.encode() + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise AgentGone("the agent closed its stdin") from exc
 
