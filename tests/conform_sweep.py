@@ -168,13 +168,24 @@ def summary(report: dict[str, object]) -> dict[str, object]:
     info = agent.get("info") or {}
     methods = [m.get("id") for m in agent.get("authMethods") or () if isinstance(m, dict)]
     return {
-        "verdict": "conformant" if verdict["conformant"] else ("blocked" if verdict["blocked"] else "not conformant"),
+        "verdict": _verdict(verdict, requirements),
         "blocked": verdict["blocked"] or "",
         "reported": f"{info.get('name', '?')} {info.get('version', '')}".strip() if isinstance(info, dict) else "",
         "counts": counts,
         "failing": failing,
         "auth": methods,
     }
+
+
+def _verdict(verdict: dict[str, object], requirements: list[dict[str, object]]) -> str:
+    """The kit's verdict, with "incomplete" for a run that failed nothing held against the agent but could not
+    test what it must (the agent hung or exited): acp-tck's rule calls that not conformant too."""
+    if verdict["conformant"]:
+        return "conformant"
+    if verdict["blocked"]:
+        return "blocked"
+    held = [r for r in requirements if r["tier"] in ("MANDATORY", "CAPABILITY") and r["status"] == "FAIL"]
+    return "not conformant" if held else "incomplete"
 
 
 def render(rows: Sequence[dict[str, object]]) -> str:
@@ -219,6 +230,10 @@ def main(argv: Sequence[str]) -> int:
     saved = CACHE / "reports" / "matrix.json"
     if saved.exists():
         previous = {row["id"]: row for row in json.loads(saved.read_text())}
+        for agent, row in previous.items():  # earlier rows, judged again from their reports (the rules may be newer)
+            report = CACHE / "reports" / f"{agent}.json"
+            if report.exists() and row.get("counts"):
+                row.update(summary(json.loads(report.read_text())))
     previous.update({row["id"]: row for row in rows})
     ordered = [previous[c.id] for c in CANDIDATES if c.id in previous]
     saved.parent.mkdir(parents=True, exist_ok=True)

@@ -642,7 +642,10 @@ async def _group_tools(g: _Group) -> None:
         else:
             run.set("LMB-MCP-002", Status.PASS)
     elif offered is False:
-        run.fail("LMB-MCP-002", "the server's tools offered to the model", "no tool matching " + PROBE_TOOL)
+        # Not offered directly: the agent may defer MCP tools behind a tool-search tool of its own (Qwen Code does),
+        # which a script cannot follow. The spec does not say how tools reach the model: inconclusive.
+        why = f"no offered tool matched {PROBE_TOOL}: the agent may defer MCP tools (a tool search); not judged"
+        run.set("LMB-MCP-002", Status.SKIPPED, why)
     elif model.scripted:
         run.fail("LMB-MCP-002", "the model's call of the echo tool at the server", "no tools/call arrived")
     else:
