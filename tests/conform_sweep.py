@@ -132,6 +132,9 @@ def judge(candidate: Candidate) -> dict[str, object]:
     report.unlink(missing_ok=True)
     command = [sys.executable, "-m", "bridge", "conform", "--model", "fake", "--timeout", "60"]
     command += ["--report-json", str(report)]
+    scratch = CACHE / "work" / candidate.id  # where the agent runs: some write into their working directory
+    scratch.mkdir(parents=True, exist_ok=True)
+    command += ["--agent-cwd", str(scratch)]
     if candidate.auth:
         command += ["--auth-method", candidate.auth]
     for pair in candidate.env:
