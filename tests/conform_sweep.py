@@ -132,9 +132,10 @@ def judge(candidate: Candidate) -> dict[str, object]:
     report.unlink(missing_ok=True)
     command = [sys.executable, "-m", "bridge", "conform", "--model", "fake", "--timeout", "60"]
     command += ["--report-json", str(report)]
-    scratch = CACHE / "work" / candidate.id  # where the agent runs: some write into their working directory
-    scratch.mkdir(parents=True, exist_ok=True)
-    command += ["--agent-cwd", str(scratch)]
+    if candidate.installer != "interop":  # (the recipes choose their agents' directories)
+        scratch = CACHE / "work" / candidate.id  # where it runs: some write into their working directory
+        scratch.mkdir(parents=True, exist_ok=True)
+        command += ["--agent-cwd", str(scratch)]
     if candidate.auth:
         command += ["--auth-method", candidate.auth]
     for pair in candidate.env:
