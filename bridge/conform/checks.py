@@ -14,7 +14,8 @@ import os
 import sys
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,9 @@ __all__ = [
     "Outcome",
     "Settings",
     "advertised",
+    "conform_workspace",
     "judge_transcripts",
     "run_group",
-    "workspace_for",
 ]
 
 CLIENT_INFO = {"name": "lmbridge-conform", "version": "1"}
@@ -1062,8 +1063,11 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
-def workspace_for(path: str | None) -> Path:
-    """The sessions' cwd: the given directory (made absolute), else a fresh temporary one."""
+@contextmanager
+def conform_workspace(path: str | None) -> Iterator[Path]:
+    """The sessions' cwd: the given directory (made absolute), else a fresh temporary one, removed afterwards."""
     if path:
-        return Path(os.path.abspath(path))
-    return Path(tempfile.mkdtemp(prefix="lmbridge-conform-"))
+        yield Path(os.path.abspath(path))
+        return
+    with tempfile.TemporaryDirectory(prefix="lmbridge-conform-", ignore_cleanup_errors=True) as directory:
+        yield Path(directory)

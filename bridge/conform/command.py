@@ -89,10 +89,13 @@ def run_conform(args: argparse.Namespace) -> int:
         return 2
     import trio
 
+    from .checks import conform_workspace
     from .kit import run_kit
     from .report import junit, markdown, terminal, write_json
 
-    result = trio.run(run_kit, settings, requirements)
+    with conform_workspace(args.workspace) as workspace:
+        settings.workspace = workspace
+        result = trio.run(run_kit, settings, requirements)
     print(terminal(result, verbose=args.verbose))
     try:
         if args.report_json:
@@ -116,7 +119,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Settings, list[Requirement]]:
     from bridge.harness.validation import load_json_schema
 
     from .agent import AgentSpec, split_env
-    from .checks import MODEL_DRIVERS, Settings, workspace_for
+    from .checks import MODEL_DRIVERS, Settings
     from .kit import select
     from .requirements import Tier
 
@@ -161,7 +164,6 @@ def _prepare(args: argparse.Namespace) -> tuple[Settings, list[Requirement]]:
         auth_method=args.auth_method,
         model=MODEL_DRIVERS.get(args.model),
         schema=schema,
-        workspace=workspace_for(args.workspace),
         agent_env=extra_env,
     )
     return settings, list(requirements)

@@ -12,7 +12,7 @@ from bridge.acp.spawn import agent_environment
 from bridge.config import AgentConfig
 
 from .agent import AgentSpec
-from .checks import Settings, workspace_for
+from .checks import Settings, conform_workspace
 from .kit import run_kit, select
 from .requirements import Status
 
@@ -22,14 +22,11 @@ __all__ = ["diagnose"]
 def diagnose(agent: AgentConfig, timeout: float) -> tuple[str, bool]:
     """One line on the agent, and whether it is fine."""
     spec = AgentSpec(tuple(agent.argv), agent_environment(agent), agent.cwd)
-    settings = Settings(
-        spec,
-        timeout=timeout,
-        startup_timeout=max(timeout, agent.initialize_timeout),
-        auth_method=agent.authenticate,
-        workspace=workspace_for(None),
-    )
-    result = trio.run(run_kit, settings, select(["LMB-INIT-001", "LMB-INIT-002", "LMB-SESS-001"], None))
+    startup = max(timeout, agent.initialize_timeout)
+    chosen = select(["LMB-INIT-001", "LMB-INIT-002", "LMB-SESS-001"], None)
+    with conform_workspace(None) as workspace:
+        settings = Settings(spec, timeout, startup, agent.authenticate, workspace=workspace)
+        result = trio.run(run_kit, settings, chosen)
     return _diagnosis(result)
 
 
