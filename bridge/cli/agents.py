@@ -9,10 +9,7 @@ usage or configuration error.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from pathlib import Path
 
 __all__ = ["add_agents_parser", "run_agents"]
 
@@ -62,6 +59,8 @@ class _Usage(Exception):
 
 
 def _list(args: argparse.Namespace) -> int:
+    import json
+
     from bridge.conform.registry import NotInstallable, load_registry
 
     agents, source = load_registry()
@@ -86,6 +85,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
     from bridge.config import ConfigError, find_config_file, parse_config
     from bridge.conform.registry import NotInstallable, load_registry
 
@@ -126,16 +128,20 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _table(name: str, title: str, command: str, arguments: list[str], note: str) -> str:
+    from json import dumps
+
     lines = [f"[agents.{_key(name)}]"]
     if note:
         lines.insert(0, f"# {title}: {note}")
-    lines += [f"name = {json.dumps(title)}", f"command = {json.dumps(command)}"]
-    lines.append(f"args = [{', '.join(json.dumps(a) for a in arguments)}]")
+    lines += [f"name = {dumps(title)}", f"command = {dumps(command)}"]
+    lines.append(f"args = [{', '.join(dumps(a) for a in arguments)}]")
     return "\n".join(lines) + "\n"
 
 
 def _key(name: str) -> str:
-    return name if name.replace("-", "").replace("_", "").isalnum() else json.dumps(name)
+    from json import dumps
+
+    return name if name.replace("-", "").replace("_", "").isalnum() else dumps(name)
 
 
 def _update(args: argparse.Namespace) -> int:

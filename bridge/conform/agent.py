@@ -94,6 +94,10 @@ class Answer:
     def error(self) -> Any:
         return self.message.get("error")
 
+    def field(self, name: str) -> Any:
+        """A field of a successful answer's result object; None for an error or a result that is not an object."""
+        return self.result.get(name) if self.ok and isinstance(self.result, dict) else None
+
     def error_code(self) -> int | None:
         error = self.error
         code = error.get("code") if isinstance(error, dict) else None

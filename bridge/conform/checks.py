@@ -209,7 +209,7 @@ class _Group:
         answer = await self.request("session/new", params)
         if answer.error_code() == -32000:
             raise Blocked("authentication required: session/new answered -32000 (pass --auth-method)")
-        session_id = answer.result.get("sessionId") if answer.ok and isinstance(answer.result, dict) else None
+        session_id = answer.field("sessionId")
         if requirement is not None:
             problems = _invalid("NewSessionResponse", answer, self.settings.schema)
             if problems:
@@ -252,7 +252,7 @@ async def _handshake(agent: LiveAgent, settings: Settings) -> tuple[Answer, floa
     started = agent.now()
     answer = await agent.request("initialize", initialize_params(client=agent.client), timeout=settings.startup_timeout)
     took = agent.now() - started
-    version = answer.result.get("protocolVersion") if answer.ok and isinstance(answer.result, dict) else None
+    version = answer.field("protocolVersion")
     if answer.ok and _is_int(version) and version != PROTOCOL_VERSION:
         raise Blocked(f"the agent speaks protocol version {version}; the kit speaks {PROTOCOL_VERSION}")
     if answer.ok and settings.auth_method:
@@ -305,7 +305,7 @@ async def _group_initialize(g: _Group) -> None:
 async def _group_negotiation(g: _Group) -> None:
     params = initialize_params(UNSUPPORTED_VERSION, g.agent.client)
     answer = await g.agent.request("initialize", params, timeout=g.settings.startup_timeout)
-    version = answer.result.get("protocolVersion") if answer.ok and isinstance(answer.result, dict) else None
+    version = answer.field("protocolVersion")
     asked = f"asked for protocolVersion {UNSUPPORTED_VERSION}"
     if not answer.ok:
         g.run.fail("LMB-INIT-003", f"the latest version it supports ({asked})", answer.describe())
@@ -445,7 +445,7 @@ async def _group_prompt(g: _Group) -> None:
     for requirement in ("LMB-PROMPT-001", "LMB-PROMPT-003"):
         answer = await g.request("session/prompt", model.prompt(session, "short"))
         problems = _invalid("PromptResponse", answer, g.settings.schema)
-        reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+        reason = answer.field("stopReason")
         if problems:
             run.fail(requirement, "a valid PromptResponse", problems)
         elif reason == "cancelled" or reason not in STOP_REASONS:
@@ -478,7 +478,7 @@ async def _group_cancel(g: _Group) -> None:
     else:
         await g.agent.notify("session/cancel", {"sessionId": session})
         answer = await g.agent.answer(request_id, g.settings.timeout)
-        reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+        reason = answer.field("stopReason")
         if reason == "cancelled":
             run.set("LMB-CANCEL-001", Status.PASS)
         else:
@@ -488,7 +488,7 @@ async def _group_cancel(g: _Group) -> None:
     await trio.sleep(LATE_UPDATE_WINDOW)
     next_id = await g.agent.start_request("session/prompt", model.prompt(session, "short"))
     answer = await g.agent.answer(next_id, g.settings.timeout)
-    reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+    reason = answer.field("stopReason")
     if answer.ok and reason in STOP_REASONS:
         run.set("LMB-CANCEL-003", Status.PASS, f"stopReason {reason}")
     else:
@@ -519,7 +519,7 @@ async def _early_cancel(g: _Group, model: ModelDriver, session: str) -> None:
     request_id = await g.agent.start_request("session/prompt", model.prompt(session, "long"))
     await g.agent.notify("session/cancel", {"sessionId": session})
     answer = await g.agent.answer(request_id, g.settings.timeout)
-    reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+    reason = answer.field("stopReason")
     if not answer.ok or reason not in STOP_REASONS:
         g.run.fail("LMB-CANCEL-004", "stopReason cancelled", answer.describe() if not answer.ok else repr(reason))
     else:
@@ -760,7 +760,7 @@ async def _group_permissions(g: _Group) -> None:
     for request in list(g.agent.held):
         await g.agent.respond(request, {"result": {"outcome": {"outcome": "cancelled"}}})
     answer = await g.agent.answer(request_id, g.settings.timeout)
-    reason = answer.result.get("stopReason") if answer.ok and isinstance(answer.result, dict) else None
+    reason = answer.field("stopReason")
     if reason != "cancelled":
         run.fail("LMB-PERM-003", "stopReason cancelled", answer.describe() if not answer.ok else repr(reason))
     elif pending.exists():

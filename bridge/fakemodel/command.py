@@ -5,7 +5,6 @@ as one JSON line (api, method, path, body, and the turn's number when it was one
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 __all__ = ["add_fake_model_parser", "run_fake_model"]
@@ -25,6 +24,8 @@ def add_fake_model_parser(commands: argparse._SubParsersAction[argparse.Argument
 
 
 def run_fake_model(args: argparse.Namespace) -> int:
+    import json
+
     import trio
 
     from .script import ScriptError, load_script
