@@ -97,7 +97,7 @@ def configure(level: str = "info", fmt: str = "console", stream: Any = None) -> 
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        logger_factory=structlog.WriteLoggerFactory(stream),  # a line is one write (print makes two)
         cache_logger_on_first_use=False,
     )
 
