@@ -1,5 +1,6 @@
 """Agents on the editor's models, the pieces without a wire: how each known agent is pointed at lmbridge, Codex's
-namespace tools through the Responses API, and the editor model's input limit."""
+namespace tools through the Responses API, what a route's response objects leave out, and the editor model's input
+limit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 from bridge.config import AgentConfig
 from bridge.http.agent_models import BASE_URL_VARIABLE, TOKEN_VARIABLE, pointed, recipe_for
+from bridge.http.anthropic_messages import Messages
 from bridge.http.api import ApiError, EditorTarget, HttpTurnResult, ParsedRequest
+from bridge.http.openai_chat import ChatCompletions
 from bridge.http.openai_responses import Responses, ResponsesBody, ResponseStore
 from bridge.http.turns import _check_context
 from bridge.service.shared_models import SharedModel
@@ -93,6 +96,39 @@ def test_hosted_tools_are_refused_naming_the_tool() -> None:
     assert refused.value.param == "tools[0].type"
 
 
+def _events(chunks: list[bytes]) -> list[dict[str, Any]]:
+    """The JSON of each server-sent event."""
+    text = b"".join(chunks).decode()
+    return [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
+
+
+@pytest.mark.parametrize("echo", [True, False])
+def test_response_objects_repeat_the_requests_instructions_and_tools_except_on_an_agents_route(echo: bool) -> None:
+    body = ResponsesBody.model_validate(
+        {"model": "m", "input": "hi", "instructions": "Be \"brief\" — é", "metadata": {"k": "v"},
+         "tools": [{"type": "function", "name": "read", "parameters": {"type": "object"}}]}
+    )  # fmt: skip
+    api = Responses(ResponseStore(), echo=echo)
+    request = api.parse(body)
+    stream = api.stream(request)
+    done = HttpTurnResult("end_turn", None, None, [{"type": "text", "value": "ok"}])
+    events = _events(stream.start() + stream.part({"type": "text", "value": "ok"}) + stream.finish(done))
+    carrying = [event for event in events if "response" in event]
+    assert [event["type"] for event in carrying] == ["response.created", "response.in_progress", "response.completed"]
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    whole = api.body(request, done)
+    for event in carrying:
+        response = event["response"]
+        assert response["metadata"] == {"k": "v"} and response["model"] == "m"
+        if echo:
+            assert response["instructions"] == 'Be "brief" — é'
+            assert response["tools"] == [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+        else:
+            assert "instructions" not in response and "tools" not in response
+    assert carrying[-1]["response"]["output"][0]["content"][0]["text"] == "ok"
+    assert ("tools" in whole) is echo and ("instructions" in whole) is echo
+
+
 def test_a_prompt_over_the_editor_models_input_limit_is_refused_as_too_long() -> None:
     model = SharedModel("small", "Small", max_input_tokens=100)
     target = EditorTarget("small", model, link=object())  # type: ignore[arg-type]
@@ -104,3 +140,59 @@ def test_a_prompt_over_the_editor_models_input_limit_is_refused_as_too_long() ->
     assert refused.value.status == 400 and refused.value.kind == "invalid_request_error"
     unlimited = EditorTarget("big", SharedModel("big", "Big"), link=object())  # type: ignore[arg-type]
     _check_context(long, unlimited)
+
+
+def test_the_input_limit_is_not_estimated_for_a_body_far_below_it() -> None:
+    """Twice the body's bytes bounds the estimate: a request whose body is that small is not counted part by part
+    (~0.1 ms per 10 KB); one whose body may be near the limit, or whose history is not all in its body, still is."""
+    target = EditorTarget("m", SharedModel("m", "M", max_input_tokens=300), link=object())  # type: ignore[arg-type]
+    long = ParsedRequest("m", [{"role": "user", "content": [{"type": "text", "value": "word " * 500}]}], [])
+    long.body_bytes = 150  # (not this prompt's body: it shows the prompt is not counted)
+    _check_context(long, target)
+    for body_bytes in (0, 5_000):  # unknown (a stored history), or large
+        long.body_bytes = body_bytes
+        with pytest.raises(ApiError, match="prompt is too long"):
+            _check_context(long, target)
+
+
+@pytest.mark.parametrize("api", [Messages(), ChatCompletions()], ids=["messages", "chat"])
+def test_the_estimate_is_at_most_twice_the_bodys_bytes(api: Any) -> None:
+    """What the shortcut rests on, for bodies dense in what the estimate counts: short texts, tool calls, images,
+    many messages, non-ASCII."""
+    image = "iVBORw0KGgo="
+    if isinstance(api, Messages):
+        body = {
+            "model": "m", "max_tokens": 5, "system": "é",
+            "tools": [{"name": "t", "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}],
+            "messages": [
+                {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                          "data": image}}]},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "1", "name": "t", "input": {"a": 1}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1", "content": "x"}]},
+                *({"role": "user", "content": "日本"} for _ in range(20)),
+            ],
+        }  # fmt: skip
+    else:
+        body = {
+            "model": "m",
+            "tools": [{"type": "function", "function": {"name": "t", "parameters": {"type": "object"}}}],
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url",
+                                              "image_url": {"url": f"data:image/png;base64,{image}"}}]},
+                {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+                                                      "function": {"name": "t", "arguments": '{"a":1,"b":[1,2]}'}}]},
+                {"role": "tool", "tool_call_id": "1", "content": "x"},
+                *({"role": "user", "content": "日本"} for _ in range(20)),
+            ],
+        }  # fmt: skip
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    request = api.parse(api.body_model.model_validate(json.loads(raw)))
+    assert _estimate(request) <= 2 * len(raw)
+
+
+def _estimate(request: ParsedRequest) -> int:
+    """What ``_check_context`` counts, without a limit."""
+    huge = EditorTarget("huge", SharedModel("huge", "Huge", max_input_tokens=1), link=object())  # type: ignore[arg-type]
+    with pytest.raises(ApiError, match=r"prompt is too long: (\d+)") as refused:
+        _check_context(ParsedRequest(request.model, request.messages, request.tools), huge)
+    return int(refused.value.message.split(": ")[1].split(" ")[0])

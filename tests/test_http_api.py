@@ -308,10 +308,15 @@ def test_responses_text_reasoning_and_the_store(oai: openai.OpenAI) -> None:
 
 
 def test_responses_stream_with_the_sdk_helper(oai: openai.OpenAI) -> None:
-    with oai.responses.stream(model="demo", input="/think a thought\n/plan one; two\n/say streamed words") as stream:
-        kinds = [event.type for event in stream]
+    with oai.responses.stream(
+        model="demo", input="/think a thought\n/plan one; two\n/say streamed words", instructions="Be brief."
+    ) as stream:
+        events = list(stream)
         final = stream.get_final_response()
+    kinds = [event.type for event in events]
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert events[0].response.instructions == final.instructions == "Be brief."  # as OpenAI's objects repeat it
+    assert events[0].response.tools == final.tools == []
     assert "response.output_text.delta" in kinds and "response.reasoning_summary_text.delta" in kinds
     assert final.output_text == "streamed words\n"
     reasoning = "".join(s.text for item in final.output if item.type == "reasoning" for s in item.summary)

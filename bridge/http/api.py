@@ -112,6 +112,8 @@ class ParsedRequest:
     editor_model: EditorTarget | None = None  # ...or, for ``editor/<id>``, the editor's model it names
     max_tokens: int | None = None  # the client's limit on the answer's length (an editor's model takes it)
     principal: Principal | None = None  # whose request it is (None: a process with one user)
+    history_stored: bool = False  # part of the prompt is lmbridge's stored history (previous_response_id)
+    body_bytes: int = 0  # the request body's length, when the body holds the whole prompt (0: unknown)
 
 
 @dataclass

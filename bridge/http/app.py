@@ -118,7 +118,9 @@ class HttpFront:
         self._authorize = authorize
         self.log = log.bind(front="http")
         self.runner = TurnRunner(service, activity=settings.activity, default_cwd=settings.default_cwd)
-        self.responses = Responses(ResponseStore(settings.stored_responses))
+        # An agent's route answers lean: its response objects do not repeat the request's instructions and tools
+        # (tens of KB an event, which the agent parses and ignores); a client of the HTTP API gets the whole object.
+        self.responses = Responses(ResponseStore(settings.stored_responses), echo=target is None)
         chat, messages = ChatCompletions(), Messages()
         self.on_refused: Callable[[str, str], None] | None = None  # told (reason, peer) of each request refused
         # The daemon's metrics in the Prometheus text format, and its content type (None: /metrics is not served).
@@ -320,7 +322,10 @@ class HttpFront:
             self._turns.pop(exchange.cancel, None)
             if not self._turns:
                 self._idle.set()
-        self.log.info(
+        # An agent's model requests (a route's front, with a target) come by the dozen a turn, and the editor model
+        # call each makes is logged already: their turns are logged at debug level unless they fail.
+        log = self.log.debug if self._target is not None and result.error is None else self.log.info
+        log(
             "turn done" if result.error is None else "turn failed",
             api=api.name,
             key=_principal(scope).name,
@@ -376,6 +381,8 @@ class HttpFront:
         principal = _principal(scope)
         request = api.parse(validated, principal.id)
         request.principal = principal
+        if not request.history_stored:
+            request.body_bytes = len(body)
         if self._target is not None:
             request.editor_model = self._target(scope, request.model)
         else:
@@ -430,8 +437,8 @@ class _Exchange:
         elif error is not None and not self._started:
             await _respond_error(self._send, self._api, error)
         else:
-            await self._write(self._stream.error(error) if error is not None else self._stream.finish(result))
-            await self._end()
+            ending = self._stream.error(error) if error is not None else self._stream.finish(result)
+            await self._write(ending, last=True)
         return result
 
     async def _on_part(self, part: dict[str, Any]) -> None:
@@ -440,7 +447,8 @@ class _Exchange:
             if events:
                 await self._write(events)
 
-    async def _write(self, events: list[bytes]) -> None:
+    async def _write(self, events: list[bytes], *, last: bool = False) -> None:
+        """Send ``events`` (the response's start first, once); ``last``: they end the response, in the same write."""
         assert self._stream is not None
         async with self._lock:
             if self._gone:
@@ -453,20 +461,12 @@ class _Exchange:
                         self._started = True
                         await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                         events = self._stream.start() + events
-                    await self._send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
+                    await self._send({"type": "http.response.body", "body": b"".join(events), "more_body": not last})
                 if stuck.cancelled_caught:  # a client that stopped reading: gone, as far as this turn is concerned
                     self._client_gone()
             except Exception:  # the connection is gone (the watcher will say so too)
                 self._client_gone()
             self._last_write = trio.current_time()
-
-    async def _end(self) -> None:
-        async with self._lock:
-            if not self._gone:
-                try:
-                    await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-                except Exception:
-                    pass
 
     async def _keep_alive(self) -> None:
         assert self._stream is not None

@@ -126,8 +126,11 @@ class Responses:
     body_model = ResponsesBody
     stream_by_accept = True
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, *, echo: bool = True) -> None:
+        """``echo``: response objects repeat the request's instructions and tools, as OpenAI's do (else they are
+        left out: for agents, which never read them back)."""
         self.store = store
+        self.echo = echo
 
     def parse(self, request: ResponsesBody, principal: str = "") -> ParsedRequest:
         new = _input_messages(request.input)
@@ -170,6 +173,7 @@ class Responses:
             settings=model_options(request.model_extra),
             effort=reasoning_effort(request.model_extra, "reasoning", "effort"),
             max_tokens=max_tokens(request.model_extra, "max_output_tokens"),
+            history_stored=bool(earlier),
             extra={
                 "new": new,
                 "previous_response_id": request.previous_response_id,
@@ -195,7 +199,7 @@ class Responses:
             builder.add(part)
         response = _response(request, f"resp_{uuid.uuid4().hex}", int(time.time()), builder.items, result)
         self.remember(request, response, result)
-        return response
+        return response if self.echo else _without_echo(response)
 
     def remember(self, request: ParsedRequest, response: dict[str, Any], result: HttpTurnResult) -> None:
         if not request.extra["store"]:
@@ -215,17 +219,30 @@ class ResponsesStream:
         self._created = int(time.time())
         self._sequence = 0
         self._output = _Output(request.extra["namespaced"])
+        self._echoed: str | None = None  # the response object's fields copied from the request, as JSON members
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return sse(event, kind)
 
+    def _response_event(self, kind: str, response: dict[str, Any]) -> bytes:
+        """An event carrying the response object. Its copies of the request's instructions and tools (tens of KB
+        for an agent) are encoded once a stream rather than in each of its three such events: the object is encoded
+        without them and they are appended as its last members."""
+        if self._echoed is None:
+            echoed = _ECHOED if self._api.echo else ()
+            self._echoed = "".join(f', "{key}": {json.dumps(response[key], ensure_ascii=False)}' for key in echoed)
+        rest = _without_echo(response)
+        text = json.dumps({"type": kind, "sequence_number": self._sequence, "response": rest}, ensure_ascii=False)
+        self._sequence += 1
+        return sse(text[:-2] + self._echoed + "}}", kind)  # the event's last member is the response object
+
     def start(self) -> list[bytes]:
         response = _response(self._request, self._id, self._created, [], None)
         return [
-            self._event("response.created", response=response),
-            self._event("response.in_progress", response=response),
+            self._response_event("response.created", response),
+            self._response_event("response.in_progress", response),
         ]
 
     def part(self, part: dict[str, Any]) -> list[bytes]:
@@ -292,17 +309,24 @@ class ResponsesStream:
         response = _response(self._request, self._id, self._created, self._output.items, result)
         self._api.remember(self._request, response, result)
         kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
-        return [*events, self._event(kind, response=response)]
+        return [*events, self._response_event(kind, response)]
 
     def error(self, error: ApiError) -> list[bytes]:
         response = _response(self._request, self._id, self._created, self._output.items, None)
         response["status"] = "failed"
         response["error"] = {"code": "server_error" if error.status >= 500 else error.kind, "message": error.message}
-        return [*self._done(self._output.close()), self._event("response.failed", response=response)]
+        return [*self._done(self._output.close()), self._response_event("response.failed", response)]
 
     @staticmethod
     def ping() -> bytes:
         return SSE_PING
+
+
+_ECHOED = ("instructions", "tools")  # the response object's copies of the request's largest fields
+
+
+def _without_echo(response: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in response.items() if key not in _ECHOED}
 
 
 _ITEM_KINDS = {"thinking": "reasoning", "text": "message", "tool_call": "function_call"}  # part type → item type

@@ -163,12 +163,19 @@ class TurnRunner:
         return tuple(chosen.items())
 
 
+# ``_check_context``'s shortcut: the estimate (session.tokens) of a prompt is at most twice its body's length in
+# bytes. A text's tokens are at most its characters, which JSON spells with at least as many bytes; a message's 4
+# and an image's 85 are less than twice the JSON of a message or an image part; a tool is counted from its repr,
+# which is at most twice its JSON and counted a token per 4 characters.
+_BOUND = 2
+
+
 def _check_context(request: ParsedRequest, target: EditorTarget) -> None:
     """A request over the editor model's input limit is refused as the API refuses a prompt too long (an agent
     compacts its history on that error), never cut short: ``ApiError`` 400. Estimated (the editor counts exactly)."""
     limit = target.model.max_input_tokens
-    if not limit:
-        return
+    if not limit or 0 < _BOUND * request.body_bytes <= limit:
+        return  # the estimate is at most 2 per byte of a body that holds the whole prompt (``_BOUND``): it fits
     used = sum(estimate_message_tokens(message) for message in request.messages)
     used += sum(estimate_tokens(str(tool)) for tool in request.tools)
     if used > limit:
