@@ -11,15 +11,22 @@ turn and five later ones, each with a call of the editor's tool), and the model 
 
 Paired runs, the side that goes first alternating. Figures: each turn's time on both sides; what the editor path
 adds to a model request is the Hodges-Lehmann shift of the later tool turns divided by the model requests such a
-turn makes (counted on both sides: they must agree), and the same for the text turn. Then lmbridge's resident memory
-over ``--memory-requests`` model requests on the editor path (one conversation, text turns): growth per request.
+turn makes (counted on both sides: they must agree), and the same for the text turn. A turn's time also holds the
+agent's own work between its requests, which moves by more than lmbridge's share (Claude Code orders a title
+request before or after a tool call, at random), so the request alone is measured too: the agent's last model
+request, replayed ``--replays`` times over one keep-alive connection to the fake model and to a route lmbridge
+opened for the demo agent, alternating (the same body; the editor answers at once from this process). Then
+lmbridge's resident memory over ``--memory-requests`` model requests on the editor path (one conversation, text
+turns): growth per request.
 
-    python -m bench.agents_on_editor [--reps 5] [--agents claude,codex,opencode] [--memory-requests 200]
+    python -m bench.agents_on_editor [--reps 5] [--agents claude,codex,opencode] [--replays 200]
+                                     [--memory-requests 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import statistics
@@ -28,6 +35,7 @@ import time
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 
@@ -39,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from interop.kits import KITS, write_config
 
-from bridge.fakemodel.server import Call, FakeModel, Text, Turn, call, open_fake_model, say
+from bridge.fakemodel.server import Call, FakeModel, ModelRequest, Text, Turn, call, open_fake_model, say
 from bridge.service.editor_models import SYSTEM_MARKER
 
 AGENTS = ("claude", "codex", "opencode")  # those whose model API lmbridge serves (docs/agents.md)
@@ -182,7 +190,96 @@ class Sides:
         return first, last, sizes[-1] if sizes else 0
 
 
-async def measure(agent: str, reps: int, memory_requests: int, scratch: Path) -> tuple[Samples, Samples, Any]:
+# -- the request alone ---------------------------------------------------------------------------------------------
+
+
+_HOSTED = {"web_search", "file_search", "computer_use_preview", "image_generation", "code_interpreter"}
+
+
+def _replayable(request: ModelRequest) -> tuple[str, dict[str, str], bytes]:
+    """The agent's request as both sides take it: its path, API headers and body (hosted tools, which only its own
+    provider runs and the recipe switches off on the route, left out)."""
+    body = dict(request.body or {})
+    if isinstance(body.get("tools"), list):
+        body["tools"] = [t for t in body["tools"] if not (isinstance(t, dict) and t.get("type") in _HOSTED)]
+    headers = {"content-type": "application/json"}
+    headers.update({k: v for k, v in request.headers.items() if k in ("anthropic-version", "anthropic-beta")})
+    return request.path, headers, json.dumps(body).encode()
+
+
+class _Replayer:
+    """One keep-alive connection that sends the same request again and again (in a worker thread: both servers run
+    on this process's event loop); each call's time is request written → response read to its end."""
+
+    def __init__(self, base_url: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        url = urlsplit(base_url)
+        self._connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=STEP_TIMEOUT)
+        self._path, self._headers, self._body = url.path.rstrip("/") + path, headers, body
+
+    def once(self) -> float:
+        begun = clock()
+        self._connection.request("POST", self._path, self._body, self._headers)
+        response = self._connection.getresponse()
+        answer = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"replayed model request: {response.status} {answer[:300]!r}")
+        return clock() - begun
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+async def replay(request: ModelRequest, model: FakeModel, count: int, scratch: Path) -> Samples:
+    """The agent's ``request`` replayed ``count`` times to each side, alternating (ms a request)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    project = scratch / "project"
+    project.mkdir(exist_ok=True)
+    config = scratch / "lmbridge.toml"
+    config.write_text(
+        f'[agents.replayer]\ncommand = {json.dumps(sys.executable)}\nargs = ["-m", "bridge.demo"]\n'
+        f'model_source = "editor:{EDITOR_MODEL["id"]}"\n'
+    )
+    path, headers, body = _replayable(request)
+    answer_text = "Told Paris."
+
+    async def answer(params: dict[str, Any], send_part: Any, cancel: Any) -> dict[str, Any]:
+        await send_part({"type": "text", "value": answer_text})
+        return {"stopReason": "end_turn", "usage": {"inputTokens": 1, "outputTokens": 1}}
+
+    async def env(client: Any, name: str) -> str:
+        result = await client.chat("replayer", [_user(f"/env {name}")])
+        return "".join(p.get("value", "") for p in result.parts if p.get("type") == "text").strip().partition("=")[2]
+
+    samples: Samples = {"route": [], "direct": []}
+    default, model.default = model.default, say(answer_text)
+    try:
+        async with _lmbridge(config, project) as (client, _pid):
+            client.serve_models(answer)
+            await client.initialize(workspaceFolders=[str(project)], editorModels=[EDITOR_MODEL])
+            with trio.fail_after(STEP_TIMEOUT):
+                route, token = await env(client, "LMBRIDGE_MODEL_BASE_URL"), await env(client, "LMBRIDGE_MODEL_TOKEN")
+            keys = {"x-api-key": token, "authorization": f"Bearer {token}"}
+            sides = {
+                "route": _Replayer(route, path, {**headers, **keys}, body),
+                "direct": _Replayer(model.base_url, path, {**headers, "x-api-key": "bench"}, body),
+            }
+            try:
+                for number in range(count + 10):  # the first ten warm both up
+                    for side in ("route", "direct") if number % 2 else ("direct", "route"):
+                        seconds = await trio.to_thread.run_sync(sides[side].once)
+                        if number >= 10:
+                            samples[side].append(seconds * 1000)
+            finally:
+                for side in sides.values():
+                    side.close()
+    finally:
+        model.default = default
+    return samples
+
+
+async def measure(
+    agent: str, reps: int, memory_requests: int, scratch: Path, replays: int = 0
+) -> tuple[Samples, Samples, Any, Samples | None, int]:
     figures = ("text turn", "first tool turn", "later tool turn", "requests per text turn", "requests per tool turn")
     direct: Samples = {f: [] for f in figures}
     editor_path: Samples = {f: [] for f in figures}
@@ -199,11 +296,39 @@ async def measure(agent: str, reps: int, memory_requests: int, scratch: Path) ->
         memory = await sides.memory(memory_requests) if memory_requests else None
         if model.errors or editor.errors:
             raise RuntimeError(f"unscripted model requests: {(model.errors + editor.errors)[:3]}")
-    return direct, editor_path, memory
+        last = model.turns[-1]
+        alone = await replay(last, model, replays, scratch / agent / "replay") if replays else None
+    return direct, editor_path, memory, alone, len(json.dumps(last.body))
 
 
-def rows_for(agent: str, direct: Samples, editor: Samples, memory: Any, memory_requests: int) -> list[Row]:
+def rows_for(
+    agent: str, direct: Samples, editor: Samples, memory: Any, memory_requests: int, alone: Samples | None = None,
+    request_bytes: int = 0,
+) -> list[Row]:  # fmt: skip
     rows = []
+    if alone is not None:
+        estimate, low, high = shift(alone["route"], alone["direct"])
+        b, d = summarize(alone["route"]), summarize(alone["direct"])
+        rows.append(
+            Row(
+                f"{agent} on the editor's model",
+                "its model request alone: added",
+                "ms",
+                b,
+                d,
+                "the same request to the fake model directly",
+                goal="added ≤ 3 ms per model request",
+                passed=estimate <= 3.0,
+                added={"median": b.median - d.median, "p99": (b.p99 or 0) - (d.p99 or 0)},
+                notes=f"{agent}'s last model request ({request_bytes / 1000:.0f} KB) replayed {b.n} times a side, "
+                f"alternating, over one keep-alive connection each: shift (Hodges-Lehmann) {estimate:+.2f} ms "
+                f"[{low:+.2f} … {high:+.2f}]; the editor answers at once in the benchmark's process",
+                extra={
+                    "added_hodges_lehmann": {"estimate": estimate, "low": low, "high": high},
+                    "request_bytes": request_bytes,
+                },
+            )
+        )
     for figure, per in (("text turn", "requests per text turn"), ("later tool turn", "requests per tool turn")):
         on_editor, served = [s * 1000 for s in editor[figure]], [s * 1000 for s in direct[figure]]
         estimate, low, high = shift(on_editor, served)
@@ -258,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="paired runs per agent (default 5)")
     parser.add_argument("--agents", default=",".join(AGENTS), help=f"comma-separated (default: {','.join(AGENTS)})")
     parser.add_argument("--memory-requests", type=int, default=200, help="model requests of the memory run (0: none)")
+    parser.add_argument("--replays", type=int, default=200, help="replays a side of the request alone (0: none)")
     parser.add_argument("--output", type=Path, default=RESULTS / "agents_on_editor.json")
     args = parser.parse_args(argv)
     agents = [a for a in args.agents.split(",") if a]
@@ -268,8 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--memory-requests must be over 20 (the first 20 are the baseline) or 0")
 
     def rows_of(agent: str, scratch: Path) -> list[Row]:
-        direct, editor, memory = trio.run(partial(measure, agent, args.reps, args.memory_requests, scratch))
-        return rows_for(agent, direct, editor, memory, args.memory_requests)
+        direct, editor, memory, alone, size = trio.run(
+            partial(measure, agent, args.reps, args.memory_requests, scratch, args.replays)
+        )
+        return rows_for(agent, direct, editor, memory, args.memory_requests, alone, size)
 
     return run_agents(agents, rows_of, reps=args.reps, output=args.output)
 
