@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import trio
@@ -272,3 +273,31 @@ async def test_a_route_serves_the_model_endpoints_only(tmp_path: Path) -> None:
         other = await trio.to_thread.run_sync(_get, f"{url}/v2/secrets", token)
     assert one[0] == 200 and one[1]["editor_model"]["id"] == "scripted-1"
     assert stored[0] == 404 and other[0] == 404
+
+
+async def test_claude_codes_system_messages_between_turns_reach_the_editors_model(tmp_path: Path) -> None:
+    """Claude Code sends its environment as a ``system`` message inside ``messages`` for newer models; the route
+    takes it (with the official SDK, streamed) and the editor's model gets it with the other instructions."""
+    model = ScriptedEditorModel("scripted-1")
+    async with _sharing(tmp_path, model) as live:
+        url, token = await _route(live)
+
+        def ask() -> str:
+            client = anthropic.Anthropic(base_url=url, api_key=token, max_retries=0)
+            messages: Any = [
+                {"role": "user", "content": "hello"},
+                {"role": "system", "content": [{"type": "text", "text": "# Environment: linux"}]},
+                {"role": "assistant", "content": "hi"},
+                {"role": "user", "content": "what now?"},
+            ]
+            with client.messages.stream(
+                model="claude-opus", max_tokens=100, system="Be brief.", messages=messages
+            ) as s:
+                return s.get_final_text()
+
+        text = await trio.to_thread.run_sync(ask)
+    assert text == "scripted-1 heard: what now?"
+    (call,) = model.calls
+    first = call["messages"][0]["content"][0]["value"]
+    assert "Be brief." in first and "# Environment: linux" in first
+    assert [m["role"] for m in call["messages"]] == ["user", "user", "assistant", "user"]

@@ -42,7 +42,8 @@ class _Tool(ApiBody):
 
 
 class _Message(ApiBody):
-    role: Literal["user", "assistant"]
+    # "system": instructions between the turns (Claude Code sends them for newer models, e.g. its environment)
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
@@ -255,6 +256,8 @@ def _message(message: _Message, where: str) -> Message:
         return {"role": message.role, "content": [text_part(content)] if content else []}
     parts = []
     for index, block in enumerate(content):
+        if message.role == "system" and block.get("type") != "text":
+            raise ApiError.bad_request("a system message holds text blocks", f"{where}.content[{index}].type")
         parts += _parts(block, f"{where}.content[{index}]")
     return {"role": message.role, "content": parts}
 
