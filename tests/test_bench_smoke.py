@@ -189,3 +189,26 @@ def test_bench_agents_on_the_editors_model_gives_the_cost_per_model_request() ->
     assert abs(tool.extra["added_per_request_ms"] - 2.0) < 1e-6  # 6 ms over the editor side's 3 requests
     assert "NOT ALIKE" in tool.notes and "NOT ALIKE" not in text.notes
     assert memory.bridge.median == 2.0  # KiB per request: 360 KiB over the 180 requests after the first 20
+
+
+def test_bench_agents_on_the_editors_model_gives_the_request_alone_first() -> None:
+    """The replayed request's row: the shift of route over direct, judged against the per-request goal; the request
+    is replayed as the agent sent it, less the hosted tools the route refuses."""
+    from bench.agents_on_editor import _replayable, rows_for
+    from bridge.fakemodel.server import ModelRequest
+
+    direct = {
+        "text turn": [0.1],
+        "later tool turn": [0.2],
+        "requests per text turn": [1],
+        "requests per tool turn": [2],
+    }
+    alone = {"route": [3.0, 3.1, 2.9, 3.0], "direct": [1.0, 1.1, 0.9, 1.0]}
+    row, *_ = rows_for("a", direct, direct, None, 0, alone, 30_000)
+    assert row.metric == "its model request alone: added" and row.passed
+    assert abs(row.extra["added_hodges_lehmann"]["estimate"] - 2.0) < 0.11 and "30 KB" in row.notes
+    body = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]}
+    request = ModelRequest("openai", "POST", "/v1/responses", {}, {"anthropic-version": "1", "x-other": "2"}, body)
+    path, headers, raw = _replayable(request)
+    assert path == "/v1/responses" and headers == {"content-type": "application/json", "anthropic-version": "1"}
+    assert json.loads(raw)["tools"] == [{"type": "function", "name": "f"}]
