@@ -119,7 +119,8 @@ bench: $(STAMP)
 # model: about 15 minutes; results in bench/results/agents.json. BENCH_AGENTS_ARGS=--reps 3 for a quicker run;
 # --agents codex,gemini to choose; `python -m bench.agents` without --floor for direct and lmbridge only (~9 minutes).
 # Then the agents on the editor's models (bench/agents_on_editor.py: Claude Code, Codex, OpenCode, their model served
-# directly vs by the editor through lmbridge; ~6 minutes): bench/results/agents_on_editor.json.
+# directly vs by the editor through lmbridge, in their turns and each agent's request alone; ~7 minutes):
+# bench/results/agents_on_editor.json.
 BENCH_AGENTS_ARGS ?=
 bench-agents: $(STAMP)
 	$(BIN)/python -m bench.agents --floor $(BENCH_AGENTS_ARGS)
