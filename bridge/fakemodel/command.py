@@ -25,11 +25,12 @@ def add_fake_model_parser(commands: argparse._SubParsersAction[argparse.Argument
 
 def run_fake_model(args: argparse.Namespace) -> int:
     import json
+    from functools import partial
 
     import trio
 
     from .script import ScriptError, load_script
-    from .server import FakeModel, Turn, open_fake_model, say
+    from .server import FakeModel, ModelRequest, Turn, open_fake_model, say
 
     turns: list[Turn] = []
     then = say(args.say) if args.say else None
@@ -54,26 +55,25 @@ def run_fake_model(args: argparse.Namespace) -> int:
     async def serve() -> None:
         try:
             async with open_fake_model(turns, default=then, port=args.port) as model:
+                model.on_request = partial(_note, model)
                 print(model.base_url, flush=True)
-                await _follow(model)
+                await trio.sleep_forever()
         except OSError as exc:
             print(f"lmbridge fake-model: cannot listen on 127.0.0.1:{args.port}: {exc.strerror}", file=sys.stderr)
             raise SystemExit(2) from exc
 
-    async def _follow(model: FakeModel) -> None:
-        seen = 0
-        while True:
-            await model.changed()
-            for request in model.requests[seen:]:
-                line: dict[str, object] = {"api": request.api, "method": request.method, "path": request.path}
-                line["body"] = request.body
-                if request.turn is not None:
-                    line["turn"] = model.turns.index(request) + 1
-                print(f"{request.method} {request.path}", file=sys.stderr, flush=True)
-                if record is not None:
-                    record.write(json.dumps(line, ensure_ascii=False) + "\n")
-                    record.flush()
-            seen = len(model.requests)
+    def _note(model: FakeModel, request: ModelRequest) -> None:
+        """Each request on stderr and in the record, before it is answered: a client that has its answer finds
+        its request recorded, even if it stops the server at once."""
+        print(f"{request.method} {request.path}", file=sys.stderr, flush=True)
+        if record is None:
+            return
+        line: dict[str, object] = {"api": request.api, "method": request.method, "path": request.path}
+        line["body"] = request.body
+        if request.turn is not None:
+            line["turn"] = len(model.turns)
+        record.write(json.dumps(line, ensure_ascii=False) + "\n")
+        record.flush()
 
     try:
         trio.run(serve)

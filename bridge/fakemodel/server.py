@@ -21,7 +21,7 @@ import fnmatch
 import itertools
 import json
 import math
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -230,6 +230,8 @@ class FakeModel:
         self.requests: list[ModelRequest] = []
         self.errors: list[str] = []  # requests the script could not answer: a test failure
         self.port = 0
+        # Told of each request as it is recorded, before it is answered (``lmbridge fake-model --record``).
+        self.on_request: Callable[[ModelRequest], None] | None = None
         self._changed = trio.Event()
         self._ids = itertools.count(1)
 
@@ -257,6 +259,8 @@ class FakeModel:
 
     def _record(self, request: ModelRequest) -> None:
         self.requests.append(request)
+        if self.on_request is not None:
+            self.on_request(request)
         self._changed.set()
         self._changed = trio.Event()
 
