@@ -4,8 +4,9 @@ that differs from the conformant behaviour.
 
 Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT`` streams TEXT, ``/sleep MS``
 waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
-of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command (``touch PATH``
-only). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
+of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command in a client terminal
+when the client has one (else only ``touch PATH``, itself), ``/read PATH`` reads a file (through the client when it
+offers ``fs/read_text_file``). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
 """
@@ -50,6 +51,9 @@ DEFECTS: dict[str, set[str]] = {
     "cancelled-permission-ends-turn": {"LMB-PERM-003"},  # a cancel during a permission request ends end_turn
     "refuses-its-mode": {"LMB-MODE-001"},  # session/set_mode to the mode it is in: an error
     "partial-config-answer": {"LMB-CONFIG-001"},  # set_config_option answered with the changed option only
+    "relative-read-path": {"LMB-FS-001"},  # fs/read_text_file with a path relative to the cwd
+    "relative-terminal-cwd": {"LMB-TERM-001"},  # terminal/create with cwd "." (refused: it runs nothing)
+    "unreleased-terminal": {"LMB-TERM-002"},  # never calls terminal/release
 }
 
 _MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
@@ -61,6 +65,7 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
+_client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False}  # --require-auth: session/new answers -32000 until authenticate
 _write_lock = threading.Lock()
 _sessions: dict[str, dict[str, Any]] = {}
@@ -134,11 +139,38 @@ def _shell(session_id: str, line: str) -> str:
         _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"})
         return "end_turn" if "cancelled-permission-ends-turn" in _defects else "cancelled"
     allowed = outcome.get("optionId") == "allow" or "runs-rejected" in _defects
-    if allowed:
+    if allowed and _client.get("terminal"):
+        output = _terminal(session_id, line[len("/shell ") :])
+        _update(session_id, _text("agent_message_chunk", output))
+    elif allowed:
         Path(path).touch()
     status = "completed" if allowed else "failed"
     _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status})
     return ""
+
+
+def _terminal(session_id: str, command: str) -> str:
+    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it."""
+    cwd = "." if "relative-terminal-cwd" in _defects else _sessions[session_id]["cwd"]
+    params = {"sessionId": session_id, "command": "sh", "args": ["-c", command], "cwd": cwd}
+    created = (_ask_client(f"term-{uuid.uuid4().hex[:8]}", "terminal/create", params) or {}).get("result") or {}
+    terminal = {"sessionId": session_id, "terminalId": created.get("terminalId")}
+    if "terminalId" not in created:
+        return "the terminal could not be created\n"
+    _ask_client(f"wait-{uuid.uuid4().hex[:8]}", "terminal/wait_for_exit", terminal)
+    output = (_ask_client(f"out-{uuid.uuid4().hex[:8]}", "terminal/output", terminal) or {}).get("result") or {}
+    if "unreleased-terminal" not in _defects:
+        _ask_client(f"release-{uuid.uuid4().hex[:8]}", "terminal/release", terminal)
+    return str(output.get("output", ""))
+
+
+def _read(session_id: str, path: str) -> str:
+    """``/read PATH``: through the client when it offers it, else from the disk."""
+    if not (_client.get("fs") or {}).get("readTextFile"):
+        return Path(path).read_text()
+    asked = os.path.relpath(path, _sessions[session_id]["cwd"]) if "relative-read-path" in _defects else path
+    answer = _ask_client(f"read-{uuid.uuid4().hex[:8]}", "fs/read_text_file", {"sessionId": session_id, "path": asked})
+    return str(((answer or {}).get("result") or {}).get("content", "the client could not read it\n"))
 
 
 def _send(message: dict[str, Any]) -> None:
@@ -173,6 +205,7 @@ def _load(session_id: str) -> dict[str, Any] | None:
 
 
 def _initialize(params: dict[str, Any]) -> dict[str, Any]:
+    _client.update(params.get("clientCapabilities") or {})
     asked = params.get("protocolVersion")
     version: Any = 1
     if "echo-version" in _defects:
@@ -216,6 +249,9 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
             break
         elif line.startswith("/tool "):
             said.append(_tool(session_id, line))
+            _update(session_id, _text("agent_message_chunk", said[-1]))
+        elif line.startswith("/read "):
+            said.append(_read(session_id, line[len("/read ") :].strip()))
             _update(session_id, _text("agent_message_chunk", said[-1]))
         elif line.startswith("/shell "):
             ended = _shell(session_id, line)

@@ -12,6 +12,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+import trio
 
 from bridge.acp.spawn import agent_environment
 from bridge.config import demo_agent
@@ -19,6 +20,7 @@ from bridge.conform.agent import AgentSpec
 from bridge.conform.checks import MODEL_DRIVERS, Settings
 from bridge.conform.kit import KitResult, run_kit, select
 from bridge.conform.requirements import BY_ID, REQUIREMENTS, Status, Tier
+from bridge.conform.terminals import ClientTerminals, keep_last
 from tests.conform_agent import DEFECTS
 
 AGENT = str(Path(__file__).with_name("conform_agent.py"))
@@ -258,3 +260,42 @@ async def test_the_kits_sends_and_its_answers_to_the_agent_never_collide_on_the_
         assert await agent.wait_until(lambda: any(m.get("method") == "done" for m in agent.notifications), 60)
     done = next(m for m in agent.notifications if m.get("method") == "done")
     assert done["params"]["answers"] == 300
+
+
+def test_a_client_terminal_keeps_the_last_bytes_of_its_output_on_a_character_boundary() -> None:
+    assert keep_last(b"abc", 5) == (b"abc", False)
+    assert keep_last("aé€x".encode(), 4) == ("€x".encode(), True)  # 'é' cut in two: dropped whole
+    assert keep_last("aé€x".encode(), 3) == (b"x", True)  # the '€' cut in two, as well
+    assert keep_last(b"abc", 0) == (b"", True)
+
+
+async def test_client_terminals_run_wait_kill_and_release_and_stop_what_is_left(tmp_path: Path) -> None:
+    terminals = ClientTerminals()
+    async with trio.open_nursery() as nursery:
+        terminals.attach(nursery)
+        refused = await terminals.answer("terminal/create", {"sessionId": "s", "command": "true", "cwd": "rel"})
+        assert refused["error"]["code"] == -32602 and "absolute" in refused["error"]["message"]
+        made = await terminals.answer(
+            "terminal/create",
+            {"sessionId": "s", "command": "sh", "args": ["-c", "printf 0123456789; exit 3"], "cwd": str(tmp_path),
+             "outputByteLimit": 4},
+        )  # fmt: skip
+        ended = {"sessionId": "s", "terminalId": made["result"]["terminalId"]}
+        assert (await terminals.answer("terminal/wait_for_exit", ended))["result"] == {"exitCode": 3, "signal": None}
+        output = (await terminals.answer("terminal/output", ended))["result"]
+        assert output == {"output": "6789", "truncated": True, "exitStatus": {"exitCode": 3, "signal": None}}
+        long = await terminals.answer("terminal/create", {"sessionId": "s", "command": "sleep", "args": ["60"]})
+        running = {"sessionId": "s", "terminalId": long["result"]["terminalId"]}
+        assert "exitStatus" not in (await terminals.answer("terminal/output", running))["result"]
+        assert await terminals.answer("terminal/kill", running) == {"result": {}}
+        killed = (await terminals.answer("terminal/wait_for_exit", running))["result"]
+        assert killed == {"exitCode": None, "signal": "SIGKILL"}
+        assert await terminals.answer("terminal/release", running) == {"result": {}}
+        gone = await terminals.answer("terminal/output", running)
+        assert gone["error"]["code"] == -32602  # a released terminal's id is no longer valid
+        left = await terminals.answer("terminal/create", {"sessionId": "s", "command": "sleep", "args": ["60"]})
+        assert "result" in left
+        await terminals.aclose()  # what the agent never released is stopped with the run
+        assert all(t.process.returncode is not None for t in terminals.created)
+        nursery.cancel_scope.cancel()
+    assert [t.released for t in terminals.created] == [False, True, False]

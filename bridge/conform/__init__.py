@@ -3,6 +3,7 @@ between), requirement by requirement, each citing the spec text it rests on.
 
 - ``requirements``: the requirements as data (id, tier, citation, the capability that makes one apply)
 - ``agent``: one agent process under test: its stdio, transcript, stderr tail; the client side it answers with
+- ``terminals``: the client side's terminals (``terminal/*``), run and stopped for real
 - ``checks``: the check groups (a fresh agent process each) and the judging of the whole run's wire
 - ``kit``: which requirements apply, running the groups, statuses and the verdict
 - ``report``: terminal, JSON, JUnit XML and Markdown reports

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,8 @@ import trio
 
 from bridge.acp.process import stop_process_group
 from wire.rpc.protocol import LineFramer
+
+from .terminals import ClientTerminals
 
 __all__ = [
     "AgentGone",
@@ -38,6 +40,7 @@ __all__ = [
 MAX_LINE_BYTES = 64 * 1024 * 1024
 STDERR_TAIL_BYTES = 8 * 1024
 STOP_GRACE = 3.0
+Reply = dict[str, Any] | Awaitable[dict[str, Any]] | None  # a reply to the agent, one to come, or held
 
 
 class AgentGone(Exception):
@@ -123,12 +126,14 @@ class ClientSide:
     terminal: bool = False
     permission_answer: str = "allow"  # allow | reject | cancelled | hold (left for the kit to answer)
     requests: list[tuple[str, Any]] = field(default_factory=list)
+    terminals: ClientTerminals = field(default_factory=ClientTerminals)
 
     def capabilities(self) -> dict[str, Any]:
         return {"fs": {"readTextFile": self.fs_read, "writeTextFile": self.fs_write}, "terminal": self.terminal}
 
-    def answer(self, method: str, params: Any) -> dict[str, Any] | None:
-        """The result or error (``{"error": ...}``) for one of the agent's requests; None to hold it."""
+    def answer(self, method: str, params: Any) -> Reply:
+        """The result or error (``{"error": ...}``) for one of the agent's requests, or an awaitable of it (a
+        terminal's, which may wait for its command); None to hold it."""
         self.requests.append((method, params))
         if method == "session/request_permission":
             if self.permission_answer == "hold":
@@ -138,6 +143,8 @@ class ClientSide:
             return self._read(params)
         if method == "fs/write_text_file" and self.fs_write:
             return self._write(params)
+        if method.startswith("terminal/") and self.terminal:
+            return self.terminals.answer(method, params)
         return {"error": {"code": -32601, "message": f"method not found: {method} (the client did not offer it)"}}
 
     def _permission(self, params: Any) -> dict[str, Any]:
@@ -194,6 +201,7 @@ class LiveAgent:
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self.stderr_bytes = 0
+        self._nursery: trio.Nursery | None = None  # where late replies (terminals) run: open_agent's
 
     # -- sending ------------------------------------------------------------------------------------------------
 
@@ -340,12 +348,18 @@ class LiveAgent:
             reply = self.client.answer(str(message.get("method")), message.get("params"))
             if reply is None:
                 self.held.append(message)
-            else:
+            elif isinstance(reply, dict):
                 await self._reply(message["id"], reply)
+            else:  # answered when it is ready, while the agent's other messages keep coming
+                assert self._nursery is not None
+                self._nursery.start_soon(self._reply_later, message["id"], reply)
         elif "method" in message:
             self.notifications.append(message)
         elif "id" in message:
             self._answers.setdefault(message["id"], Answer(message))
+
+    async def _reply_later(self, request_id: Any, reply: Awaitable[dict[str, Any]]) -> None:
+        await self._reply(request_id, await reply)
 
     async def _reply(self, request_id: Any, reply: dict[str, Any]) -> None:
         try:
@@ -390,6 +404,8 @@ async def open_agent(spec: AgentSpec, client: ClientSide) -> AsyncIterator[LiveA
     agent = LiveAgent(process, client, trio.current_time())
     try:
         async with trio.open_nursery() as nursery:
+            agent._nursery = nursery
+            client.terminals.attach(nursery)
             nursery.start_soon(agent._read_stdout)
             nursery.start_soon(agent._read_stderr)
             try:
@@ -397,6 +413,7 @@ async def open_agent(spec: AgentSpec, client: ClientSide) -> AsyncIterator[LiveA
             finally:
                 with trio.CancelScope(shield=True):
                     await stop_process_group(process, STOP_GRACE)
+                    await client.terminals.aclose()
                 nursery.cancel_scope.cancel()
     finally:
         if process.returncode is None:  # open_nursery itself failed

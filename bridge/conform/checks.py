@@ -28,6 +28,7 @@ from wire.vocabulary import STOP_REASONS
 
 from .agent import AgentGone, AgentSpec, Answer, ClientSide, LiveAgent, TranscriptLine, open_agent
 from .requirements import BY_ID, Status
+from .terminals import Terminal
 
 __all__ = [
     "GROUPS",
@@ -61,7 +62,8 @@ class Blocked(Exception):
 class ModelDriver:
     """How the kit makes the agent's model do what a check needs. ``texts``: the prompt for each kind of turn —
     ``short`` (a short answer), ``long`` (a turn a cancel interrupts), ``tool`` (call the probe MCP server's
-    ``echo`` with ``{token}``), ``shell`` (run ``{command}`` with the agent's shell tool). A scripted model is
+    ``echo`` with ``{token}``), ``shell`` (run ``{command}`` with the agent's shell tool), ``read`` (read the file
+    ``{path}`` with its file tool). A scripted model is
     scripted by ``before`` ahead of each prompt, and its ``requests`` show what the model was sent. ``none`` has
     no driver: the checks that need a model are skipped."""
 
@@ -94,6 +96,7 @@ _PLAIN = {
     "long": "Count from 1 to 400, one number per line, with no other text.",
     "tool": "Call the echo tool of the MCP server named conform with the text {token}, then reply: done.",
     "shell": "Run this shell command, then reply: done. {command}",
+    "read": "Read the file {path} with your file-reading tool, then reply with its content.",
 }
 MODEL_DRIVERS = {
     "own": ModelDriver("own", _PLAIN, "the agent's own model, as configured (its login or API key; costs tokens)"),
@@ -111,6 +114,7 @@ MODEL_DRIVERS = {
             "long": "/say counting\n/sleep 60000\n/say done",
             "tool": '/tool echo {"text": "{token}"}',
             "shell": "/shell {command}",
+            "read": "/read {path}",
         },
         "lmbridge's demo directives (the built-in demo agent, or an agent that speaks them)",
         answer="pong",
@@ -769,6 +773,121 @@ async def _group_permissions(g: _Group) -> None:
         run.set("LMB-PERM-003", Status.PASS)
 
 
+_CLIENT_IDS = ("LMB-FS-001", "LMB-TERM-001", "LMB-TERM-002", "LMB-TERM-003")
+
+
+async def _group_client(g: _Group) -> None:
+    """The client advertises its file system and terminals (``_ADVERTISING``); the model runs a command and reads
+    a file. What the agent asks of the client is judged; whether it asks at all is its choice (INFORMATIONAL)."""
+    run, client = g.run, g.agent.client
+    opened = await _model_session(g)
+    if opened is None:
+        return
+    model, session = opened
+    token = f"conform-{uuid.uuid4().hex[:8]}"
+    readable = Path(g.settings.workspace, f"{token}.txt")
+    readable.write_text(f"the file says {token}-read\n")
+    try:
+        await g.request("session/prompt", model.prompt(session, "shell", command=f"echo {token}-ran"))
+        await g.request("session/prompt", model.prompt(session, "read", path=str(readable)))
+    finally:
+        readable.unlink(missing_ok=True)
+    if g.undriven(_CLIENT_IDS):
+        return
+    files = [(method, params) for method, params in client.requests if method.startswith("fs/")]
+    terminals = client.terminals.created
+    _judge_file_requests(g, session, files)
+    _judge_terminal_requests(g, session, [p for m, p in client.requests if m == "terminal/create"])
+    if terminals:
+        await _judge_releases(g, session, terminals)
+    else:
+        run.set("LMB-TERM-002", Status.SKIPPED, "the agent created no terminal")
+    read = any(method == "fs/read_text_file" for method, _ in files)
+    found = [
+        "ran the command in a client terminal" if terminals else "ran the command itself (no terminal/create)",
+        "read the file through fs/read_text_file" if read else "read the file itself (no fs/read_text_file)",
+    ]
+    if not terminals and not read:
+        run.set("LMB-TERM-003", Status.SKIPPED, "; ".join(found) + ": the spec allows it")
+        return
+    asked = model.requests() if model.requests else None
+    results = " ".join(t.text for r in asked or () for t in r.tool_results)
+    lost = [
+        what
+        for what, used, mark in (("the command's output", terminals, "ran"), ("the file's content", read, "read"))
+        if asked is not None and used and f"{token}-{mark}" not in results
+    ]
+    if lost:
+        run.set("LMB-TERM-003", Status.FAIL, "; ".join(found) + f"; {' and '.join(lost)} did not reach the model")
+    else:
+        run.set("LMB-TERM-003", Status.PASS, "; ".join(found))
+
+
+def _judge_file_requests(g: _Group, session: str, files: list[tuple[str, Any]]) -> None:
+    if not files:
+        g.run.set("LMB-FS-001", Status.SKIPPED, "the agent made no fs/* request (it may read and write files itself)")
+        return
+    schemas = {"fs/read_text_file": "ReadTextFileRequest", "fs/write_text_file": "WriteTextFileRequest"}
+    problems = []
+    for method, params in files:
+        path = params.get("path") if isinstance(params, dict) else None
+        if method in schemas:
+            problems += validate(schemas[method], params, g.settings.schema)
+        if not isinstance(params, dict) or params.get("sessionId") != session:
+            problems.append(f"{method} for session {params.get('sessionId') if isinstance(params, dict) else None!r}")
+        if not isinstance(path, str) or not os.path.isabs(path):
+            problems.append(f"{method} path {path!r} is not absolute")
+    if problems:
+        g.run.fail("LMB-FS-001", "the session's id and absolute paths", "; ".join(problems[:3]))
+    else:
+        g.run.set("LMB-FS-001", Status.PASS, f"{len(files)} request(s)")
+
+
+def _judge_terminal_requests(g: _Group, session: str, creates: list[Any]) -> None:
+    """Every ``terminal/create`` the agent sent, including those the client refused."""
+    if not creates:
+        g.run.set("LMB-TERM-001", Status.SKIPPED, "the agent created no terminal (it may run commands itself)")
+        return
+    problems = []
+    for params in creates:
+        if not isinstance(params, dict):
+            problems.append(f"terminal/create params {params!r}")
+            continue
+        problems += validate("CreateTerminalRequest", params, g.settings.schema)
+        if params.get("sessionId") != session:
+            problems.append(f"terminal/create for session {params.get('sessionId')!r}")
+        cwd = params.get("cwd")
+        if cwd is not None and not (isinstance(cwd, str) and os.path.isabs(cwd)):
+            problems.append(f"cwd {cwd!r} is not absolute")
+    if problems:
+        g.run.fail("LMB-TERM-001", "valid terminal/create requests for the session", "; ".join(problems[:3]))
+    else:
+        g.run.set("LMB-TERM-001", Status.PASS, f"{len(creates)} terminal(s)")
+
+
+async def _judge_releases(g: _Group, session: str, terminals: list[Terminal]) -> None:
+    """Released by the end of the turn, or at the latest when the session is closed (the spec's "when it's no longer
+    needed": an agent may keep a terminal between turns, never past its session)."""
+
+    def unreleased() -> list[str]:
+        return [t.id for t in terminals if not t.released]
+
+    if not unreleased():
+        g.run.set("LMB-TERM-002", Status.PASS, f"{len(terminals)} terminal(s), each released in its turn")
+        return
+    if not advertised(g.capabilities, "sessionCapabilities.close"):
+        left = ", ".join(unreleased())
+        why = f"{left} outlived the turn; without session/close, when it is no longer needed is not known"
+        g.run.set("LMB-TERM-002", Status.SKIPPED, why)
+        return
+    await g.request("session/close", {"sessionId": session})
+    await g.agent.wait_until(lambda: not unreleased(), LATE_UPDATE_WINDOW)
+    if unreleased():
+        g.run.fail("LMB-TERM-002", "terminal/release for each terminal", f"{', '.join(unreleased())} never released")
+    else:
+        g.run.set("LMB-TERM-002", Status.PASS, "released when the session was closed")
+
+
 async def _group_shutdown(g: _Group) -> None:
     await _handshake(g.agent, g.settings)
     started = g.agent.now()
@@ -792,15 +911,20 @@ GROUPS: dict[str, GroupFunction] = {
     "history": _group_history,
     "tools": _group_tools,
     "permissions": _group_permissions,
+    "client": _group_client,
     "shutdown": _group_shutdown,
 }
+# The groups whose client advertises its file system and terminals (the others: nothing, so that LMB-CAP-001 can
+# be judged).
+_ADVERTISING = ("client",)
 
 
 async def run_group(name: str, settings: Settings, capabilities: dict[str, Any]) -> GroupRun:
     """One group on a fresh agent process. Never raises for the agent's behaviour: what went wrong is the
     group's ``problem`` (or ``blocked``)."""
     run = GroupRun(name)
-    client = ClientSide(settings.workspace)
+    offers = name in _ADVERTISING
+    client = ClientSide(settings.workspace, fs_read=offers, fs_write=offers, terminal=offers)
     started = trio.current_time()
     asked = settings.model.requests if settings.model is not None else None
     before = len(asked()) if asked is not None else 0

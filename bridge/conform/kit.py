@@ -18,11 +18,11 @@ from typing import Any
 import trio
 
 from bridge.config import AgentConfig, known_agent
-from bridge.fakemodel.recipes import FOREIGN_ENV, point_at, shell_call
+from bridge.fakemodel.recipes import FOREIGN_ENV, point_at, read_call, shell_call
 from bridge.fakemodel.server import Call, FakeModel, Turn, call, open_fake_model, say, stall
 
 from .agent import AgentSpec
-from .checks import PROBE_TOOL, GroupRun, Outcome, Settings, advertised, judge_transcripts, run_group
+from .checks import GROUPS, PROBE_TOOL, GroupRun, Outcome, Settings, advertised, judge_transcripts, run_group
 from .requirements import REQUIREMENTS, Requirement, Status, Tier
 
 __all__ = ["KitResult", "Verdict", "run_kit", "select"]
@@ -131,6 +131,8 @@ def _script(kind: str, values: Mapping[str, str], agent: str | None) -> list[Tur
         return [call(Call("", {"text": values["token"]}, offered=PROBE_TOOL)), say("done", 1)]
     if kind == "shell":
         return [call(shell_call(agent, values["command"])), say("done", 1)]
+    if kind == "read":
+        return [call(read_call(agent, values["path"])), say("done", 1)]
     return [say("pong", 1)]
 
 
@@ -157,17 +159,7 @@ async def _run(settings: Settings, requirements: list[Requirement]) -> KitResult
         reason = _skip_reason(requirement, settings, capabilities, result.blocked)
         if reason:
             outcomes[requirement.id] = Outcome(requirement.id, Status.SKIPPED, reason)
-    for name in (
-        "negotiation",
-        "sessions",
-        "robustness",
-        "prompt",
-        "cancel",
-        "history",
-        "tools",
-        "permissions",
-        "shutdown",
-    ):
+    for name in GROUPS:  # in their order, shutdown last
         pending = [r for r in requirements if r.group == name and r.id not in outcomes]
         if name not in wanted or not pending:
             continue

@@ -426,6 +426,55 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ),
         needs_model=True,
     ),
+    # -- the client's file system and terminals, advertised ---------------------------------------------------------
+    _r(
+        "LMB-FS-001",
+        M,
+        "fs/read_text_file and fs/write_text_file requests name the session and an absolute path",
+        "client",
+        (DOCS + "file-system#reading-files", "path (string, required): Absolute path to the file to read"),
+        (DOCS + "file-system#writing-files", "path (string, required): Absolute path to the file to write."),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-TERM-001",
+        M,
+        "terminal/create requests name the session, a command, and an absolute cwd when they give one",
+        "client",
+        (
+            DOCS + "terminals#executing-commands",
+            "cwd (string): Working directory for the command. Must be an absolute path.",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-TERM-002",
+        M,
+        "every terminal the agent creates is released with terminal/release (by the time its session is closed)",
+        "client",
+        (
+            DOCS + "terminals#executing-commands",
+            "The Agent MUST release the terminal using terminal/release when it's no longer needed.",
+        ),
+        (DOCS + "terminals#killing-commands", "The Agent MUST still call terminal/release when it's done using it."),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-TERM-003",
+        INFO,
+        "with the client's terminal and file system advertised, the agent runs a shell command in a client terminal "
+        "and reads a file through the client, and what they gave reaches its model",
+        "client",
+        (
+            DOCS + "terminals",
+            "The terminal methods allow Agents to execute shell commands within the Client's environment.",
+        ),
+        (
+            DOCS + "file-system",
+            "The filesystem methods allow Agents to read and write text files within the Client's environment.",
+        ),
+        needs_model=True,
+    ),
     # -- extensibility ----------------------------------------------------------------------------------------------
     _r(
         "LMB-EXT-001",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .server import Call
 
-__all__ = ["FOREIGN_ENV", "RECIPES", "Pointed", "point_at", "shell_call"]
+__all__ = ["FOREIGN_ENV", "RECIPES", "Pointed", "point_at", "read_call", "shell_call"]
 
 # An agent reads these before its own config: a developer's real keys or endpoints must neither reach a run against
 # the fake model nor send its requests elsewhere.
@@ -196,8 +196,8 @@ _WHY = "Run the command the user asked for"
 def shell_call(agent: str | None, command: str) -> Call:
     """A call of the agent's built-in shell tool, as its model makes it; for an agent without a recipe, the first
     offered tool with "shell" or "bash" in its name, given ``command``."""
-    if agent == "claude":
-        return Call("Bash", {"command": command, "description": _WHY})
+    if agent == "claude":  # (its own Bash, or the one it offers as mcp__acp__Bash when the client has a terminal)
+        return Call("Bash", {"command": command, "description": _WHY}, offered="Bash|mcp__acp__Bash")
     if agent == "codex":
         return Call("exec_command", {"cmd": command})
     if agent == "gemini":
@@ -205,3 +205,18 @@ def shell_call(agent: str | None, command: str) -> Call:
     if agent == "opencode":
         return Call("bash", {"command": command, "description": _WHY})
     return Call("", {"command": command}, offered="*[Ss]hell*|*[Bb]ash*")
+
+
+def read_call(agent: str | None, path: str) -> Call:
+    """A call of the agent's built-in tool that reads a file (an absolute ``path``), as its model makes it; Codex has
+    none (its model reads with a shell command); for an agent without a recipe, the first offered tool whose name
+    says it reads a file."""
+    if agent == "claude":
+        return Call("Read", {"file_path": path}, offered="Read|mcp__acp__Read")
+    if agent == "codex":
+        return shell_call(agent, f"cat {path}")
+    if agent == "gemini":
+        return Call("read_file", {"file_path": path})
+    if agent == "opencode":
+        return Call("read", {"filePath": path})
+    return Call("", {"path": path, "file_path": path}, offered="read_file|*[Rr]ead*[Ff]ile*|Read|read")

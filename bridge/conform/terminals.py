@@ -1,0 +1,170 @@
+"""The kit's client terminals (``terminal/*``, when the kit advertises ``terminal``): each command runs in a process
+group of its own, its output (stdout and stderr together) kept up to the agent's ``outputByteLimit``, cut from the
+start at a character boundary as the spec asks of a client. What the agent did with them is recorded for the checks:
+which terminals it created (with the request) and which it released.
+
+Trio only; everything started is stopped by ``aclose`` (``open_agent`` calls it when the agent's run ends).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from bridge.acp.process import stop_process_group
+
+__all__ = ["ClientTerminals", "Terminal", "keep_last"]
+
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # when the agent gives no outputByteLimit
+STOP_GRACE = 2.0
+
+
+def keep_last(data: bytes, limit: int) -> tuple[bytes, bool]:
+    """The last ``limit`` bytes of ``data`` at most, starting on a UTF-8 character boundary; whether any were cut."""
+    if len(data) <= limit:
+        return data, False
+    kept = data[len(data) - limit :] if limit > 0 else b""
+    start = 0
+    while start < len(kept) and kept[start] & 0xC0 == 0x80:  # a continuation byte: part of a character cut in two
+        start += 1
+    return kept[start:], True
+
+
+@dataclass
+class Terminal:
+    id: str
+    session: str
+    request: dict[str, Any]  # terminal/create's params, as the agent sent them
+    process: trio.Process
+    limit: int
+    output: bytes = b""
+    truncated: bool = False
+    released: bool = False
+    finished: trio.Event = field(default_factory=trio.Event)  # the process exited and its output was all read
+
+    def exit_status(self) -> dict[str, Any] | None:
+        code = self.process.returncode
+        if code is None or not self.finished.is_set():
+            return None
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = str(-code)
+            return {"exitCode": None, "signal": name}
+        return {"exitCode": code, "signal": None}
+
+
+class ClientTerminals:
+    """The terminals of one agent run. ``answer`` takes a ``terminal/*`` request and returns its reply."""
+
+    def __init__(self) -> None:
+        self.created: list[Terminal] = []  # in order, released ones included
+        self._by_id: dict[str, Terminal] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Where the terminals' readers run (the agent's nursery)."""
+        self._nursery = nursery
+
+    async def answer(self, method: str, params: Any) -> dict[str, Any]:
+        if not isinstance(params, dict):
+            return _invalid("params must be an object")
+        if method == "terminal/create":
+            return await self._create(params)
+        terminal = self._by_id.get(str(params.get("terminalId")))
+        if terminal is None or terminal.released:
+            return _invalid(f"no terminal {params.get('terminalId')!r} (unknown, or released)")
+        if method == "terminal/output":
+            result: dict[str, Any] = {"output": _text(terminal.output), "truncated": terminal.truncated}
+            status = terminal.exit_status()
+            if status is not None:
+                result["exitStatus"] = status
+            return {"result": result}
+        if method == "terminal/wait_for_exit":
+            await terminal.finished.wait()
+            return {"result": terminal.exit_status()}
+        if method == "terminal/kill":
+            _kill(terminal)
+            return {"result": {}}
+        if method == "terminal/release":
+            _kill(terminal)
+            terminal.released = True
+            return {"result": {}}
+        return {"error": {"code": -32601, "message": f"method not found: {method}"}}
+
+    async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
+        command, args, cwd = params.get("command"), params.get("args") or [], params.get("cwd")
+        if not isinstance(command, str) or not command or not all(isinstance(a, str) for a in args):
+            return _invalid("command must be a string, args a list of strings")
+        if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
+            return _invalid(f"cwd must be an absolute path, got {cwd!r}")
+        env = dict(os.environ)
+        for variable in params.get("env") or ():
+            if isinstance(variable, dict) and isinstance(variable.get("name"), str):
+                env[variable["name"]] = str(variable.get("value", ""))
+        limit = params.get("outputByteLimit")
+        limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else DEFAULT_OUTPUT_LIMIT
+        try:
+            process = await trio.lowlevel.open_process(
+                [command, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return {"error": {"code": -32603, "message": f"cannot run {command!r}: {exc.strerror or exc}"}}
+        terminal = Terminal(f"term-{uuid.uuid4().hex[:12]}", str(params.get("sessionId")), params, process, limit)
+        self.created.append(terminal)
+        self._by_id[terminal.id] = terminal
+        assert self._nursery is not None, "attach() first"
+        self._nursery.start_soon(self._read, terminal)
+        return {"result": {"terminalId": terminal.id}}
+
+    async def _read(self, terminal: Terminal) -> None:
+        stdout = terminal.process.stdout
+        assert stdout is not None
+        try:
+            while True:
+                try:
+                    data = await stdout.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    break
+                terminal.output, cut = keep_last(terminal.output + data, terminal.limit)
+                terminal.truncated = terminal.truncated or cut
+            await terminal.process.wait()
+        finally:
+            terminal.finished.set()
+
+    async def aclose(self) -> None:
+        """Stop every command still running."""
+        with trio.CancelScope(shield=True):
+            for terminal in self.created:  # (also sweeps what a command left running in its group)
+                await stop_process_group(terminal.process, STOP_GRACE)
+
+
+def _kill(terminal: Terminal) -> None:
+    if terminal.process.returncode is None:
+        try:
+            os.killpg(terminal.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _text(output: bytes) -> str:
+    return output.decode("utf-8", errors="replace")
+
+
+def _invalid(message: str) -> dict[str, Any]:
+    return {"error": {"code": -32602, "message": message}}
