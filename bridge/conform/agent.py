@@ -25,7 +25,7 @@ import trio
 from bridge.acp.process import stop_process_group
 from wire.rpc.protocol import LineFramer
 
-from .terminals import ClientTerminals
+from .terminals import ClientTerminals, chunks
 
 __all__ = [
     "AgentGone",
@@ -311,17 +311,9 @@ class LiveAgent:
         self.transcript.append(TranscriptLine(self.now(), direction, raw, message))
 
     async def _read_stdout(self) -> None:
-        stdout = self._process.stdout
-        assert stdout is not None
         framer = LineFramer(MAX_LINE_BYTES)
         try:
-            while True:
-                try:
-                    data = await stdout.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    break
+            async for data in chunks(self._process.stdout):
                 for line in framer.feed(data):
                     if isinstance(line, LineFramer.LineTooLong):
                         self._record("in", f"<a line of {line.size} bytes, over the kit's limit>")
@@ -372,15 +364,7 @@ class LiveAgent:
         self._arrived = trio.Event()
 
     async def _read_stderr(self) -> None:
-        stderr = self._process.stderr
-        assert stderr is not None
-        while True:
-            try:
-                data = await stderr.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            if not data:
-                return
+        async for data in chunks(self._process.stderr):
             self.stderr_bytes += len(data)
             self._stderr.append(bytes(data))
             self._stderr_size += len(data)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,10 +20,23 @@ import trio
 
 from bridge.acp.process import stop_process_group
 
-__all__ = ["ClientTerminals", "Terminal", "keep_last"]
+__all__ = ["ClientTerminals", "Terminal", "chunks", "keep_last"]
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024  # when the agent gives no outputByteLimit
 STOP_GRACE = 2.0
+
+
+async def chunks(stream: trio.abc.ReceiveStream | None) -> AsyncIterator[bytes | bytearray]:
+    """What a process's pipe gives, until it ends (a pipe broken or closed under us ends it too)."""
+    assert stream is not None
+    while True:
+        try:
+            data = await stream.receive_some(65536)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not data:
+            return
+        yield data
 
 
 def keep_last(data: bytes, limit: int) -> tuple[bytes, bool]:
@@ -131,16 +145,8 @@ class ClientTerminals:
         return {"result": {"terminalId": terminal.id}}
 
     async def _read(self, terminal: Terminal) -> None:
-        stdout = terminal.process.stdout
-        assert stdout is not None
         try:
-            while True:
-                try:
-                    data = await stdout.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-                if not data:
-                    break
+            async for data in chunks(terminal.process.stdout):
                 terminal.output, cut = keep_last(terminal.output + data, terminal.limit)
                 terminal.truncated = terminal.truncated or cut
             await terminal.process.wait()
