@@ -54,6 +54,8 @@ DEFECTS: dict[str, set[str]] = {
     "relative-read-path": {"LMB-FS-001"},  # fs/read_text_file with a path relative to the cwd
     "relative-terminal-cwd": {"LMB-TERM-001"},  # terminal/create with cwd "." (refused: it runs nothing)
     "unreleased-terminal": {"LMB-TERM-002"},  # never calls terminal/release
+    "refuses-resource-link": {"LMB-CONTENT-001"},  # a prompt with a resource_link block: -32602
+    "refuses-image": {"LMB-CONTENT-002"},  # advertises images, then refuses a prompt with one
 }
 
 _MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
@@ -213,6 +215,7 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
     if "version-string" in _defects:
         version = "1"
     capabilities = {
+        "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
         "loadSession": bool(_state_dir),
         "sessionCapabilities": {"list": {}, "close": {}, **({"resume": {}} if _state_dir else {})},
     }
@@ -225,6 +228,11 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
 
 def _prompt(request_id: Any, params: dict[str, Any]) -> None:
     session_id = params["sessionId"]
+    kinds = {block.get("type") for block in params.get("prompt", [])}
+    refused = {"refuses-resource-link": "resource_link", "refuses-image": "image"}
+    if any(defect in _defects and kind in kinds for defect, kind in refused.items()):
+        _send({"id": request_id, "error": {"code": -32602, "message": f"unsupported content: {sorted(kinds)}"}})
+        return
     session = _sessions[session_id]
     cancelled = _cancelled[session_id]  # reset when the prompt arrived, so a cancel right behind it is kept
     text = "".join(block.get("text", "") for block in params.get("prompt", []) if block.get("type") == "text")

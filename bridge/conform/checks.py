@@ -773,6 +773,74 @@ async def _group_permissions(g: _Group) -> None:
         run.set("LMB-PERM-003", Status.PASS)
 
 
+# A 1×1 PNG and eight samples of 8 kHz WAV: real files, for agents that look inside.
+_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+_WAV = "UklGRiwAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQgAAACAgICAgICAgA=="
+
+
+_CONTENT_IDS = tuple(f"LMB-CONTENT-00{number}" for number in range(1, 6))
+
+
+def _content_blocks(workspace: Path, token: str) -> list[tuple[str, str | None, dict[str, Any], str]]:
+    """(requirement, the capability it needs, the block, what of it the model should see) for each kind."""
+    uri = (workspace / f"{token}-notes.md").as_uri()
+    return [
+        ("LMB-CONTENT-001", None, {"type": "resource_link", "uri": uri, "name": f"{token}-notes.md"}, token),
+        ("LMB-CONTENT-002", "promptCapabilities.image", {"type": "image", "mimeType": "image/png", "data": _PNG}, _PNG),
+        ("LMB-CONTENT-003", "promptCapabilities.audio", {"type": "audio", "mimeType": "audio/wav", "data": _WAV}, _WAV),
+        (
+            "LMB-CONTENT-004",
+            "promptCapabilities.embeddedContext",
+            {"type": "resource", "resource": {"uri": uri, "mimeType": "text/markdown", "text": f"notes {token}"}},
+            f"notes {token}",
+        ),
+    ]
+
+
+async def _group_content(g: _Group) -> None:
+    """One prompt per kind of content block the agent takes (a resource link always; image, audio and embedded
+    resources when advertised: a client must not send them otherwise), each beside a short text."""
+    run = g.run
+    opened = await _model_session(g)
+    if opened is None:
+        return
+    model, session = opened
+    token = f"conform-{uuid.uuid4().hex[:8]}"
+    kinds = _content_blocks(g.settings.workspace, token)
+    plain = await g.request("session/prompt", model.prompt(session, "short"))
+    if plain.field("stopReason") not in STOP_REASONS:  # what builds on a working prompt is not judged here: the
+        why = f"a prompt of text alone did not end well either ({plain.describe()}): see LMB-PROMPT-001"  # prompt
+        for requirement in _CONTENT_IDS:  # group says what failed
+            run.set(requirement, Status.SKIPPED, why)
+        return
+    reached: list[str] = []
+    for requirement, capability, block, mark in kinds:
+        if capability is not None and not advertised(g.capabilities, capability):
+            run.set(requirement, Status.SKIPPED, f"{capability} is not advertised")
+            continue
+        params = model.prompt(session, "short")
+        params["prompt"].append(block)
+        before = len(model.requests()) if model.requests else 0
+        answer = await g.request("session/prompt", params)
+        reason = answer.field("stopReason")
+        if not answer.ok:
+            run.fail(requirement, f"a stop reason for a prompt with its {block['type']} block", answer.describe())
+        elif reason == "cancelled" or reason not in STOP_REASONS:
+            run.fail(requirement, "a stop reason of a turn that was not cancelled", repr(reason))
+        else:
+            run.set(requirement, Status.PASS, f"stopReason {reason}")
+        if model.requests is not None and answer.ok:
+            got = any(mark in request.text for request in model.requests()[before:])
+            reached.append(f"{block['type']}: {'reached' if got else 'did not reach'} the model")
+    if g.undriven(_CONTENT_IDS):
+        return
+    if not reached:
+        run.set("LMB-CONTENT-005", Status.SKIPPED, "the model's requests are not visible to the kit")
+    else:
+        missing = any("did not" in line for line in reached)
+        run.set("LMB-CONTENT-005", Status.FAIL if missing else Status.PASS, "; ".join(reached))
+
+
 _CLIENT_IDS = ("LMB-FS-001", "LMB-TERM-001", "LMB-TERM-002", "LMB-TERM-003")
 
 
@@ -907,6 +975,7 @@ GROUPS: dict[str, GroupFunction] = {
     "sessions": _group_sessions,
     "robustness": _group_robustness,
     "prompt": _group_prompt,
+    "content": _group_content,
     "cancel": _group_cancel,
     "history": _group_history,
     "tools": _group_tools,

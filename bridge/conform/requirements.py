@@ -409,6 +409,60 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ),
         needs_model=True,
     ),
+    # -- prompt content ---------------------------------------------------------------------------------------------
+    _r(
+        "LMB-CONTENT-001",
+        M,
+        "a prompt with a resource_link block beside its text is taken: the turn ends with a stop reason",
+        "content",
+        (
+            DOCS + "initialization#prompt-capabilities",
+            "As a baseline, all Agents MUST support ContentBlock::Text and ContentBlock::ResourceLink in "
+            "session/prompt requests.",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CONTENT-002",
+        C,
+        "with promptCapabilities.image advertised, a prompt with an image block is taken",
+        "content",
+        (DOCS + "initialization#prompt-capabilities", "image: The prompt may include ContentBlock::Image"),
+        capability="promptCapabilities.image",
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CONTENT-003",
+        C,
+        "with promptCapabilities.audio advertised, a prompt with an audio block is taken",
+        "content",
+        (DOCS + "initialization#prompt-capabilities", "audio: The prompt may include ContentBlock::Audio"),
+        capability="promptCapabilities.audio",
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CONTENT-004",
+        C,
+        "with promptCapabilities.embeddedContext advertised, a prompt with an embedded resource is taken",
+        "content",
+        (
+            DOCS + "initialization#prompt-capabilities",
+            "embeddedContext: The prompt may include ContentBlock::Resource",
+        ),
+        capability="promptCapabilities.embeddedContext",
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CONTENT-005",
+        INFO,
+        "what of each content block sent reached the agent's model (a scripted model's requests)",
+        "content",
+        (
+            DOCS + "content",
+            "Content blocks represent displayable information that flows through the Agent Client Protocol.",
+        ),
+        needs_model=True,
+    ),
     # -- the client's capabilities ----------------------------------------------------------------------------------
     _r(
         "LMB-CAP-001",
