@@ -42,8 +42,8 @@ DEFECTS: dict[str, set[str]] = {
     "load-without-replay": {"LMB-SESS-006"},
     "resume-replays": {"LMB-SESS-007"},
     "stays-after-eof": {"LMB-SHUT-001"},
-    "skips-mcp": {"LMB-MCP-001", "LMB-MCP-002"},  # never starts the MCP servers it is given
-    "wrong-mcp-arguments": {"LMB-MCP-002"},
+    "skips-mcp": {"LMB-MCP-001", "LMB-MCP-002", "LMB-MCP-004"},  # never connects to the MCP servers it is given
+    "wrong-mcp-arguments": {"LMB-MCP-002", "LMB-MCP-004"},
     "unreported-tool-call": {"LMB-MCP-003"},  # calls the MCP tool without a tool_call update
     "orphan-tool-call": {"LMB-TOOL-001"},  # its tool call stays in_progress after the turn
     "bad-permission-request": {"LMB-PERM-001"},  # options without a kind
@@ -56,6 +56,7 @@ DEFECTS: dict[str, set[str]] = {
     "unreleased-terminal": {"LMB-TERM-002"},  # never calls terminal/release
     "refuses-resource-link": {"LMB-CONTENT-001"},  # a prompt with a resource_link block: -32602
     "refuses-image": {"LMB-CONTENT-002"},  # advertises images, then refuses a prompt with one
+    "drops-mcp-headers": {"LMB-MCP-004"},  # calls an HTTP MCP server without the headers session/new gave
 }
 
 _MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
@@ -106,18 +107,45 @@ def _mcp_call(server: dict[str, Any], name: str, arguments: Any) -> str:
     return "".join(block.get("text", "") for block in (result or {}).get("content", []))
 
 
+def _mcp_call_http(server: dict[str, Any], name: str, arguments: Any) -> str:
+    """The same over streamable HTTP (JSON answers), with the headers ``session/new`` gave."""
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if "drops-mcp-headers" not in _defects:
+        headers.update({pair["name"]: pair["value"] for pair in server.get("headers") or ()})
+
+    def post(message: dict[str, Any]) -> Any:
+        request = urllib.request.Request(server["url"], json.dumps(message).encode(), headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                body = response.read()
+        except OSError:
+            return None
+        return json.loads(body).get("result") if body else None
+
+    info = {"name": "conform-test-agent", "version": "1"}
+    post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+          "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info}})  # fmt: skip
+    post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    post({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}})
+    result = post({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name, "arguments": arguments}})
+    return "".join(block.get("text", "") for block in (result or {}).get("content", []))
+
+
 def _tool(session_id: str, line: str) -> str:
     name, _, raw = line[len("/tool ") :].partition(" ")
     arguments = json.loads(raw or "{}")
     if "wrong-mcp-arguments" in _defects:
         arguments = {"text": "not what the model asked"}
-    servers = [s for s in _sessions[session_id].get("mcpServers", []) if s.get("command")]
+    servers = [s for s in _sessions[session_id].get("mcpServers", []) if s.get("command") or s.get("type") == "http"]
     call_id = f"tool-{uuid.uuid4().hex[:8]}"
     if "unreported-tool-call" not in _defects:
         _update(
             session_id, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": name, "status": "in_progress"}
         )
-    text = "no MCP server" if not servers or "skips-mcp" in _defects else _mcp_call(servers[0], name, arguments)
+    call = _mcp_call_http if servers and servers[0].get("type") == "http" else _mcp_call
+    text = "no MCP server" if not servers or "skips-mcp" in _defects else call(servers[0], name, arguments)
     if "unreported-tool-call" not in _defects and "orphan-tool-call" not in _defects:
         _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed"})
     return f"tool {name} returned: {text}\n"
@@ -216,6 +244,7 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
         version = "1"
     capabilities = {
         "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
+        "mcpCapabilities": {"http": True},
         "loadSession": bool(_state_dir),
         "sessionCapabilities": {"list": {}, "close": {}, **({"resume": {}} if _state_dir else {})},
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -22,6 +23,7 @@ from typing import Any
 
 import trio
 
+from bridge.acp.process import stop_process_group
 from bridge.fakemodel.server import ModelRequest
 from bridge.harness.validation import JsonSchema, validate
 from wire.vocabulary import STOP_REASONS
@@ -615,6 +617,64 @@ def _probe_log(log: Path) -> list[dict[str, Any]]:
 
 
 async def _group_tools(g: _Group) -> None:
+    await _stdio_tools(g)
+    if advertised(g.capabilities, "mcpCapabilities.http") and g.run.problem is None:
+        await _http_tools(g)
+
+
+async def _http_tools(g: _Group) -> None:
+    """A second session whose one MCP server is the probe over HTTP, with a bearer token in its headers."""
+    run, model = g.run, g.settings.model
+    assert model is not None
+    token, secret = f"conform-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    log = Path(g.settings.workspace, f".conform-mcp-http-{token}.ndjson")
+    command = [sys.executable, "-I", "-S", str(_PROBE), "--log", str(log), "--http", secret]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        with trio.fail_after(g.settings.timeout):
+            url = (await process.stdout.receive_some(4096)).decode().partition("\n")[0]
+        server = {"type": "http", "name": "conform", "url": url, "headers": [
+            {"name": "Authorization", "value": f"Bearer {secret}"}]}  # fmt: skip
+        session = await g.new_session(None, mcpServers=[server])
+        if session is None:
+            return
+        await g.request("session/prompt", model.prompt(session, "tool", token=token))
+        if g.undriven(("LMB-MCP-004",)):
+            return
+        received = _probe_log(log)
+    finally:
+        with trio.CancelScope(shield=True):
+            await stop_process_group(process, 2.0)
+    methods = [m.get("method") for m in received if m.get("authorized")]
+    refused = [m.get("method") for m in received if not m.get("authorized")]
+    calls = [m for m in received if m.get("method") == "tools/call" and (m.get("params") or {}).get("name") == "echo"]
+    asked = model.requests() if model.requests else None
+    offered = None if asked is None else any(r.tool(name) for r in asked for name in _matching(r, PROBE_TOOL))
+    results = [t.text for r in asked or () for t in r.tool_results]
+    if refused:
+        run.fail("LMB-MCP-004", "the Authorization header given in session/new on every request", f"none on {refused}")
+    elif not ("initialize" in methods and "tools/list" in methods):
+        if calls or offered or model.scripted:
+            run.fail("LMB-MCP-004", "initialize and tools/list on the HTTP MCP server", f"methods {methods}")
+        else:
+            run.set("LMB-MCP-004", Status.SKIPPED, "the model never asked for the tool (inconclusive)")
+    elif not calls:
+        if offered is False:
+            run.set("LMB-MCP-004", Status.SKIPPED, f"connected; no offered tool matched {PROBE_TOOL}: not judged")
+        elif model.scripted:
+            run.fail("LMB-MCP-004", "the model's call of the echo tool at the HTTP server", "no tools/call arrived")
+        else:
+            run.set("LMB-MCP-004", Status.SKIPPED, "connected; the model did not call the tool (inconclusive)")
+    elif (calls[0].get("params") or {}).get("arguments") != {"text": token}:
+        run.fail("LMB-MCP-004", f"arguments {{'text': {token!r}}}", json.dumps(calls[0]["params"].get("arguments")))
+    elif asked is not None and not any(f"echo: {token}" in text for text in results):
+        run.fail("LMB-MCP-004", f"the result 'echo: {token}' in the model's next request", f"results {results}")
+    else:
+        run.set("LMB-MCP-004", Status.PASS, f"{len(received)} message(s) over HTTP, each with the header")
+
+
+async def _stdio_tools(g: _Group) -> None:
     run = g.run
     token = f"conform-{uuid.uuid4().hex[:8]}"
     log = Path(g.settings.workspace, f".conform-mcp-{token}.ndjson")

@@ -349,6 +349,20 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         needs_model=True,
     ),
     _r(
+        "LMB-MCP-004",
+        C,
+        "an HTTP MCP server given in session/new is connected with the headers given, and the model's call of its "
+        "tool reaches it and its result reaches the model",
+        "tools",
+        (
+            DOCS + "session-setup#http-transport",
+            "When the Agent supports mcpCapabilities.http, Clients can specify MCP servers configurations using the "
+            "HTTP transport. … headers (HttpHeader[], required): HTTP headers to include in requests to the server",
+        ),
+        capability="mcpCapabilities.http",
+        needs_model=True,
+    ),
+    _r(
         "LMB-MCP-003",
         A,
         "the call is reported to the client as a tool call",

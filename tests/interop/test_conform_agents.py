@@ -33,6 +33,7 @@ FINDINGS = {
 ALWAYS = {
     *("LMB-PROMPT-001", "LMB-PROMPT-002", "LMB-PROMPT-003", "LMB-CANCEL-001", "LMB-CANCEL-002", "LMB-CAP-001"),
     *("LMB-MCP-001", "LMB-MCP-002", "LMB-MCP-003", "LMB-TOOL-001", "LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003"),
+    "LMB-MCP-004",  # all four advertise HTTP MCP
     *("LMB-CONTENT-001", "LMB-CONTENT-002", "LMB-CONTENT-004", "LMB-CONTENT-005"),  # all four take images, resources
 }
 
