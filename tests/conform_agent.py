@@ -33,6 +33,7 @@ DEFECTS: dict[str, set[str]] = {
     "answers-notifications": {"LMB-EXT-003", "LMB-RPC-003"},  # an error without an id
     "stdout-noise": {"LMB-STDIO-001"},
     "dies-on-garbage": {"LMB-STDIO-002"},
+    "dies-on-deep-json": {"LMB-STDIO-004"},  # exits on a valid request nested deeper than its parser goes
     "bad-stop-reason": {"LMB-PROMPT-001", "LMB-PROMPT-003", "LMB-CANCEL-003"},
     "bad-update": {"LMB-PROMPT-002"},
     "reads-without-capability": {"LMB-CAP-001"},
@@ -406,8 +407,8 @@ def main(argv: list[str]) -> int:
             continue
         try:
             message = json.loads(line)
-        except ValueError:
-            if "dies-on-garbage" in _defects:
+        except (ValueError, RecursionError) as exc:  # (RecursionError: nested deeper than the parser goes)
+            if f"dies-on-{'deep-json' if isinstance(exc, RecursionError) else 'garbage'}" in _defects:
                 return 1
             _send({"id": None, "error": {"code": -32700, "message": "Parse error"}})
             continue

@@ -205,13 +205,14 @@ class LiveAgent:
 
     # -- sending ------------------------------------------------------------------------------------------------
 
-    async def send_line(self, raw: str, message: Any = None) -> None:
-        """Write one line as is (a newline is added); ``message`` is what it encodes, for the transcript."""
+    async def send_line(self, raw: str, message: Any = None, *, shown: str | None = None) -> None:
+        """Write one line as is (a newline is added); ``message`` is what it encodes, for the transcript, and
+        ``shown`` what the transcript keeps of a line too long to keep whole."""
         stdin = self._process.stdin
         assert stdin is not None
         try:
             async with self._sending:  # the kit's requests and the reader's answers to the agent share the pipe
-                self._record("out", raw, message)
+                self._record("out", shown if shown is not None else raw, message)
                 await stdin.send_all(raw.encode() + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise AgentGone("the agent closed its stdin") from exc

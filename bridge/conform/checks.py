@@ -425,6 +425,30 @@ async def _group_robustness(g: _Group) -> None:
             alive = await _still_answers(g)
             run.set("LMB-SESS-008", Status.PASS if alive is None else Status.FAIL, alive or answer.describe())
 
+    # Deep and large, but valid: reported (informational), and what the agent answers is not judged as an envelope
+    # (a parser that gives up may rightly answer -32700 with a null id).
+    mark = len(g.agent.transcript)
+    found = []
+    for what, line in (
+        ("nested 10,000 deep", _extension_line("conform-deep", "[" * DEEP + "]" * DEEP)),
+        ("of 8 MiB", _extension_line("conform-large", json.dumps("x" * LARGE))),
+    ):
+        await g.agent.send_line(line, shown=f"{line[:120]}… ({len(line):,} bytes: a request {what})")
+        try:
+            alive = await _still_answers(g)
+        except AgentGone as exc:
+            alive = str(exc)
+        if alive is not None:
+            found.append(f"after a request {what}: {alive}")
+            break
+        found.append(f"took a request {what}")
+    run.exempt.append(("main", mark, len(g.agent.transcript)))
+    gone = any("after a request" in line for line in found)
+    run.set("LMB-STDIO-004", Status.FAIL if gone else Status.PASS, "; ".join(found))
+    if gone:
+        run.set("LMB-STDIO-002", Status.SKIPPED, "the agent stopped answering on a request before (LMB-STDIO-004)")
+        return
+
     # Last, since an agent may well exit on it. The client MUST NOT send this, so what the agent answers to it is
     # reported here (informational) and not held against it in LMB-RPC-003.
     mark = len(g.agent.transcript)
@@ -440,6 +464,16 @@ async def _group_robustness(g: _Group) -> None:
         run.set("LMB-STDIO-002", Status.PASS, "the next request was answered" + answered)
     else:
         run.set("LMB-STDIO-002", Status.FAIL, alive + answered)
+
+
+DEEP = 10_000  # nesting of the deep request (Python's json gives up near 1,000; V8's JSON.parse goes deeper)
+LARGE = 8 * 1024 * 1024  # bytes of the large request's string
+
+
+def _extension_line(request_id: str, params_json: str) -> str:
+    """A valid request of an extension method no agent has, with ``params_json`` as its ``params.value``."""
+    head = f'{{"jsonrpc": "2.0", "id": "{request_id}", "method": "_lmbridge.conform/probe", "params": {{"value": '
+    return head + params_json + "}}"
 
 
 async def _group_prompt(g: _Group) -> None:

@@ -646,6 +646,17 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ),
     ),
     _r(
+        "LMB-STDIO-004",
+        INFO,
+        "a valid request nested 10,000 deep, and one of 8 MiB, do not stop the agent: it answers the next request",
+        "robustness",
+        (
+            JSONRPC,
+            "(JSON-RPC 2.0 and ACP set no limit on a message's depth or size: what an agent does with these is "
+            "reported, not judged)",
+        ),
+    ),
+    _r(
         "LMB-STDIO-003",
         INFO,
         "bytes the agent wrote to stderr during the run",
