@@ -9,10 +9,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 import pytest
 import trio
+from conftest import HANG
 
 from bridge.acp.spawn import agent_environment
 from bridge.config import demo_agent
@@ -300,3 +302,52 @@ async def test_client_terminals_run_wait_kill_and_release_and_stop_what_is_left(
         assert all(t.process.returncode is not None for t in terminals.created)
         nursery.cancel_scope.cancel()
     assert [t.released for t in terminals.created] == [False, True, False]
+
+
+async def test_client_terminals_answer_malformed_requests_with_errors_and_kill_what_a_command_left(
+    tmp_path: Path,
+) -> None:
+    terminals = ClientTerminals(str(tmp_path), {"PATH": os.environ["PATH"], "KIT": "1"})
+    async with trio.open_nursery() as nursery:
+        terminals.attach(nursery)
+        for bad in (
+            {"command": "true", "args": 5},
+            {"command": "true", "env": 5},
+            {"command": "tr\0ue"},
+            {"command": "true", "env": [{"name": "A=B", "value": "x"}]},
+            {"command": ""},
+        ):
+            answer = await terminals.answer("terminal/create", {"sessionId": "s", **bad})
+            assert answer["error"]["code"] == -32602, bad
+        made = await terminals.answer(
+            "terminal/create",
+            {"sessionId": "s", "command": "sh", "args": ["-c", 'pwd; echo "$KIT$AGENT"; sleep 60 & echo started'],
+             "env": [{"name": "AGENT", "value": "2"}]},
+        )  # fmt: skip
+        left = {"sessionId": "s", "terminalId": made["result"]["terminalId"]}
+        # The shell exits at once; the sleep it left behind keeps the output open until it is killed with its group.
+        with trio.fail_after(HANG):
+            while "started" not in (await terminals.answer("terminal/output", left))["result"]["output"]:
+                await trio.sleep(0.05)
+            assert await terminals.answer("terminal/kill", left) == {"result": {}}
+            done = (await terminals.answer("terminal/wait_for_exit", left))["result"]
+        assert done == {"exitCode": 0, "signal": None}  # the shell's own status
+        output = (await terminals.answer("terminal/output", left))["result"]["output"]
+        assert output.splitlines()[:2] == [str(tmp_path), "12"]  # the session's cwd; the kit's env, then the agent's
+        await terminals.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_kit_starts_the_initialize_group_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.conform import kit
+
+    started: list[str] = []
+    real = kit.run_group
+
+    async def counting(name: str, *args: Any) -> Any:
+        started.append(name)
+        return await real(name, *args)
+
+    monkeypatch.setattr(kit, "run_group", counting)
+    await run_kit(_settings(tmp_path), select(["INIT", "RPC-001"], None))
+    assert started == ["initialize", "negotiation", "robustness"], started  # (INIT-003 is negotiation's)

@@ -352,7 +352,11 @@ class LiveAgent:
             self._answers.setdefault(message["id"], Answer(message))
 
     async def _reply_later(self, request_id: Any, reply: Awaitable[dict[str, Any]]) -> None:
-        await self._reply(request_id, await reply)
+        try:
+            answer = await reply
+        except Exception as exc:  # the kit's client failed on what the agent asked: an error, never a crashed run
+            answer = {"error": {"code": -32603, "message": f"the client failed: {exc!r}"}}
+        await self._reply(request_id, answer)
 
     async def _reply(self, request_id: Any, reply: dict[str, Any]) -> None:
         try:

@@ -30,7 +30,7 @@ from wire.vocabulary import STOP_REASONS
 
 from .agent import AgentGone, AgentSpec, Answer, ClientSide, LiveAgent, TranscriptLine, open_agent
 from .requirements import BY_ID, Status
-from .terminals import Terminal
+from .terminals import ClientTerminals, Terminal
 
 __all__ = [
     "GROUPS",
@@ -427,22 +427,29 @@ async def _group_robustness(g: _Group) -> None:
 
     # Deep and large, but valid: reported (informational), and what the agent answers is not judged as an envelope
     # (a parser that gives up may rightly answer -32700 with a null id).
-    mark = len(g.agent.transcript)
     found = []
-    for what, line in (
-        ("nested 10,000 deep", _extension_line("conform-deep", "[" * DEEP + "]" * DEEP)),
-        ("of 8 MiB", _extension_line("conform-large", json.dumps("x" * LARGE))),
+    for request_id, what, value in (
+        ("conform-deep", "nested 10,000 deep", "[" * DEEP + "]" * DEEP),
+        ("conform-large", "of 8 MiB", json.dumps("x" * LARGE)),
     ):
-        await g.agent.send_line(line, shown=f"{line[:120]}… ({len(line):,} bytes: a request {what})")
+        line = _extension_line(request_id, value)
+        sent = {"jsonrpc": "2.0", "id": request_id, "method": EXTENSION_PROBE}  # (its id counts as sent: RPC-003)
+        alive, mark = None, len(g.agent.transcript)
         try:
-            alive = await _still_answers(g)
+            with trio.move_on_after(g.settings.timeout) as stuck:
+                await g.agent.send_line(line, sent, shown=f"{line[:120]}… ({len(line):,} bytes: a request {what})")
+            mark = len(g.agent.transcript)
+            if stuck.cancelled_caught:
+                alive = f"it did not read the request within {g.settings.timeout:g} s"
+            else:
+                alive = await _still_answers(g)
         except AgentGone as exc:
             alive = str(exc)
+        run.exempt.append(("main", mark, len(g.agent.transcript)))  # its answers (the request line is judged)
         if alive is not None:
             found.append(f"after a request {what}: {alive}")
             break
         found.append(f"took a request {what}")
-    run.exempt.append(("main", mark, len(g.agent.transcript)))
     gone = any("after a request" in line for line in found)
     run.set("LMB-STDIO-004", Status.FAIL if gone else Status.PASS, "; ".join(found))
     if gone:
@@ -470,9 +477,12 @@ DEEP = 10_000  # nesting of the deep request (Python's json gives up near 1,000;
 LARGE = 8 * 1024 * 1024  # bytes of the large request's string
 
 
+EXTENSION_PROBE = "_lmbridge.conform/probe"  # an extension method no agent has
+
+
 def _extension_line(request_id: str, params_json: str) -> str:
-    """A valid request of an extension method no agent has, with ``params_json`` as its ``params.value``."""
-    head = f'{{"jsonrpc": "2.0", "id": "{request_id}", "method": "_lmbridge.conform/probe", "params": {{"value": '
+    """A valid request of ``EXTENSION_PROBE``, with ``params_json`` as its ``params.value``."""
+    head = f'{{"jsonrpc": "2.0", "id": "{request_id}", "method": "{EXTENSION_PROBE}", "params": {{"value": '
     return head + params_json + "}}"
 
 
@@ -666,8 +676,13 @@ async def _http_tools(g: _Group) -> None:
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert process.stdout is not None
-        with trio.fail_after(g.settings.timeout):
-            url = (await process.stdout.receive_some(4096)).decode().partition("\n")[0]
+        url = ""
+        with trio.move_on_after(g.settings.timeout):
+            url = (await process.stdout.receive_some(4096)).decode(errors="replace").partition("\n")[0]
+        await process.stdout.aclose()
+        if not url.startswith("http://127.0.0.1:"):
+            run.problem = f"the HTTP MCP probe did not start (it printed {url!r})"  # the kit's trouble, not judged
+            return
         server = {"type": "http", "name": "conform", "url": url, "headers": [
             {"name": "Authorization", "value": f"Bearer {secret}"}]}  # fmt: skip
         session = await g.new_session(None, mcpServers=[server])
@@ -680,6 +695,7 @@ async def _http_tools(g: _Group) -> None:
     finally:
         with trio.CancelScope(shield=True):
             await stop_process_group(process, 2.0)
+        log.unlink(missing_ok=True)
     methods = [m.get("method") for m in received if m.get("authorized")]
     refused = [m.get("method") for m in received if not m.get("authorized")]
     calls = [m for m in received if m.get("method") == "tools/call" and (m.get("params") or {}).get("name") == "echo"]
@@ -894,13 +910,24 @@ def _content_blocks(workspace: Path, token: str) -> list[tuple[str, str | None, 
 async def _group_content(g: _Group) -> None:
     """One prompt per kind of content block the agent takes (a resource link always; image, audio and embedded
     resources when advertised: a client must not send them otherwise), each beside a short text."""
-    run = g.run
     opened = await _model_session(g)
     if opened is None:
         return
     model, session = opened
     token = f"conform-{uuid.uuid4().hex[:8]}"
     kinds = _content_blocks(g.settings.workspace, token)
+    linked = Path(g.settings.workspace, f"{token}-notes.md")  # what the resource link names: there, to be read
+    linked.write_text(f"notes {token}\n")
+    try:
+        await _send_content(g, model, session, kinds)
+    finally:
+        linked.unlink(missing_ok=True)
+
+
+async def _send_content(
+    g: _Group, model: ModelDriver, session: str, kinds: list[tuple[str, str | None, dict[str, Any], str]]
+) -> None:
+    run = g.run
     plain = await g.request("session/prompt", model.prompt(session, "short"))
     if plain.field("stopReason") not in STOP_REASONS:  # what builds on a working prompt is not judged here: the
         why = f"a prompt of text alone did not end well either ({plain.describe()}): see LMB-PROMPT-001"  # prompt
@@ -1088,6 +1115,7 @@ async def run_group(name: str, settings: Settings, capabilities: dict[str, Any])
     run = GroupRun(name)
     offers = name in _ADVERTISING
     client = ClientSide(settings.workspace, fs_read=offers, fs_write=offers, terminal=offers)
+    client.terminals = ClientTerminals(str(settings.workspace), settings.spec.env)
     started = trio.current_time()
     asked = settings.model.requests if settings.model is not None else None
     before = len(asked()) if asked is not None else 0

@@ -159,7 +159,9 @@ async def _run(settings: Settings, requirements: list[Requirement]) -> KitResult
         reason = _skip_reason(requirement, settings, capabilities, result.blocked)
         if reason:
             outcomes[requirement.id] = Outcome(requirement.id, Status.SKIPPED, reason)
-    for name in GROUPS:  # in their order, shutdown last
+    for name in GROUPS:  # in their order (initialize first, run above), shutdown last
+        if name == "initialize":
+            continue
         pending = [r for r in requirements if r.group == name and r.id not in outcomes]
         if name not in wanted or not pending:
             continue

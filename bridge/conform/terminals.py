@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +78,12 @@ class Terminal:
 class ClientTerminals:
     """The terminals of one agent run. ``answer`` takes a ``terminal/*`` request and returns its reply."""
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        """``cwd``: where a command runs when the agent names none (the session's); ``env``: the environment
+        commands start from (the agent's own, without what the kit keeps from it), then the agent's variables."""
         self.created: list[Terminal] = []  # in order, released ones included
+        self._cwd = cwd
+        self._env = dict(env if env is not None else os.environ)
         self._by_id: dict[str, Terminal] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -115,14 +119,16 @@ class ClientTerminals:
 
     async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
         command, args, cwd = params.get("command"), params.get("args") or [], params.get("cwd")
-        if not isinstance(command, str) or not command or not all(isinstance(a, str) for a in args):
-            return _invalid("command must be a string, args a list of strings")
+        variables = params.get("env") or []
+        if not isinstance(command, str) or not command or "\0" in command:
+            return _invalid("command must be a non-empty string")
+        if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
+            return _invalid("args must be a list of strings")
+        if not isinstance(variables, list) or not all(_is_variable(v) for v in variables):
+            return _invalid("env must be a list of {name, value} with names without '=' or NUL")
         if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
             return _invalid(f"cwd must be an absolute path, got {cwd!r}")
-        env = dict(os.environ)
-        for variable in params.get("env") or ():
-            if isinstance(variable, dict) and isinstance(variable.get("name"), str):
-                env[variable["name"]] = str(variable.get("value", ""))
+        env = {**self._env, **{v["name"]: v["value"] for v in variables}}
         limit = params.get("outputByteLimit")
         limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else DEFAULT_OUTPUT_LIMIT
         try:
@@ -131,12 +137,13 @@ class ClientTerminals:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                cwd=cwd,
+                cwd=cwd or self._cwd,
                 env=env,
                 start_new_session=True,
             )
-        except OSError as exc:
-            return {"error": {"code": -32603, "message": f"cannot run {command!r}: {exc.strerror or exc}"}}
+        except (OSError, ValueError) as exc:
+            message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return {"error": {"code": -32603, "message": f"cannot run {command!r}: {message}"}}
         terminal = Terminal(f"term-{uuid.uuid4().hex[:12]}", str(params.get("sessionId")), params, process, limit)
         self.created.append(terminal)
         self._by_id[terminal.id] = terminal
@@ -145,13 +152,17 @@ class ClientTerminals:
         return {"result": {"terminalId": terminal.id}}
 
     async def _read(self, terminal: Terminal) -> None:
+        stdout = terminal.process.stdout
         try:
-            async for data in chunks(terminal.process.stdout):
+            async for data in chunks(stdout):
                 terminal.output, cut = keep_last(terminal.output + data, terminal.limit)
                 terminal.truncated = terminal.truncated or cut
             await terminal.process.wait()
         finally:
             terminal.finished.set()
+            if stdout is not None:
+                with trio.CancelScope(shield=True):
+                    await stdout.aclose()
 
     async def aclose(self) -> None:
         """Stop every command still running."""
@@ -161,11 +172,21 @@ class ClientTerminals:
 
 
 def _kill(terminal: Terminal) -> None:
-    if terminal.process.returncode is None:
-        try:
-            os.killpg(terminal.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    """SIGKILL the command's whole group: its leader may be gone while a child it left keeps the output open."""
+    try:
+        os.killpg(terminal.process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _is_variable(variable: Any) -> bool:
+    if not isinstance(variable, dict):
+        return False
+    name, value = variable.get("name"), variable.get("value")
+    return (
+        isinstance(name, str) and bool(name) and "=" not in name and "\0" not in name
+        and isinstance(value, str) and "\0" not in value
+    )  # fmt: skip
 
 
 def _text(output: bytes) -> str:
