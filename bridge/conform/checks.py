@@ -660,6 +660,45 @@ def _probe_log(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+@dataclass
+class _ProbeSeen:
+    """What the probe MCP server received in a turn, with what the scripted model was offered and sent back."""
+
+    received: list[dict[str, Any]]
+    asked: list[ModelRequest] | None  # the model's requests (None: not a model the kit sees)
+
+    @classmethod
+    def read(cls, log: Path, model: ModelDriver) -> _ProbeSeen:
+        return cls(_probe_log(log), model.requests() if model.requests else None)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return [m for m in self.received if m.get("method") == "tools/call" and _params(m).get("name") == "echo"]
+
+    @property
+    def offered(self) -> bool | None:
+        """Whether the model was offered the probe's echo tool (None: not known)."""
+        if self.asked is None:
+            return None
+        return any(r.tool(name) for r in self.asked for name in _matching(r, PROBE_TOOL))
+
+    def call_problem(self, token: str) -> tuple[str, str] | None:
+        """(expected, got) when the first echo call did not carry the model's arguments, or its result did not
+        reach the model; None when both did."""
+        arguments = _params(self.calls[0]).get("arguments")
+        results = [t.text for r in self.asked or () for t in r.tool_results]
+        if arguments != {"text": token}:
+            return f"arguments {{'text': {token!r}}}", json.dumps(arguments)
+        if self.asked is not None and not any(f"echo: {token}" in text for text in results):
+            return f"the result 'echo: {token}' in the model's next request", f"results {results}"
+        return None
+
+
+def _params(message: dict[str, Any]) -> dict[str, Any]:
+    params = message.get("params")
+    return params if isinstance(params, dict) else {}
+
+
 async def _group_tools(g: _Group) -> None:
     await _stdio_tools(g)
     if advertised(g.capabilities, "mcpCapabilities.http") and g.run.problem is None:
@@ -691,17 +730,15 @@ async def _http_tools(g: _Group) -> None:
         await g.request("session/prompt", model.prompt(session, "tool", token=token))
         if g.undriven(("LMB-MCP-004",)):
             return
-        received = _probe_log(log)
+        seen = _ProbeSeen.read(log, model)
     finally:
         with trio.CancelScope(shield=True):
             await stop_process_group(process, 2.0)
         log.unlink(missing_ok=True)
-    methods = [m.get("method") for m in received if m.get("authorized")]
-    refused = [m.get("method") for m in received if not m.get("authorized")]
-    calls = [m for m in received if m.get("method") == "tools/call" and (m.get("params") or {}).get("name") == "echo"]
-    asked = model.requests() if model.requests else None
-    offered = None if asked is None else any(r.tool(name) for r in asked for name in _matching(r, PROBE_TOOL))
-    results = [t.text for r in asked or () for t in r.tool_results]
+    methods = [m.get("method") for m in seen.received if m.get("authorized")]
+    refused = [m.get("method") for m in seen.received if not m.get("authorized")]
+    calls, offered = seen.calls, seen.offered
+    problem = seen.call_problem(token) if calls else None
     if refused:
         run.fail("LMB-MCP-004", "the Authorization header given in session/new on every request", f"none on {refused}")
     elif not ("initialize" in methods and "tools/list" in methods):
@@ -716,12 +753,10 @@ async def _http_tools(g: _Group) -> None:
             run.fail("LMB-MCP-004", "the model's call of the echo tool at the HTTP server", "no tools/call arrived")
         else:
             run.set("LMB-MCP-004", Status.SKIPPED, "connected; the model did not call the tool (inconclusive)")
-    elif (calls[0].get("params") or {}).get("arguments") != {"text": token}:
-        run.fail("LMB-MCP-004", f"arguments {{'text': {token!r}}}", json.dumps(calls[0]["params"].get("arguments")))
-    elif asked is not None and not any(f"echo: {token}" in text for text in results):
-        run.fail("LMB-MCP-004", f"the result 'echo: {token}' in the model's next request", f"results {results}")
+    elif problem is not None:
+        run.fail("LMB-MCP-004", *problem)
     else:
-        run.set("LMB-MCP-004", Status.PASS, f"{len(received)} message(s) over HTTP, each with the header")
+        run.set("LMB-MCP-004", Status.PASS, f"{len(seen.received)} message(s) over HTTP, each with the header")
 
 
 async def _stdio_tools(g: _Group) -> None:
@@ -736,24 +771,19 @@ async def _stdio_tools(g: _Group) -> None:
     answer = await g.request("session/prompt", model.prompt(session, "tool", token=token))
     if g.undriven(("LMB-MCP-001", "LMB-MCP-002", "LMB-MCP-003", "LMB-TOOL-001")):
         return
-    received = _probe_log(log)
-    methods = [m.get("method") for m in received]
-    calls = [m for m in received if m.get("method") == "tools/call" and (m.get("params") or {}).get("name") == "echo"]
-    asked = model.requests() if model.requests else None
-    offered = None if asked is None else any(r.tool(name) for r in asked for name in _matching(r, PROBE_TOOL))
+    seen = _ProbeSeen.read(log, model)
+    methods = [m.get("method") for m in seen.received]
+    calls, offered = seen.calls, seen.offered
     if "initialize" in methods and "tools/list" in methods:
-        run.set("LMB-MCP-001", Status.PASS, f"{len(received)} message(s) reached the server")
+        run.set("LMB-MCP-001", Status.PASS, f"{len(seen.received)} message(s) reached the server")
     elif calls or offered or model.scripted:
         run.fail("LMB-MCP-001", "initialize and tools/list on the stdio MCP server", f"methods {methods}")
     else:
         run.set("LMB-MCP-001", Status.SKIPPED, "the model never asked for the tool (inconclusive)")
     if calls:
-        arguments = (calls[0].get("params") or {}).get("arguments")
-        results = [t.text for r in asked or () for t in r.tool_results]
-        if arguments != {"text": token}:
-            run.fail("LMB-MCP-002", f"arguments {{'text': {token!r}}}", json.dumps(arguments))
-        elif asked is not None and not any(f"echo: {token}" in text for text in results):
-            run.fail("LMB-MCP-002", f"the result 'echo: {token}' in the model's next request", f"results {results}")
+        problem = seen.call_problem(token)
+        if problem is not None:
+            run.fail("LMB-MCP-002", *problem)
         else:
             run.set("LMB-MCP-002", Status.PASS)
     elif offered is False:
