@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 __all__ = [
+    "DEFAULT_TOOL_BATCH_IDLE",
     "DEMO_AGENT_ID",
     "EDITOR_MODELS_PREFIX",
     "PERMISSION_POLICIES",
@@ -34,6 +35,7 @@ __all__ = [
     "known_agent",
     "load_config",
     "mcp_transport",
+    "tool_batch_idle",
 ]
 
 DEMO_AGENT_ID = "demo"
@@ -54,6 +56,13 @@ _LAUNCHERS = ("npx", "bunx", "pnpm", "uvx", "pipx")
 # ~40 ms in each session's handshake; over the stdio relay its tool turns are ~40 ms and its new conversations ~70 ms
 # faster.
 _AUTO_MCP_TRANSPORT = {"codex": "stdio"}
+# How long a batch of the editor's tool calls waits for another call (docs/tools.md, "Ending a batch"). Only agents that
+# do not tell of the model's calls before making them rely on it: Codex reports each as it makes it, and over the
+# stdio relay the calls of one model response came at most 3.9 ms apart on an idle machine and 8.6 ms apart beside
+# two busy loops (3 calls a response, 30 responses each). With real models its calls come as the model streams them,
+# tens of milliseconds or more apart, so no idle time joins them: a longer one only delays every tool turn.
+DEFAULT_TOOL_BATCH_IDLE = 0.015
+_AUTO_TOOL_BATCH_IDLE = {"codex": 0.005}
 # One process per agent, shared by its sessions; one per agent and key (a shared daemon: keys do not queue behind
 # each other in one process); or one per session.
 ISOLATIONS = ("agent", "key", "session")
@@ -102,6 +111,7 @@ class AgentConfig(NamedTuple):
     max_output_tokens: int = 32_000
     image_input: bool = False
     initialize_timeout: float = 60.0
+    tool_batch_idle: float | None = None  # None: [sessions] tool_batch_idle, else the known agent's (tool_batch_idle())
     prestart: bool = False  # start (and initialize) the agent as soon as an editor connects, not at its first chat
     # The agent's session options lmbridge chooses for every session (model, mode, effort: its ACP configOptions);
     # a client's options.modelOptions win over them.
@@ -122,7 +132,9 @@ class SessionSettings(NamedTuple):
     max_sessions: int = 64  # across all agents; the least recently used idle session is closed past it
     agent_idle_ttl: float = 600.0  # seconds an agent process with no sessions is kept running
     tool_batch_window: float = 0.05  # at most this long (seconds) to gather parallel tool calls into one response
-    tool_batch_idle: float = 0.015  # ...or once no further call came for this long (unless all announced calls came)
+    # ...or once no further call came for this long (unless all announced calls came); None: a known agent's measured
+    # time, else DEFAULT_TOOL_BATCH_IDLE. An agent's own tool_batch_idle wins.
+    tool_batch_idle: float | None = None
     cancel_drain_timeout: float = 10.0  # seconds to wait for an agent to acknowledge session/cancel
     detached_grace: float = 60.0  # seconds a turn whose editor went away runs on, waiting for the editor's retry
     agent_request_timeout: float = 60.0  # seconds for an agent to open or reopen a session; then it is restarted
@@ -323,6 +335,18 @@ def mcp_transport(config: AgentConfig) -> str:
     return _AUTO_MCP_TRANSPORT.get(known_agent(config) or "", "auto")
 
 
+def tool_batch_idle(agent: AgentConfig | None, sessions: SessionSettings) -> float:
+    """How long a batch of ``agent``'s calls of the editor's tools waits for another call: the agent's own
+    ``tool_batch_idle``, else the one in ``[sessions]``, else the time measured for a known agent (Codex), else
+    ``DEFAULT_TOOL_BATCH_IDLE``."""
+    if agent is not None and agent.tool_batch_idle is not None:
+        return agent.tool_batch_idle
+    if sessions.tool_batch_idle is not None:
+        return sessions.tool_batch_idle
+    known = known_agent(agent) if agent is not None else None
+    return _AUTO_TOOL_BATCH_IDLE.get(known or "", DEFAULT_TOOL_BATCH_IDLE)
+
+
 def agent_from_mapping(agent_id: str, raw: Any, *, where: str = "agents") -> AgentConfig:
     """Check one agent definition given as a mapping (from TOML or from an editor's ``initialize``)."""
     return _agent(agent_id, raw, _Locator(None, None), prefix=where)
@@ -343,6 +367,7 @@ _AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_output_tokens": int,
     "image_input": bool,
     "initialize_timeout": (int, float),
+    "tool_batch_idle": (int, float),
     "prestart": bool,
     "options": dict,
     "model_source": str,
@@ -350,7 +375,12 @@ _AGENT_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 # Upper bounds: anything larger is a mistake, and floats and timers cannot hold what JSON can write.
 MAX_SECONDS = 7 * 24 * 3600
-_AGENT_NUMBER_LIMITS = {"max_input_tokens": 10**9, "max_output_tokens": 10**9, "initialize_timeout": MAX_SECONDS}
+_AGENT_NUMBER_LIMITS = {
+    "max_input_tokens": 10**9,
+    "max_output_tokens": 10**9,
+    "initialize_timeout": MAX_SECONDS,
+    "tool_batch_idle": MAX_SECONDS,
+}
 # Editors send JSON, where camelCase is the norm; accept both spellings there.
 _CAMEL = {
     "unsetEnv": "unset_env",
@@ -360,6 +390,7 @@ _CAMEL = {
     "maxOutputTokens": "max_output_tokens",
     "imageInput": "image_input",
     "initializeTimeout": "initialize_timeout",
+    "toolBatchIdle": "tool_batch_idle",
     "modelSource": "model_source",
     "modelRecipe": "model_recipe",
 }
@@ -379,7 +410,8 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
         expected = _AGENT_KEYS.get(name)
         if expected is None:
             raise locate.error(f"unknown key (known keys: {', '.join(sorted(_AGENT_KEYS))})", f"{table}.{key}")
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        numeric = expected is int or expected == (int, float)
+        if not isinstance(value, expected) or (numeric and isinstance(value, bool)):
             raise locate.error(f"must be {_type_name(expected)}, got {_type_name(type(value))}", f"{table}.{key}")
         values[name] = value
     if not values.get("command"):
@@ -433,9 +465,13 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
         cwd=cwd,
         options=tuple(options.items()),
     )
-    if "initialize_timeout" in values:
-        values["initialize_timeout"] = float(values["initialize_timeout"])
+    for key in ("initialize_timeout", "tool_batch_idle"):
+        if key in values:
+            values[key] = float(values[key])
     return AgentConfig(**values)
+
+
+_SECONDS_OR_NONE = {"tool_batch_idle"}  # settings whose default (None) is decided elsewhere; given, they are seconds
 
 
 def _settings(cls: Any, raw: Any, locate: "_Locator", table: str, *, zero: bool = False) -> Any:
@@ -449,6 +485,8 @@ def _settings(cls: Any, raw: Any, locate: "_Locator", table: str, *, zero: bool 
             known = ", ".join(cls._fields)
             raise locate.error(f"unknown key (known keys: {known})", f"{table}.{key}")
         default = getattr(defaults, key)
+        if default is None and key in _SECONDS_OR_NONE:
+            default = 0.0  # checked as seconds below
         if isinstance(default, bool):
             ok = isinstance(value, bool)
             expected = "true or false"

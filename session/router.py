@@ -120,7 +120,7 @@ class RouterSettings:
     idle_ttl: float = 1800.0
     max_sessions: int = 64
     tool_batch_window: float = 0.05
-    tool_batch_idle: float = 0.015
+    tool_batch_idle: Callable[[str], float] = lambda agent_id: 0.015  # by agent: how each makes its calls
     cancel_drain_timeout: float = 10.0
     detached_grace: float = 60.0
     agent_request_timeout: float = 60.0  # session/new, session/load, session/resume: then the agent is restarted
@@ -517,7 +517,7 @@ class SessionRouter:
             new_call_id=lambda: f"lmb_{uuid.uuid4().hex}",
             permission_policy=settings.permission_policy(agent_id),
             batch_window=settings.tool_batch_window,
-            batch_idle=settings.tool_batch_idle,
+            batch_idle=settings.tool_batch_idle(agent_id),
             drain_timeout=settings.cancel_drain_timeout,
             detached_grace=settings.detached_grace,
         )

@@ -109,6 +109,8 @@ def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: st
     """The private config file of a run: the agent under test, and the bridge settings the harness relies on."""
     import tomli_w
 
+    from bridge.config import DEFAULT_TOOL_BATCH_IDLE
+
     data: dict[str, Any] = {}
     config = agent.config
     if config is not None:
@@ -117,7 +119,7 @@ def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: st
             table["env"] = dict(config.env)
         if config.unset_env:
             table["unset_env"] = list(config.unset_env)
-        for key in ("cwd", "authenticate", "permission_policy"):
+        for key in ("cwd", "authenticate", "permission_policy", "tool_batch_idle"):
             if getattr(config, key) is not None:
                 table[key] = getattr(config, key)
         if config.options:
@@ -133,12 +135,14 @@ def config_text(agent: AgentUnderTest, timeouts: Timeouts, permission_policy: st
         )
         data["agents"] = {agent.id: table}
     # The state file is private: no session is resumed from another run. Parallel tool calls the agent reports as
-    # being made are waited for up to 10 s (not 50 ms): what a turn shows the editor must not depend on how busy the
-    # machine is (a recorded session replays to the same view).
+    # being made are waited for up to 10 s (not 50 ms), and the next call 15 ms for every agent (not a known agent's
+    # shorter time): what a turn shows the editor must not depend on how busy the machine is (a recorded session
+    # replays to the same view).
     data["sessions"] = {
         "cancel_drain_timeout": float(timeouts.cancel),
         "state_file": str(state_file),
         "tool_batch_window": 10.0,
+        "tool_batch_idle": DEFAULT_TOOL_BATCH_IDLE,
     }
     data["permissions"] = {"policy": permission_policy}
     return tomli_w.dumps(data)

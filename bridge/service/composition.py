@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from bridge.acp.pool import AgentPool
-from bridge.config import AgentConfig, Config
+from bridge.config import AgentConfig, Config, tool_batch_idle
 from bridge.service.limits import TurnLimits
 from bridge.service.models import ModelEntry, model_entries, resolve_model
 from bridge.service.principals import LOCAL, Principal
@@ -93,7 +93,7 @@ class BridgeService:
                 idle_ttl=sessions.idle_ttl,
                 max_sessions=sessions.max_sessions,
                 tool_batch_window=sessions.tool_batch_window,
-                tool_batch_idle=sessions.tool_batch_idle,
+                tool_batch_idle=lambda agent_id: tool_batch_idle(self.pool.configs.get(agent_id), sessions),
                 cancel_drain_timeout=sessions.cancel_drain_timeout,
                 detached_grace=sessions.detached_grace,
                 agent_request_timeout=sessions.agent_request_timeout,
