@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,9 @@ from wire.rpc.protocol import (
     Request,
     Response,
     StrayResponse,
+    encode,
+    parse,
+    to_json,
 )
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20)
@@ -300,3 +304,59 @@ def test_encoding_is_one_compact_line() -> None:
     data = JsonRpcProtocol.notify("lm/part", {"text": "line one\nline two"})
     assert data.endswith(b"\n") and data.count(b"\n") == 1
     assert json.loads(data) == {"jsonrpc": "2.0", "method": "lm/part", "params": {"text": "line one\nline two"}}
+
+
+# Every JSON value the standard library reads, with the numbers and strings a fast reader gets wrong or refuses.
+wide_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()  # beyond 64 bits too: read as integers, every digit kept
+    | st.integers(-(10**40), 10**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)  # lone surrogates too
+)
+wide_values = st.recursive(
+    wide_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=16,
+)
+
+
+@given(wide_values)
+@example(12345678901234567890123)
+@example({"id": -9999999999999999999, "n": 18446744073709551616})
+@example(["\ud800", "\udfff x"])
+@example({"a": [[[[[[[[1]]]]]]]]})
+def test_what_is_written_reads_back_the_same_and_as_the_standard_library_reads_it(value: object) -> None:
+    written = to_json(value)
+    assert parse(written) == json.loads(written) == value
+    line = encode({"v": value})
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert parse(line) == json.loads(line) == {"v": value}
+
+
+@given(st.binary(max_size=200) | wide_values.map(lambda v: json.dumps(v).encode()))
+@example(b'{"id": 12345678901234567890, "big": -12345678901234567890}')
+@example(b"NaN")
+@example(b"[Infinity, -Infinity, 1e400]")
+@example(b'"\\ud800"')
+@example(b"\xef\xbb\xbf{}")  # a byte-order mark: not JSON, as before
+@example(b'{"a": 1, "a": 2}')
+def test_parse_reads_what_the_standard_library_reads_and_refuses_what_it_refuses(data: bytes) -> None:
+    try:
+        expected = json.loads(data.decode())
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        with pytest.raises((ValueError, RecursionError)):
+            parse(data)
+        return
+    assert json.dumps(parse(data)) == json.dumps(expected)  # the same types too (1 and 1.0), and NaN
+
+
+def test_deep_nesting_and_non_string_keys_are_written_as_the_standard_library_writes_them() -> None:
+    deep: object = 1
+    for _ in range(400):  # deeper than orjson writes
+        deep = [deep]
+    assert to_json(deep) == json.dumps(deep, separators=(",", ":")).encode()
+    assert to_json({1: "a", None: "b"}) == b'{"1":"a","null":"b"}'
+    assert encode({"id": 2**70}) == b'{"id":1180591620717411303424}\n'
+    assert encode({"t": "\ud800"}) == b'{"t":"\\ud800"}\n'  # no UTF-8 form: its JSON escape

@@ -12,7 +12,6 @@ the next write).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from wire.cancel import CancelRequest
 from wire.errors import ScopeMissing
 from wire.http_server import is_loopback, read_body
 from wire.observe.logger import Logger
+from wire.rpc.protocol import parse, to_json
 
 from .anthropic_messages import CountTokensBody, Messages
 from .api import ApiBody, ApiError, ApiStream, EditorTarget, HttpApi, HttpTurnResult, ParsedRequest
@@ -366,7 +366,7 @@ class HttpFront:
     async def _parse(self, scope: Scope, receive: Receive, api: HttpApi, model: type[ApiBody]) -> ParsedRequest:
         body = await _read_body(scope, receive, self.settings.max_body_bytes)
         try:
-            data = json.loads(body)
+            data = parse(body)
         except (ValueError, RecursionError) as exc:
             raise ApiError.bad_request(f"the body is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -576,7 +576,7 @@ async def _respond_error(send: Send, api: HttpApi, error: ApiError) -> None:
 async def _respond_json(
     send: Send, status: int, body: dict[str, Any], *, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    data = json.dumps(body, ensure_ascii=False).encode()
+    data = to_json(body)
     headers = [(b"content-type", b"application/json"), *(extra or [])]
     await _respond(send, status, data, extra=headers)
 
