@@ -710,3 +710,26 @@ async def test_a_first_chat_whose_agent_cannot_start_early_gets_the_usual_error(
         assert "early=True" in stderr and "no credentials configured" in json.dumps(answer["error"])
     else:
         assert "early=True" not in stderr
+
+
+def test_initialize_is_answered_before_the_json_rpc_engine_is_imported(tmp_path: Path) -> None:
+    """The answer an editor waits for comes from what ``read_initialize`` needed (the standard library's JSON): the
+    engine and orjson (~4 ms of imports) load after it. An id that has no UTF-8 form is written escaped."""
+    import subprocess
+
+    script = """
+import os, sys
+from bridge.config import parse_config
+from bridge.daemon.stdio import answer_initialize, read_initialize
+inbound, outbound = os.pipe(), os.pipe()
+os.write(inbound[1], b'{"jsonrpc":"2.0","id":"\\\\ud800-7","method":"initialize","params":{"protocolVersion":1}}\\n')
+first, rest = read_initialize(inbound[0])
+answer_initialize(parse_config(''), first, outbound[1])
+print(os.read(outbound[0], 1 << 20).decode())
+print(sorted(m for m in ("wire.rpc.protocol", "orjson", "trio") if m in sys.modules))
+"""
+    done = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    reply, loaded = [line for line in done.stdout.splitlines() if line]
+    answer = json.loads(reply)
+    assert answer["id"] == "\ud800-7" and answer["result"]["protocolVersion"] == 1
+    assert loaded == "[]", loaded

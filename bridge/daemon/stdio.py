@@ -100,10 +100,12 @@ def answer_initialize(config: Config, first: EarlyInitialize, protocol_fd: int, 
     """Answer the ``initialize`` ``read_initialize`` read, on the protocol's fd."""
     from bridge.editor.initialize import initialize_result
     from session.permissions import permission_tool_schema
-    from wire.rpc.protocol import JsonRpcProtocol
 
     result = initialize_result(permission_tool_schema(config.permissions.tool_name))
-    reply = JsonRpcProtocol.respond(first.request_id, result)
+    # The standard library's JSON, as read_initialize's: the JSON-RPC engine (and orjson, ~4 ms of imports) is loaded
+    # after the answer, while the editor is already reading it. ASCII escapes keep any id writable.
+    message = {"jsonrpc": "2.0", "id": first.request_id, "result": result}
+    reply = json.dumps(message, separators=(",", ":")).encode() + b"\n"
     view = memoryview(reply)
     while view:
         view = view[os.write(protocol_fd, view) :]
