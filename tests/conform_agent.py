@@ -58,6 +58,9 @@ DEFECTS: dict[str, set[str]] = {
     "refuses-resource-link": {"LMB-CONTENT-001"},  # a prompt with a resource_link block: -32602
     "refuses-image": {"LMB-CONTENT-002"},  # advertises images, then refuses a prompt with one
     "drops-mcp-headers": {"LMB-MCP-004"},  # calls an HTTP MCP server without the headers session/new gave
+    "delete-answers-null": {"LMB-SESS-009"},  # session/delete answered with a null result, not an object
+    "delete-keeps-listing": {"LMB-SESS-010"},  # session/delete answers, and session/list still has the session
+    "delete-unknown-errors": {"LMB-SESS-011"},  # session/delete of an unknown session: -32002
 }
 
 _MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
@@ -247,7 +250,7 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
         "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
         "mcpCapabilities": {"http": True},
         "loadSession": bool(_state_dir),
-        "sessionCapabilities": {"list": {}, "close": {}, **({"resume": {}} if _state_dir else {})},
+        "sessionCapabilities": {"list": {}, "close": {}, "delete": {}, **({"resume": {}} if _state_dir else {})},
     }
     methods = [{"id": "token", "name": "Token"}] if _auth["required"] else []
     result: dict[str, Any] = {"protocolVersion": version, "agentCapabilities": capabilities, "authMethods": methods}
@@ -362,7 +365,9 @@ def _handle(message: dict[str, Any]) -> None:
         if "list-invalid" in _defects:
             _send({"id": request_id, "result": {"items": []}})
         else:
-            listed = [{"sessionId": key, "cwd": value["cwd"]} for key, value in _sessions.items()]
+            saved = sorted(p.stem for p in Path(_state_dir).glob("*.json")) if _state_dir else []
+            known = [key for key in saved if _load(key) is not None] + [key for key in _sessions if key not in saved]
+            listed = [{"sessionId": key, "cwd": _sessions[key]["cwd"]} for key in known]
             _send({"id": request_id, "result": {"sessions": listed}})
     elif method == "session/set_mode":
         if "refuses-its-mode" in _defects:
@@ -378,6 +383,17 @@ def _handle(message: dict[str, Any]) -> None:
     elif method == "session/close":
         _sessions.pop(params.get("sessionId"), None)
         _send({"id": request_id, "result": {}})
+    elif method == "session/delete":
+        session_id = params.get("sessionId")
+        known = _load(session_id) is not None if isinstance(session_id, str) else False
+        if not known and "delete-unknown-errors" in _defects:
+            _send({"id": request_id, "error": {"code": -32002, "message": "Resource not found"}})
+            return
+        if known and "delete-keeps-listing" not in _defects:
+            _sessions.pop(session_id, None)
+            if _state_dir:
+                Path(_state_dir, f"{session_id}.json").unlink(missing_ok=True)
+        _send({"id": request_id, "result": None if "delete-answers-null" in _defects else {}})
     elif method == "session/prompt":
         if params.get("sessionId") not in _sessions:
             _send({"id": request_id, "error": {"code": -32602, "message": "unknown session"}})

@@ -324,6 +324,9 @@ async def _group_negotiation(g: _Group) -> None:
 async def _group_sessions(g: _Group) -> None:
     run = g.run
     await _handshake(g.agent, g.settings)
+    deleting = advertised(g.capabilities, "sessionCapabilities.delete")
+    if not deleting:  # LMB-SESS-011 is advisory: no capability of its own skips it
+        run.set("LMB-SESS-011", Status.SKIPPED, "not advertised (agentCapabilities.sessionCapabilities.delete)")
     first = await g.new_session()
     if first is not None:
         await _session_options(g, first, g.opened.get(first, {}))
@@ -337,6 +340,7 @@ async def _group_sessions(g: _Group) -> None:
             "LMB-SESS-005",
             "LMB-MODE-001",
             "LMB-CONFIG-001",
+            *(DELETE_REQUIREMENTS if deleting else ()),
         ):
             run.set(requirement, Status.NOT_TESTED, why)
     else:
@@ -347,6 +351,14 @@ async def _group_sessions(g: _Group) -> None:
             run.fail("LMB-SESS-002", "two different session ids", f"{first!r} twice")
         else:
             run.set("LMB-SESS-002", Status.PASS)
+            if deleting:
+                await _session_delete(g, second)
+        if second in (None, first) and deleting:
+            for requirement in DELETE_REQUIREMENTS:
+                if second is None:
+                    run.set(requirement, Status.NOT_TESTED, "no second session to delete (LMB-SESS-002)")
+                else:  # one id for both: deleting it would take the first session (and what is judged on it) too
+                    run.set(requirement, Status.SKIPPED, "the agent gave both sessions one id (LMB-SESS-002)")
         answer = await g.request("session/new", {"cwd": str(g.settings.workspace), "mcpServers": [], "_meta": META})
         if answer.ok:
             run.set("LMB-EXT-004", Status.PASS)
@@ -362,6 +374,66 @@ async def _group_sessions(g: _Group) -> None:
     if advertised(g.capabilities, "sessionCapabilities.list"):
         answer = await g.request("session/list", {})
         _judge(run, "LMB-SESS-003", "ListSessionsResponse", answer, g.settings.schema)
+
+
+DELETE_REQUIREMENTS = ("LMB-SESS-009", "LMB-SESS-011")  # the sessions group's; LMB-SESS-010 is the history's
+_LIST_PAGES = 20  # session/list pages read looking for a session (an agent with a long history pages it)
+
+
+async def _session_delete(g: _Group, session: str) -> None:
+    """Delete ``session`` (the kit's own, never prompted): the answer, then deleting it again and a session that
+    never existed (both should succeed silently). Whether the list forgets it is judged on a session with a history
+    (``_deleted_from_list``): agents may list only those."""
+    run = g.run
+    answer = await g.request("session/delete", {"sessionId": session})
+    _judge(run, "LMB-SESS-009", "DeleteSessionResponse", answer, g.settings.schema)
+    again = await g.request("session/delete", {"sessionId": session})
+    never = await g.request("session/delete", {"sessionId": f"lmbridge-conform-never-{uuid.uuid4().hex[:8]}"})
+    refused = [f"{what}: {a.describe()}" for what, a in (("again", again), ("never existed", never)) if not a.ok]
+    if refused:
+        run.fail("LMB-SESS-011", "success (an empty result) both times", "; ".join(refused))
+    else:
+        run.set("LMB-SESS-011", Status.PASS)
+
+
+async def _deleted_from_list(g: _Group, session: str) -> None:
+    """In a fresh process: session/list has ``session`` (it has a history), session/delete, and the list no longer
+    has it."""
+    if not advertised(g.capabilities, "sessionCapabilities.list"):
+        g.run.set("LMB-SESS-010", Status.SKIPPED, "sessionCapabilities.list is not advertised: nothing to look in")
+        return
+    async with open_agent(g.settings.spec, ClientSide(g.settings.workspace)) as fresh:
+        g.run.transcripts["delete"] = fresh.transcript
+        await _handshake(fresh, g.settings)
+        before = await _listed(fresh, session, g.settings.timeout)
+        if not before:
+            why = "session/list failed" if before is None else "session/list did not have it"
+            g.run.set("LMB-SESS-010", Status.SKIPPED, f"before its deletion {why}")
+            return
+        answer = await fresh.request("session/delete", {"sessionId": session}, timeout=g.settings.timeout)
+        if not answer.ok:
+            g.run.fail("LMB-SESS-010", "session/delete to succeed", answer.describe())
+        elif await _listed(fresh, session, g.settings.timeout):
+            g.run.fail("LMB-SESS-010", "the deleted session gone from session/list", f"{session!r} still listed")
+        else:
+            g.run.set("LMB-SESS-010", Status.PASS)
+
+
+async def _listed(agent: LiveAgent, session: str, timeout: float) -> bool | None:
+    """Whether session/list names ``session`` (following its cursor); None when listing fails."""
+    params: dict[str, Any] = {}
+    for _page in range(_LIST_PAGES):
+        answer = await agent.request("session/list", params, timeout=timeout)
+        sessions = answer.field("sessions")
+        if not answer.ok or not isinstance(sessions, list):
+            return None
+        if any(isinstance(item, dict) and item.get("sessionId") == session for item in sessions):
+            return True
+        cursor = answer.field("nextCursor")
+        if not isinstance(cursor, str) or not cursor:
+            return False
+        params = {"cursor": cursor}
+    return False
 
 
 async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> None:
@@ -584,10 +656,10 @@ async def _group_history(g: _Group) -> None:
         return
     model, session = opened
     answer = await g.request("session/prompt", model.prompt(session, "short"))
-    if g.undriven(("LMB-SESS-006", "LMB-SESS-007")):
+    if g.undriven(("LMB-SESS-006", "LMB-SESS-007", "LMB-SESS-010")):
         return
     if not answer.ok:
-        for requirement in ("LMB-SESS-006", "LMB-SESS-007"):
+        for requirement in ("LMB-SESS-006", "LMB-SESS-007", "LMB-SESS-010"):
             run.set(
                 requirement, Status.NOT_TESTED, f"the turn that gives the session a history failed: {answer.describe()}"
             )
@@ -629,6 +701,8 @@ async def _group_history(g: _Group) -> None:
             run.fail("LMB-SESS-007", "no history replayed before the answer", f"{len(history)} update(s)")
         else:
             run.set("LMB-SESS-007", Status.PASS)
+    if advertised(g.capabilities, "sessionCapabilities.delete"):
+        await _deleted_from_list(g, session)
 
 
 async def _in_fresh_process(g: _Group, method: str, params: dict[str, Any]) -> tuple[Answer, list[dict[str, Any]]]:

@@ -219,6 +219,35 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         (DOCS + "overview#error-handling", "All methods follow standard JSON-RPC 2.0 error handling"),
     ),
     _r(
+        "LMB-SESS-009",
+        C,
+        "session/delete of a session the client created is answered with a valid DeleteSessionResponse",
+        "sessions",
+        (DOCS + "session-delete#deleting-a-session", "On success, the Agent returns an empty result"),
+        capability="sessionCapabilities.delete",
+    ),
+    _r(
+        "LMB-SESS-010",
+        C,
+        "a deleted session with a history no longer appears in session/list (judged when it was listed before its "
+        "deletion)",
+        "history",
+        (DOCS + "session-delete#semantics", "Deleted sessions no longer appear in future session/list results."),
+        capability="sessionCapabilities.delete",
+        needs_model=True,
+    ),
+    _r(
+        "LMB-SESS-011",
+        A,
+        "session/delete of a session already deleted, or of one that never existed, succeeds silently (when "
+        "sessionCapabilities.delete is advertised)",
+        "sessions",
+        (
+            DOCS + "session-delete#semantics",
+            "Deleting an already-deleted session, or a session that never existed, SHOULD succeed silently.",
+        ),
+    ),
+    _r(
         "LMB-MODE-001",
         M,
         "a session that offers modes takes session/set_mode (to its current mode): a valid SetSessionModeResponse",
