@@ -351,14 +351,8 @@ async def _group_sessions(g: _Group) -> None:
             run.fail("LMB-SESS-002", "two different session ids", f"{first!r} twice")
         else:
             run.set("LMB-SESS-002", Status.PASS)
-            if deleting:
-                await _session_delete(g, second)
-        if second in (None, first) and deleting:
-            for requirement in DELETE_REQUIREMENTS:
-                if second is None:
-                    run.set(requirement, Status.NOT_TESTED, "no second session to delete (LMB-SESS-002)")
-                else:  # one id for both: deleting it would take the first session (and what is judged on it) too
-                    run.set(requirement, Status.SKIPPED, "the agent gave both sessions one id (LMB-SESS-002)")
+        if deleting:
+            await _session_delete(g, second, first)
         answer = await g.request("session/new", {"cwd": str(g.settings.workspace), "mcpServers": [], "_meta": META})
         if answer.ok:
             run.set("LMB-EXT-004", Status.PASS)
@@ -380,11 +374,18 @@ DELETE_REQUIREMENTS = ("LMB-SESS-009", "LMB-SESS-011")  # the sessions group's; 
 _LIST_PAGES = 20  # session/list pages read looking for a session (an agent with a long history pages it)
 
 
-async def _session_delete(g: _Group, session: str) -> None:
-    """Delete ``session`` (the kit's own, never prompted): the answer, then deleting it again and a session that
+async def _session_delete(g: _Group, session: str | None, first: str) -> None:
+    """Delete ``session``, the kit's second (never prompted): the answer, then deleting it again and a session that
     never existed (both should succeed silently). Whether the list forgets it is judged on a session with a history
     (``_deleted_from_list``): agents may list only those."""
     run = g.run
+    if session is None or session == first:
+        for requirement in DELETE_REQUIREMENTS:
+            if session is None:
+                run.set(requirement, Status.NOT_TESTED, "no second session to delete (LMB-SESS-002)")
+            else:  # one id for both: deleting it would take the first session (and what is judged on it) too
+                run.set(requirement, Status.SKIPPED, "the agent gave both sessions one id (LMB-SESS-002)")
+        return
     answer = await g.request("session/delete", {"sessionId": session})
     _judge(run, "LMB-SESS-009", "DeleteSessionResponse", answer, g.settings.schema)
     again = await g.request("session/delete", {"sessionId": session})
