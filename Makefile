@@ -115,8 +115,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # The real agents (Claude Code, Codex, Gemini CLI, OpenCode; installed as for `make interop`) driven directly, through
-# lmbridge and through the floor (bench/tool_floor.py: lmbridge's transports alone), offline against a local fake
-# model: about 15 minutes; results in bench/results/agents.json. BENCH_AGENTS_ARGS=--reps 3 for a quicker run;
+# lmbridge and through the floor (bench/bare_floor.py: a bridge of the standard library alone, no lmbridge code;
+# --floor bare,parts adds bench/tool_floor.py, lmbridge's transports alone), offline against a local fake model: about
+# 15 minutes; results in bench/results/agents.json. BENCH_AGENTS_ARGS=--reps 3 for a quicker run;
 # --agents codex,gemini to choose; `python -m bench.agents` without --floor for direct and lmbridge only (~9 minutes).
 # Then the agents on the editor's models (bench/agents_on_editor.py: Claude Code, Codex, OpenCode, their model served
 # directly vs by the editor through lmbridge, in their turns and each agent's request alone; ~7 minutes):

@@ -31,15 +31,19 @@ every pairwise difference, with a 90 % bootstrap interval), which the verdict us
 bimodal (Claude Code's session start), and a difference of medians of ten such samples swings by hundreds of
 milliseconds from run to run (``bench.common.shift``).
 
-    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR] [--floor]
-                           [--baselines stdio,same] [--mcp-transport stdio[,http]]
+    python -m bench.agents [--reps 10] [--agents claude,codex] [--output FILE] [--lmbridge-tree DIR]
+                           [--floor [bare,parts]] [--baselines stdio,same] [--mcp-transport stdio[,http]]
 
 ``--lmbridge-tree`` runs lmbridge from another source tree (a ``git worktree`` of an older commit) to compare
-commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a
-third side to every round, the same turns through ``bench/tool_floor.py --config`` — lmbridge's transports wired to
-each other with nothing of a bridge between them — and a row for its prestart chat and each turn figure: what any
-bridge of this design adds to a real agent's chats on this machine, the floor under lmbridge's, with lmbridge's
-distance above it (not for the cold first chat: the floor imports all of itself before it starts the agent).
+commits with the same benchmark; the benchmark's own code (the direct side) stays this one. ``--floor`` adds a side
+to every round, the same chats through a floor in lmbridge's place, with a row for each figure: what any bridge of
+this design adds to a real agent's chats on this machine, the floor under lmbridge's, with lmbridge's distance above
+it. Two floors (``--floor bare,parts``): ``bare`` (the default), ``bench/bare_floor.py --launch``, the standard
+library alone — blocking threads, ``http.server`` and a stdio relay of its own, no code of lmbridge's — the agent
+started and set up as lmbridge would (the launch file, written here from the config) and given the editor's tools
+over the transport lmbridge gives it; ``parts``, ``bench/tool_floor.py --config``, lmbridge's own transports wired to
+each other with nothing of a bridge between them (its tools always over HTTP; no cold first chat row: it imports all
+of itself before it starts the agent).
 ``--mcp-transport`` sets the agent's ``mcp_transport`` on the bridged side; given several (``stdio,http``), each is
 a side of every round, the first the verdicts', and rows named ``agent over <transport>`` compare the others with
 it: how ``mcp_transport = "auto"`` is chosen for each agent (docs/agents.md).
@@ -74,6 +78,7 @@ from interop.installs import ensure_installed, npm_missing
 from interop.kits import FOREIGN_ENV, KITS, AgentKit, write_config
 
 from bridge.acp.handshake import CLIENT_CAPABILITIES
+from bridge.config import load_config, mcp_transport
 from bridge.editor.client import EditorClient, spawn_stdio
 from bridge.fakemodel.server import FakeModel, call, open_fake_model, say
 
@@ -93,7 +98,8 @@ BRIDGE_CPU = "bridge CPU per later tool turn"
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
-FLOOR_FIGURES = ("prestart chat", "text turn", "first tool turn", "later tool turn")  # --floor: its rows
+FLOORS = ("bare", "parts")  # --floor: bench/bare_floor.py (the standard library alone), bench/tool_floor.py
+FLOOR_FIGURES = {"bare": FIGURES, "parts": FIGURES[1:]}  # --floor: the rows of each
 clock = time.perf_counter
 
 
@@ -311,11 +317,11 @@ class Round:
         samples: dict[str, list[float]],
         *,
         traced: Traced | None = None,
-        floor: bool = False,
+        floor: str | None = None,
         transport: str | None = None,
     ) -> None:
         """One run through lmbridge; ``traced``: with ``--trace-dir``, each figure's span noted for ``own_times``;
-        ``floor``: through ``bench/tool_floor.py`` instead; ``transport``: the agent's ``mcp_transport`` (``None``:
+        ``floor``: through that floor instead (``FLOORS``); ``transport``: the agent's ``mcp_transport`` (``None``:
         as configured)."""
         since = len(self.model.requests)
         table_, project = self.table()
@@ -331,7 +337,7 @@ class Round:
                 traced.span(figure, wall, ended - begun)
 
         started = clock()
-        async with _lmbridge(config, project, extra=trace, floor=floor) as (client, bridge_pid):
+        async with _lmbridge(config, project, extra=trace, floor=floor, agent_id=self.kit.id) as (client, bridge_pid):
             assert client.connection is not None
             init = await client.connection.start_request(
                 "initialize",
@@ -382,7 +388,7 @@ class Round:
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
-        async with _lmbridge(config, project, stderr, extra=trace, floor=floor) as (client, _pid):
+        async with _lmbridge(config, project, stderr, extra=trace, floor=floor, agent_id=self.kit.id) as (client, _pid):
             with trio.fail_after(STEP_TIMEOUT):
                 connected = trio.current_time()
                 info = await client.initialize(workspaceFolders=[str(project)])
@@ -398,21 +404,50 @@ class Round:
         self._request_sizes(samples, since)
 
 
+def floor_launch(config: Path, agent_id: str) -> Path:
+    """The launch file of ``bench/bare_floor.py`` beside ``config``: how lmbridge starts and sets up the agent
+    ``agent_id``, read with lmbridge's own config code here, so that the floor itself needs none of it."""
+    agent = load_config(config).agents[agent_id]
+    launch = {
+        "argv": list(agent.argv),
+        "env": dict(agent.env),
+        "unset_env": list(agent.unset_env),
+        "cwd": agent.cwd,
+        "authenticate": agent.authenticate,
+        "options": [list(option) for option in agent.options],
+        "prestart": agent.prestart,
+        "transport": mcp_transport(agent),
+    }
+    path = config.with_suffix(".launch.json")
+    path.touch(mode=0o600)  # the agent's environment may hold keys
+    path.write_text(json.dumps(launch))
+    return path
+
+
 @asynccontextmanager
 async def _lmbridge(
-    config: Path, project: Path, stderr: Path | None = None, *, extra: tuple[str, ...] = (), floor: bool = False
+    config: Path,
+    project: Path,
+    stderr: Path | None = None,
+    *,
+    extra: tuple[str, ...] = (),
+    floor: str | None = None,
+    agent_id: str = "",
 ) -> AsyncIterator[tuple[EditorClient, int]]:
-    """``lmbridge stdio`` serving ``config``'s agents (``floor``: ``bench/tool_floor.py --config`` instead): its client
-    and its process id."""
+    """``lmbridge stdio`` serving ``config``'s agents (``floor``: that floor instead, ``FLOORS``, serving the agent
+    ``agent_id``): its client and its process id."""
     log = open(stderr or os.devnull, "wb")  # noqa: SIM115 (closed below)
     try:
         env = with_bytecode_cache(_environment({"XDG_STATE_HOME": str(project.parent / "state")}))
         if LMBRIDGE_TREE is not None:
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LMBRIDGE_TREE), env.get("PYTHONPATH")]))
-        command = [sys.executable, str(ROOT / "bench" / "tool_floor.py")] if floor else None
-        async with spawn_stdio(
-            ["--config", str(config), *extra], env=env, cwd=str(project), stderr=log, command=command
-        ) as (client, process):
+        command, args = None, ["--config", str(config), *extra]
+        if floor == "parts":
+            command = [sys.executable, str(ROOT / "bench" / "tool_floor.py")]
+        elif floor == "bare":
+            command = [sys.executable, str(ROOT / "bench" / "bare_floor.py")]
+            args = ["--launch", str(floor_launch(config, agent_id))]
+        async with spawn_stdio(args, env=env, cwd=str(project), stderr=log, command=command) as (client, process):
             yield client, process.pid
     finally:
         log.close()
@@ -616,7 +651,7 @@ class Measured(NamedTuple):
     others: dict[str, Samples]  # over each other transport, in the same rounds
     own: Samples  # ms per figure, from the traced runs
     editor: Samples
-    floor: Samples | None  # --floor: seconds per figure through bench/tool_floor.py
+    floors: dict[str, Samples]  # --floor: seconds per figure through each floor (FLOORS)
 
 
 async def measure(
@@ -624,33 +659,29 @@ async def measure(
     reps: int,
     scratch: Path,
     *,
-    floor: bool = False,
+    floors: tuple[str, ...] = (),
     baselines: tuple[str, ...] = ("stdio",),
     transports: tuple[str | None, ...] = (None,),
 ) -> Measured:
     """The paired runs (direct with each baseline's tool server, bridged over each of ``transports`` — ``None``:
-    as configured — and with ``floor`` the floor, in turn first), then ``TRACED_RUNS`` traced bridged runs over the
+    as configured — and through each of ``floors``, in turn first), then ``TRACED_RUNS`` traced bridged runs over the
     first transport for lmbridge's own time and the editor's."""
     direct: dict[str, Samples] = {baseline: {figure: [] for figure in FIGURES} for baseline in baselines}
     over: dict[str | None, Samples] = {transport: {figure: [] for figure in FIGURES} for transport in transports}
     bridged = over[transports[0]]
-    floored: Samples = {figure: [] for figure in FIGURES}
+    floored: dict[str, Samples] = {kind: {figure: [] for figure in FIGURES} for kind in floors}
     own: Samples = {figure: [] for figure in OWN_FIGURES}
     editor: Samples = {figure: [] for figure in OWN_FIGURES}
     async with open_fake_model() as model, AsyncExitStack() as servers:
         started = {baseline: await servers.enter_async_context(tool_server(baseline)) for baseline in baselines}
         runs = Round(KITS[agent], model, scratch / agent, started)
 
-        async def through_floor(samples: Samples) -> None:
-            await runs.bridged(samples, floor=True, transport=transports[0])
-
         Run = Callable[[Samples], Awaitable[None]]
         sides: list[tuple[Run, Samples]] = [
             *((partial(runs.direct, baseline=baseline), direct[baseline]) for baseline in baselines),
             *((partial(runs.bridged, transport=transport), over[transport]) for transport in transports),
         ]
-        if floor:
-            sides.append((through_floor, floored))
+        sides += [(partial(runs.bridged, floor=kind, transport=transports[0]), floored[kind]) for kind in floors]
         for run, _ in sides:  # untimed: page cache, compile caches, the model
             await run({figure: [] for figure in FIGURES})
         for rep in range(reps):
@@ -670,7 +701,7 @@ async def measure(
     others = {
         transport: samples for transport, samples in over.items() if transport is not None and samples is not bridged
     }
-    return Measured(direct, bridged, others, own, editor, floored if floor else None)
+    return Measured(direct, bridged, others, own, editor, floored)
 
 
 def rows_for(
@@ -767,13 +798,19 @@ def transport_rows(agent: str, first: str, bridged: Samples, transport: str, oth
     return rows
 
 
-def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) -> list[Row]:
-    """The turns through the floor against the same direct runs, and lmbridge's distance above the floor."""
-    goals = {"first tool turn": 10.0, "later tool turn": 3.0, "prestart chat": 5.0}
+FLOOR_NAMES = {
+    "bare": "bench/bare_floor.py (the standard library alone, no code of lmbridge's)",
+    "parts": "bench/tool_floor.py (lmbridge's transports alone)",
+}
+
+
+def floor_rows(agent: str, kind: str, direct: Samples, floor: Samples, bridged: Samples) -> list[Row]:
+    """The chats through the floor ``kind`` against the same direct runs, and lmbridge's distance above it."""
+    goals = {"cold first chat": 100.0, "first tool turn": 10.0, "later tool turn": 3.0, "prestart chat": 5.0}
     sizes = {side: statistics.median(s[REQUEST_BYTES]) for side, s in (("direct", direct), ("floor", floor))}
     alike = abs(sizes["floor"] - sizes["direct"]) <= 0.01 * max(sizes.values())
     rows = []
-    for figure in FLOOR_FIGURES:
+    for figure in FLOOR_FIGURES[kind]:
         floor_ms, direct_ms = [s * 1000 for s in floor[figure]], [s * 1000 for s in direct[figure]]
         bridged_ms = [s * 1000 for s in bridged[figure]]
         f, d = summarize(floor_ms), summarize(direct_ms)
@@ -788,7 +825,7 @@ def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) ->
             cpu_extra = {"bridge_cpu_ms": {"lmbridge": bridged[BRIDGE_CPU], "floor": floor[BRIDGE_CPU]}}
         rows.append(
             Row(
-                f"{agent} floor",
+                f"{agent} {kind} floor",
                 figure,
                 "ms",
                 f,
@@ -797,7 +834,7 @@ def floor_rows(agent: str, direct: Samples, floor: Samples, bridged: Samples) ->
                 goal=f"added ≤ {goal:g} ms" if goal is not None else "",
                 passed=estimate <= goal if goal is not None else None,
                 added={"median": f.median - d.median, "p99": (f.p99 or 0) - (d.p99 or 0)},
-                notes=f"through bench/tool_floor.py (lmbridge's transports alone) in lmbridge's place, {f.n} runs "
+                notes=f"through {FLOOR_NAMES[kind]} in lmbridge's place, {f.n} runs "
                 f"in the same rounds; added (Hodges-Lehmann) {estimate:+.1f} ms, 90 % interval {low:+.1f} … "
                 f"{high:+.1f} ms; lmbridge above the floor {above:+.1f} ms [{above_low:+.1f} … {above_high:+.1f}]"
                 + cpu_note
@@ -821,7 +858,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS / "agents.json")
     parser.add_argument("--lmbridge-tree", type=Path, help="run lmbridge from this source tree (compare commits)")
     parser.add_argument(
-        "--floor", action="store_true", help="also the chats through bench/tool_floor.py: the floor under lmbridge's"
+        "--floor",
+        nargs="?",
+        const="bare",
+        default="",
+        help="also the chats through a floor in lmbridge's place: bare (the default: bench/bare_floor.py, the "
+        "standard library alone), parts (bench/tool_floor.py, lmbridge's transports alone), or both: bare,parts",
     )
     parser.add_argument(
         "--mcp-transport",
@@ -844,6 +886,9 @@ def main(argv: list[str] | None = None) -> int:
             or len(set(transports)) < len(transports)
         ):
             parser.error("--mcp-transport: one or more of auto, http, stdio, comma-separated, each once")
+    floors = tuple(f for f in args.floor.split(",") if f)
+    if any(f not in FLOORS for f in floors) or len(set(floors)) < len(floors):
+        parser.error(f"--floor: one or more of {', '.join(FLOORS)}, comma-separated, each once")
     baselines = tuple(b for b in args.baselines.split(",") if b)
     if not baselines or any(b not in BASELINES for b in baselines):
         parser.error(f"--baselines: a comma-separated list of {', '.join(BASELINES)}")
@@ -858,7 +903,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown agent(s) {', '.join(unknown)}; known: {', '.join(KITS)}")
 
     def rows_of(agent: str, scratch: Path) -> list[Row]:
-        run = partial(measure, agent, args.reps, scratch, floor=args.floor, baselines=baselines, transports=transports)
+        run = partial(measure, agent, args.reps, scratch, floors=floors, baselines=baselines, transports=transports)
         measured = trio.run(run)
         rows = []
         for baseline in baselines:
@@ -867,8 +912,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         for transport, samples in measured.others.items():
             rows += transport_rows(agent, str(transports[0]), measured.bridged, transport, samples)
-        if measured.floor is not None:
-            rows += floor_rows(agent, measured.direct[baselines[0]], measured.floor, measured.bridged)
+        for kind, samples in measured.floors.items():
+            rows += floor_rows(agent, kind, measured.direct[baselines[0]], samples, measured.bridged)
         return rows
 
     return run_agents(agents, rows_of, reps=args.reps, output=args.output)

@@ -237,17 +237,27 @@ class BridgeClient(Peer):
 class FloorClient(BridgeClient):
     """The same editor talking to ``bench/tool_floor.py`` (lmbridge's transports alone, the bench agent behind it)
     in lmbridge's place: the floor of the tool round trip. ``relay``: MCP through the stdio relay, else over HTTP.
-    ``bare``: ``bench/bare_floor.py`` instead (the standard library alone, MCP over HTTP)."""
+    ``bare``: ``bench/bare_floor.py`` instead (the standard library alone, MCP over HTTP); ``launch``: that floor
+    with the agent its launch file names (``--launch``)."""
 
     def __init__(
-        self, *, relay: bool, bare: bool = False, env: dict[str, str] | None = None, stderr: Any = None
+        self,
+        *,
+        relay: bool,
+        bare: bool = False,
+        env: dict[str, str] | None = None,
+        stderr: Any = None,
+        launch: Path | None = None,
     ) -> None:
-        if bare:
-            floor = [sys.executable, BARE_FLOOR]
+        if launch is not None:
+            argv = [sys.executable, BARE_FLOOR, "--launch", str(launch)]
         else:
-            floor = [sys.executable, TOOL_FLOOR, "--relay"] if relay else [sys.executable, TOOL_FLOOR]
-        agent = [sys.executable, AGENT] if relay else [sys.executable, AGENT, "--mcp-http"]
-        Peer.__init__(self, [*floor, *agent], env=env, stderr=stderr)  # not lmbridge's command line
+            if bare:
+                floor = [sys.executable, BARE_FLOOR]
+            else:
+                floor = [sys.executable, TOOL_FLOOR, "--relay"] if relay else [sys.executable, TOOL_FLOOR]
+            argv = [*floor, sys.executable, AGENT] if relay else [*floor, sys.executable, AGENT, "--mcp-http"]
+        Peer.__init__(self, argv, env=env, stderr=stderr)  # not lmbridge's command line
 
 
 class DirectAgent(Peer):
