@@ -1,10 +1,11 @@
 /**
- * Extension entry point: registers the `lmbridge` language model chat provider and the `acp_agent_action`
- * permission tool, reads the `lmbridge.*` settings, and owns the lmbridge daemon's lifetime (restarted with new
- * settings, stopped on deactivation).
+ * Extension entry point: registers the `lmbridge` language model chat provider, the `acp_agent_action` permission
+ * tool and the commands (restart, show log, add an agent from the ACP registry), reads the `lmbridge.*` settings,
+ * and owns the lmbridge daemon's lifetime (restarted with new settings, stopped on deactivation).
  */
 
 import * as vscode from 'vscode';
+import { ADD_AGENT_COMMAND, addAgent } from './addAgent';
 import { type BridgeSettings, type InitializeResult, LmBridge, type Logger } from './bridge';
 import type { ThinkingPartConstructor } from './convert';
 import { readSharingSettings, SharedModels } from './editorModels';
@@ -162,6 +163,14 @@ export function activate(context: vscode.ExtensionContext, providerOptions: Prov
             }
         }),
         vscode.commands.registerCommand('lmbridge.showLog', () => channel.show()),
+        vscode.commands.registerCommand(ADD_AGENT_COMMAND, (id?: unknown) => addAgent({
+            settings: readSettings,
+            restart: async () => {
+                shown.clear();
+                await bridge.restart();
+                provider.refresh();
+            },
+        }, id)),
         { dispose: () => void bridge.dispose() },
     );
     active = { bridge, provider, permissionTool };

@@ -29,10 +29,12 @@ export function requireLmbridge(): void {
     }
 }
 
-// lmbridge must not pick up the configuration of whoever runs the tests, nor remember anything in their state.
+// lmbridge must not pick up the configuration of whoever runs the tests (nor the registry list they fetched), nor
+// remember anything in their state.
 const isolatedConfigHome = fs.mkdtempSync(path.join(os.tmpdir(), 'lmbridge-vscode-test-xdg-'));
 process.env.XDG_CONFIG_HOME = isolatedConfigHome;
 process.env.XDG_STATE_HOME = path.join(isolatedConfigHome, 'state');
+process.env.XDG_CACHE_HOME = path.join(isolatedConfigHome, 'cache');
 delete process.env.LMBRIDGE_CONFIG;
 delete process.env.LMBRIDGE_LOG_LEVEL;
 

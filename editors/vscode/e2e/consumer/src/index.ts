@@ -279,6 +279,29 @@ test('a broken configuration: the models stay, requests and a notification give 
     assertIncludes(turn.text, 'config fixed', 'the answer once the setting is back');
 }, 60_000);
 
+test('the add-agent command writes a registry agent into the config file, and it becomes a model', async () => {
+    const config = vscode.workspace.getConfiguration('lmbridge');
+    const file = path.join(process.env.LMBRIDGE_E2E_RUN!, 'added.toml');
+    await lmbridgeSettingsChanged(() => config.update('configFile', file, vscode.ConfigurationTarget.Global));
+    try {
+        // The id as an argument: what another extension or a keybinding passes (a person picks from the list).
+        const added = await vscode.commands.executeCommand('lmbridge.addAgent', 'cline');
+        assert(added === 'cline', `the command added ${JSON.stringify(added)}`);
+        const written = fs.readFileSync(file, 'utf8');
+        assertIncludes(written, '[agents.cline]', 'the config file');
+        assertIncludes(written, 'command = "npx"', 'the config file');
+        await until(async () => (await vscode.lm.selectChatModels({ vendor: 'lmbridge' })).some(m => m.id === 'cline'),
+            'the added agent among lmbridge\'s models');
+        runState.notifications.push({ includes: ['added [agents.cline] to', file], buttons: [] });
+        const again = await vscode.commands.executeCommand('lmbridge.addAgent', 'cline');
+        assert(again === undefined, 'adding it twice is refused');
+        runState.notifications.push({ includes: ['could not add the agent', 'already has [agents.cline]'], buttons: [] });
+        assert(fs.readFileSync(file, 'utf8') === written, 'the refused add left the file as it was');
+    } finally {
+        await lmbridgeSettingsChanged(() => config.update('configFile', undefined, vscode.ConfigurationTarget.Global));
+    }
+}, 60_000);
+
 // -- the editor's own models, shared with lmbridge (docs/editor-models.md) -----------------------------------------
 
 /** The fake vendor's extension (../fake-models), installed beside lmbridge's: its model and what reached it. */
