@@ -712,6 +712,36 @@ async def test_a_first_chat_whose_agent_cannot_start_early_gets_the_usual_error(
         assert "early=True" not in stderr
 
 
+# Modules whose import an editor must not wait for before lmbridge answers initialize and starts a first chat's agent
+# (tens of milliseconds each, most of them Trio's): they load while the agent starts.
+LATER_MODULES = ("trio", "ssl", "sqlite3", "hypercorn", "jsonschema", "pydantic", "structlog", "orjson", "mcp")
+
+
+def test_the_command_line_answers_initialize_before_the_heavy_imports(tmp_path: Path) -> None:
+    """``lmbridge stdio`` as an editor starts it: the command line's parser (every subcommand's) and the
+    configuration load nothing of ``LATER_MODULES`` before the answer to ``initialize`` is written."""
+    import subprocess
+
+    script = f"""
+import json, runpy, sys
+import bridge.daemon.stdio as stdio
+answer = stdio.answer_initialize
+def answered(*args, **kwargs):
+    answer(*args, **kwargs)
+    loaded = sorted({{name.partition(".")[0] for name in sys.modules}} & set({LATER_MODULES!r}))
+    print("loaded before the answer: " + json.dumps(loaded), file=sys.stderr, flush=True)
+stdio.answer_initialize = answered
+sys.argv = ["lmbridge", "stdio", "--config", {str(tmp_path / "lmbridge.toml")!r}]
+runpy.run_module("bridge", run_name="__main__")
+"""
+    (tmp_path / "lmbridge.toml").write_text("")
+    request = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+    done = subprocess.run([PYTHON, "-c", script], input=request, capture_output=True, timeout=60)
+    assert json.loads(done.stdout.splitlines()[0])["result"]["protocolVersion"] == 1, done.stderr[-2000:]
+    [line] = [line for line in done.stderr.decode().splitlines() if line.startswith("loaded before the answer: ")]
+    assert json.loads(line.partition(": ")[2]) == [], line
+
+
 def test_initialize_is_answered_before_the_json_rpc_engine_is_imported(tmp_path: Path) -> None:
     """The answer an editor waits for comes from what ``read_initialize`` needed (the standard library's JSON): the
     engine and orjson (~4 ms of imports) load after it. An id that has no UTF-8 form is written escaped."""

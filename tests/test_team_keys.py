@@ -337,6 +337,14 @@ daily_tokens = 1000
     agents = {row["group"]: row for row in json.loads(by_agent.stdout)["rows"]}
     # alice's HTTP request named a model of the agent: refused before its turn was set up, it is still the agent's.
     assert set(agents) == {"scripted"} and agents["scripted"]["refused"] >= 4
+    # A group the ledger does not have is a usage error that lists the ones it has (the help names the same).
+    wrong = await trio.run_process(
+        [sys.executable, "-m", "bridge", "usage", "--ledger", str(ledger), "--by", "person"],
+        capture_stderr=True,
+        check=False,
+    )
+    assert wrong.returncode == 2
+    assert wrong.stderr.decode().strip() == "lmbridge usage: --by 'person': one of agent, day, front, key, model"
 
     # A restarted daemon goes on from the ledger: carol's budget for today is still spent.
     async with serving(tmp_path, config, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0") as daemon:

@@ -10,9 +10,10 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from bridge.daemon.keys import DEFAULT_SCOPES, KeysFile, keys_path_for, parse_expiry, parse_scopes, when
-from bridge.daemon.security import ServeError, beside_token
+if TYPE_CHECKING:  # imported when the command runs: every lmbridge start builds this parser (bridge.cli)
+    from bridge.daemon.keys import KeysFile
 
 __all__ = ["add_keys_parser", "run_keys"]
 
@@ -31,7 +32,6 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
     add.add_argument("--expires", metavar="WHEN", help="90m, 12h, 30d, 2w from now, or a date (UTC): 2027-01-31")
     add.add_argument(
         "--scope",
-        default=",".join(DEFAULT_SCOPES),
         metavar="SCOPES",
         help="comma-separated, of chat, models, metrics, admin (default: chat,models)",
     )
@@ -44,6 +44,9 @@ def add_keys_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
 
 
 def run_keys(args: argparse.Namespace) -> int:
+    from bridge.daemon.keys import KeysFile, keys_path_for
+    from bridge.daemon.security import ServeError, beside_token
+
     keys = KeysFile(beside_token(args.keys_file, args.token_file, keys_path_for))
     try:
         if args.keys_command == "add":
@@ -59,9 +62,12 @@ def run_keys(args: argparse.Namespace) -> int:
 
 
 def _add(keys: KeysFile, args: argparse.Namespace) -> int:
+    from bridge.daemon.keys import DEFAULT_SCOPES, parse_expiry, parse_scopes, when
+
     expires = parse_expiry(args.expires) if args.expires else None
     agents = parse_scopes(args.agents) if args.agents else None
-    record, key = keys.add(args.name, scopes=parse_scopes(args.scope), expires=expires, agents=agents)
+    scopes = parse_scopes(args.scope or ",".join(DEFAULT_SCOPES))
+    record, key = keys.add(args.name, scopes=scopes, expires=expires, agents=agents)
     if args.json:
         print(json.dumps({"key": key, **_shown(record.to_json())}))
     else:
@@ -75,6 +81,8 @@ def _add(keys: KeysFile, args: argparse.Namespace) -> int:
 
 
 def _list(keys: KeysFile, as_json: bool) -> int:
+    from bridge.daemon.keys import when
+
     records = keys.load()
     used = keys.last_used()
     now = time.time()

@@ -10,10 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-from bridge.daemon.keys import parse_since, when
-from bridge.daemon.ledger import GROUPS, ledger_path_for, usage_report
-from bridge.daemon.security import ServeError, beside_token
-
 __all__ = ["add_usage_parser", "run_usage"]
 
 DEFAULT_SINCE = "30d"
@@ -34,11 +30,21 @@ def add_usage_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         "--since", default=DEFAULT_SINCE, metavar="WHEN", help="90m, 12h, 30d, 2w ago, or a date (UTC; default 30d)"
     )
     usage.add_argument("--until", metavar="WHEN", help="the period's end, as --since (default: now)")
-    usage.add_argument("--by", choices=sorted(GROUPS), default="key", help="one line per ... (default: key)")
+    # Checked against the ledger's groups when the command runs: every lmbridge start builds this parser.
+    usage.add_argument(
+        "--by", default="key", metavar="GROUP", help="one line per key, agent, model, front or day (default: key)"
+    )
     usage.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run_usage(args: argparse.Namespace) -> int:
+    from bridge.daemon.keys import parse_since, when
+    from bridge.daemon.ledger import GROUPS, ledger_path_for, usage_report
+    from bridge.daemon.security import ServeError, beside_token
+
+    if args.by not in GROUPS:
+        print(f"lmbridge usage: --by {args.by!r}: one of {', '.join(sorted(GROUPS))}", file=sys.stderr)
+        return 2
     path = beside_token(args.ledger, args.token_file, ledger_path_for)
     paths = [path, *(Path(other).expanduser() for other in args.merge)]
     now = time.time()
