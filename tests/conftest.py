@@ -33,11 +33,12 @@ async def first_chat_with_initialize(
     timeout: float = 30,
     on_initialized: Callable[[], None] | None = None,
     after_answer: bool = False,
+    extra_args: tuple[str, ...] = (),
 ) -> tuple[list[dict[str, Any]], str, int]:
     """Run ``lmbridge stdio`` and write ``initialize`` and an ``lm/chat`` in one write, as an editor woken by a chat
     does (``after_answer``: the chat once ``initialize`` is answered, as VS Code's extension does); read until the
     chat's answer, close stdin. Returns the messages read, lmbridge's stderr, its exit status. ``on_initialized``
-    is called as soon as the answer to ``initialize`` has been read."""
+    is called as soon as the answer to ``initialize`` has been read; ``extra_args``: more of lmbridge's options."""
     import json
     import subprocess
 
@@ -50,7 +51,7 @@ async def first_chat_with_initialize(
         {"jsonrpc": "2.0", "id": 1, "method": "lm/chat", "params": chat},
     ]
     process = await trio.lowlevel.open_process(
-        lmbridge_command("stdio", "--config", str(config)),
+        lmbridge_command("stdio", "--config", str(config), *extra_args),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -241,6 +241,26 @@ async def test_peer_going_away_fails_pending_requests(nursery: trio.Nursery) -> 
     await left.peer_closed.wait()
 
 
+async def test_the_answer_to_a_request_sent_before_the_connection_is_awaited_like_its_own(
+    nursery: trio.Nursery,
+) -> None:
+    """An agent started early was sent ``initialize`` (id 0) before lmbridge had a connection to it: the answer,
+    already waiting in the pipe when the connection starts reading, settles ``expect_answer``'s request; the
+    connection's own requests go on from id 1. An id the connection may give itself is refused."""
+    a, b = trio.testing.memory_stream_pair()
+    await b.send_all(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
+    left = JsonRpcConnection(StreamWire(a, a), MethodTable(), name="left", cancel_style=ACP_CANCEL)
+    early = left.expect_answer(0, "initialize")
+    with pytest.raises(ValueError, match="may collide"):
+        left.expect_answer(1, "initialize")
+    with pytest.raises(ValueError, match="may collide"):
+        left.expect_answer(0, "initialize")  # awaited already
+    await nursery.start(left.serve)
+    assert await early.result() == {"protocolVersion": 1}
+    nursery.start_soon(left.request, "session/new", {})
+    assert json.loads(await b.receive_some())["id"] == 1
+
+
 async def test_duplicate_in_flight_id_is_refused(nursery: trio.Nursery) -> None:
     methods = MethodTable()
     gate = trio.Event()

@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -642,6 +643,32 @@ async def test_the_agent_of_a_first_chat_sent_with_initialize_is_started_before_
     assert code == 0
 
 
+@pytest.mark.parametrize("after_answer", [False, True], ids=["chat-with-initialize", "chat-after-the-answer"])
+async def test_the_agent_of_a_first_chat_is_sent_initialize_as_it_starts_and_only_once(
+    tmp_path: Path, agents_toml: Path, after_answer: bool
+) -> None:
+    """The agent started early gets its ``initialize`` right away, while lmbridge imports the rest of itself; the
+    pool's handshake takes that answer instead of asking again, and numbers its own requests from 1. The wire
+    trace shows the request as sent."""
+    trace = tmp_path / "trace"
+    messages, stderr, code = await first_chat_with_initialize(
+        agents_toml, "scripted", "/say hi", after_answer=after_answer, extra_args=("--trace-dir", str(trace))
+    )
+    assert [m["result"] for m in messages if m.get("id") == 1] == [{"stopReason": "end_turn"}], messages
+    assert code == 0
+    if "early=True" not in stderr:  # the chat came after the imports ended (a loaded machine): the usual start
+        assert after_answer, stderr
+        return
+    [agent_trace] = trace.glob("*-agent_scripted.ndjson")
+    records = [json.loads(line) for line in agent_trace.read_text().splitlines()]
+    sent = [r["msg"] for r in records if r["dir"] == "out" and "method" in r["msg"]]
+    assert sent[0]["method"] == "initialize" and sent[0]["id"] == 0, sent[0]
+    assert [m["method"] for m in sent].count("initialize") == 1
+    assert all(m["id"] >= 1 for m in sent[1:] if "id" in m)
+    answers = [r["msg"] for r in records if r["dir"] == "in" and r["msg"].get("id") == 0]
+    assert len(answers) == 1 and answers[0]["result"]["protocolVersion"] == 1
+
+
 async def test_a_first_chat_sent_once_initialize_is_answered_is_served_by_one_agent_start(
     tmp_path: Path, agents_toml: Path, marker: str
 ) -> None:
@@ -669,25 +696,35 @@ def test_the_next_request_is_read_while_lmbridge_imports_the_rest_of_itself() ->
     chat = b'{"jsonrpc":"2.0","id":1,"method":"lm/chat","params":{}}\n'
     read_end, write_end = _pipe_with(b"")
     try:
-        # The editor writes its chat in two pieces while the imports run; both are read before they end.
+        # The editor writes its chat in two pieces while the imports run; both are read before they end, and the
+        # chat is handed on (its agent started) while the imports still run: they wait for it here.
+        handed_on = threading.Event()
+        imports_saw: list[bool] = []
+
         def load() -> None:
             os.write(write_end, chat[:10])
             os.write(write_end, chat[10:] + b'{"jsonrpc":"2.0","id":2')
+            imports_saw.append(handed_on.wait(60))
 
-        pending = import_while_reading(load, read_end, b"")
-        assert pending.startswith(chat)
+        def on_request(read: bytes) -> tuple[str, bytes]:
+            handed_on.set()
+            return "agent", read
+
+        pending, started = import_while_reading(load, read_end, b"", on_request=on_request)
+        assert pending.startswith(chat) and imports_saw == [True]
+        assert started[0] == "agent" and started[1].startswith(chat)
         # Nothing comes: the imports' end ends the wait; a request already there is not waited on either.
-        assert import_while_reading(lambda: None, read_end, b"") == b""
-        assert import_while_reading(lambda: None, read_end, b"x\n") == b"x\n"
+        assert import_while_reading(lambda: None, read_end, b"") == (b"", None)
+        assert import_while_reading(lambda: None, read_end, b"x\n", on_request=on_request) == (b"x\n", None)
 
         # An import that fails is left to the caller's own import, which raises it.
         def broken() -> None:
             raise ImportError("no module named trio")
 
-        assert import_while_reading(broken, read_end, b"") == b""
+        assert import_while_reading(broken, read_end, b"") == (b"", None)
         os.close(write_end)
         write_end = -1
-        assert import_while_reading(lambda: None, read_end, b"x") == b"x"  # end of input: nothing more to read
+        assert import_while_reading(lambda: None, read_end, b"x") == (b"x", None)  # end of input: nothing to read
     finally:
         os.close(read_end)
         if write_end >= 0:

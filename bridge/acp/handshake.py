@@ -3,8 +3,9 @@ and ``authenticate``.
 
 Everyone who starts an agent goes through here: each agent process of the pool (``process.AgentProcess``) and the
 harness's version-negotiation probe. The sequence runs over any ``request(method, params)`` coroutine, so it is the
-same whatever carries it; a step that fails raises ``HandshakeError`` with words that finish the sentence "the
-agent failed to start: …".
+same whatever carries it — for an agent started early, whose ``initialize`` went out with its start
+(``bridge.acp.spawn``), over the answer to that one; a step that fails raises ``HandshakeError`` with words that
+finish the sentence "the agent failed to start: …".
 """
 
 from __future__ import annotations
@@ -15,24 +16,16 @@ from typing import Any
 
 import trio
 
-from bridge import __version__
 from wire.errors import RpcError
 from wire.observe.logger import Logger
 from wire.rpc.connection import ConnectionClosed
 from wire.vocabulary import PROTOCOL_VERSION
 
+from .hello import CLIENT_CAPABILITIES, initialize_params
+
 __all__ = ["CLIENT_CAPABILITIES", "AgentInfo", "HandshakeError", "handshake", "initialize_params", "read_agent_info"]
 
 Request = Callable[[str, Any], Awaitable[Any]]
-
-# lmbridge offers no file system or terminal of its own: the agent works in its own environment, and the client's
-# tools reach it through the synthetic MCP server. It answers the (unstable) elicitation requests, forms and URLs: the
-# client is asked as for a permission, or the request is declined when nobody can be asked.
-CLIENT_CAPABILITIES: dict[str, Any] = {
-    "fs": {"readTextFile": False, "writeTextFile": False},
-    "terminal": False,
-    "elicitation": {"form": {}, "url": {}},
-}
 
 
 class HandshakeError(Exception):
@@ -74,14 +67,6 @@ class AgentInfo:
         return isinstance(value, dict) and value.get(kind) is True
 
 
-def initialize_params(*, protocol_version: int = PROTOCOL_VERSION, client_name: str = "lmbridge") -> dict[str, Any]:
-    return {
-        "protocolVersion": protocol_version,
-        "clientCapabilities": CLIENT_CAPABILITIES,
-        "clientInfo": {"name": client_name, "title": client_name, "version": __version__},
-    }
-
-
 def read_agent_info(result: Any) -> AgentInfo:
     """The answer to ``initialize``; ``HandshakeError`` unless it is one lmbridge can work with."""
     if not isinstance(result, dict):
@@ -101,10 +86,18 @@ def read_agent_info(result: Any) -> AgentInfo:
 
 
 async def handshake(
-    request: Request, *, timeout: float, authenticate: str | None = None, log: Logger | None = None
+    request: Request,
+    *,
+    timeout: float,
+    authenticate: str | None = None,
+    log: Logger | None = None,
+    initialize_sent: Callable[[], Awaitable[Any]] | None = None,
 ) -> AgentInfo:
-    """``initialize``, then ``authenticate`` when a method is configured; each step within ``timeout`` seconds."""
-    result = await _step(request, "initialize", initialize_params(), timeout, "before answering initialize")
+    """``initialize``, then ``authenticate`` when a method is configured; each step within ``timeout`` seconds.
+    ``initialize_sent``: the answer to an ``initialize`` sent already (an agent started early), awaited instead of
+    sending one."""
+    ask = request if initialize_sent is None else (lambda _method, _params: initialize_sent())
+    result = await _step(ask, "initialize", initialize_params(), timeout, "before answering initialize")
     info = read_agent_info(result)
     if authenticate:
         offered = [m.get("id") for m in info.auth_methods if isinstance(m, dict)]

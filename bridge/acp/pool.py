@@ -10,7 +10,6 @@ agents that have had no session for ``agent_idle_ttl`` seconds.
 from __future__ import annotations
 
 import math
-import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -203,26 +202,22 @@ class AgentPool:
             return
         early.adopted = True
         self.configs.setdefault(config.id, config)
-        self._begin(config, early.process)
+        self._begin(config, early)
 
-    def _begin(
-        self, config: AgentConfig, spawned: subprocess.Popen[bytes] | None = None, *, key: _Key | None = None
-    ) -> _Start:
+    def _begin(self, config: AgentConfig, early: EarlyAgent | None = None, *, key: _Key | None = None) -> _Start:
         assert self._nursery is not None
         key = key or _key(config, None)
         start = self._starting[key] = _Start()
-        self._nursery.start_soon(self._start, config, start, spawned, key)
+        self._nursery.start_soon(self._start, config, start, early, key)
         return start
 
-    async def _start(
-        self, config: AgentConfig, start: _Start, spawned: subprocess.Popen[bytes] | None, key: _Key
-    ) -> None:
+    async def _start(self, config: AgentConfig, start: _Start, early: EarlyAgent | None, key: _Key) -> None:
         assert self._nursery is not None
         process: AgentProcess | None = None
         begun = trio.current_time()
         try:
             with start.scope:
-                process = await self._nursery.start(self._run_process, config, spawned, _principal_of(key))
+                process = await self._nursery.start(self._run_process, config, early, _principal_of(key))
                 start.process = process
                 self._running[key] = process
                 self._nursery.start_soon(self._restart_after_crash, process, key)
@@ -235,21 +230,21 @@ class AgentPool:
             start.error = exc
             self._log.warning("agent failed to start", agent=config.id, error=str(exc))
         finally:
-            if spawned is not None and (process is None or process.pid is None):  # cancelled before it ran it
-                kill_spawned(spawned)
+            if early is not None and (process is None or process.pid is None):  # cancelled before it ran it
+                kill_spawned(early.process)
             del self._starting[key]
             start.done.set()
 
     async def _run_process(
         self,
         config: AgentConfig,
-        spawned: subprocess.Popen[bytes] | None,
+        early: EarlyAgent | None,
         principal: str | None,
         *,
         task_status: trio.TaskStatus[AgentProcess] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run one agent process, as the launcher prepared it (an adopted process was started without it)."""
-        launcher = self.launcher if spawned is None else None
+        launcher = self.launcher if early is None else None
         launch = await launcher.prepare(config, principal) if launcher is not None else None
         process: AgentProcess | None = None
         try:
@@ -258,7 +253,8 @@ class AgentPool:
                 launch.config if launch else config,
                 stop_grace=self._stop_grace,
                 tracer=self._tracer,
-                spawned=spawned,
+                spawned=early.process if early is not None else None,
+                initialize_id=early.initialize_id if early is not None else None,
                 read_gate=gate,
             )
             await process.run(task_status=_Started(task_status, process, launch, self._tell))

@@ -101,14 +101,18 @@ class AgentProcess:
         tracer: Any = None,
         max_message_bytes: int = 64 * 1024 * 1024,
         spawned: subprocess.Popen[bytes] | None = None,
+        initialize_id: int | None = None,
         read_gate: ReadGate | None = None,
     ) -> None:
         """``spawned``: the agent's process, already started (``bridge.acp.spawn``), to run instead of starting
-        one. ``read_gate``: for a process that works for one principal, when its output is to wait for others'
+        one; ``initialize_id``: the id of the ``initialize`` it was sent then, whose answer the handshake awaits.
+        ``read_gate``: for a process that works for one principal, when its output is to wait for others'
         requests (``bridge.service.share``)."""
         self._read_gate = read_gate
         self.config = config
         self._spawned = spawned
+        self._initialize_id = initialize_id
+        self._initialize_sent: OutgoingRequest | None = None
         self.id = config.id
         self.info: AgentInfo | None = None
         self.stderr = StderrTail()
@@ -174,6 +178,8 @@ class AgentProcess:
             max_message_bytes=self._max_message_bytes,
             read_gate=self._read_gate,
         )
+        if self._initialize_id is not None:  # awaited before the connection reads: the answer may be waiting already
+            self._initialize_sent = self._conn.expect_answer(self._initialize_id, "initialize")
         start_error: AgentStartError | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -221,8 +227,13 @@ class AgentProcess:
         assert self._conn is not None
         config = self.config
         try:
+            sent = self._initialize_sent.result if self._initialize_sent is not None else None
             self.info = await handshake(
-                self._conn.request, timeout=config.initialize_timeout, authenticate=config.authenticate, log=self._log
+                self._conn.request,
+                timeout=config.initialize_timeout,
+                authenticate=config.authenticate,
+                log=self._log,
+                initialize_sent=sent,
             )
         except HandshakeError as exc:
             raise await self._start_error(str(exc)) from None

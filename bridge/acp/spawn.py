@@ -2,7 +2,8 @@
 chat while the rest of lmbridge (Trio, the session layer: about 90 ms) is still being imported.
 
 Owns the agent's environment (lmbridge's minus ``unset_env``, plus ``env``), the spawn itself (its own process
-group, three pipes), and ``EarlyAgent``: a process started that way until the agent pool adopts it — or, when
+group, three pipes), and ``EarlyAgent``: a process started that way, sent its ``initialize`` at once (the agent
+starts up while lmbridge does; the pool's handshake awaits the answer), until the agent pool adopts it — or, when
 lmbridge gives up before that, stops it. ``bridge.acp.process`` starts agents the usual way (under Trio) with the
 same environment, and runs an adopted process.
 """
@@ -20,6 +21,8 @@ from typing import Any
 from bridge.config import AgentConfig
 from wire.observe.redact import add_secrets_from_env
 
+from .hello import initialize_params
+
 __all__ = [
     "EarlyAgent",
     "agent_environment",
@@ -30,6 +33,8 @@ __all__ = [
     "start_early",
 ]
 
+# The id of the ``initialize`` an early agent is sent as it starts: the pool's connection numbers its own from 1.
+EARLY_INITIALIZE_ID = 0
 # A first request larger than this is not read before the rest of lmbridge is imported: parsing it twice would
 # cost more than the early start saves.
 _MAX_EARLY_LINE = 1024 * 1024
@@ -69,15 +74,35 @@ def spawn_agent(config: AgentConfig) -> subprocess.Popen[bytes]:
 
 
 class EarlyAgent:
-    """An agent process started before the pool existed; ``adopted`` once the pool runs it. (A plain class: this
-    module is imported before the agent starts, and dataclasses would cost ~6 ms of that wait.)"""
+    """An agent process started before the pool existed; ``adopted`` once the pool runs it. ``initialize_line``:
+    the ``initialize`` it was sent (``send_initialize``), None if it was not. (A plain class: this module is
+    imported before the agent starts, and dataclasses would cost ~6 ms of that wait.)"""
 
-    __slots__ = ("adopted", "config", "process")
+    __slots__ = ("adopted", "config", "initialize_line", "process")
 
     def __init__(self, config: AgentConfig, process: subprocess.Popen[bytes]) -> None:
         self.config = config
         self.process = process
         self.adopted = False
+        self.initialize_line: bytes | None = None
+
+    @property
+    def initialize_id(self) -> int | None:
+        """The id of the ``initialize`` it was sent, whose answer the pool's handshake awaits."""
+        return EARLY_INITIALIZE_ID if self.initialize_line is not None else None
+
+    def send_initialize(self) -> None:
+        """Write the agent's ``initialize`` now, so that it is answered while lmbridge imports the rest of itself.
+        An agent that already exited is left to the pool's handshake, which reports it."""
+        message = {"jsonrpc": "2.0", "id": EARLY_INITIALIZE_ID, "method": "initialize", "params": initialize_params()}
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
+        except OSError:
+            return
+        self.initialize_line = line
 
     def abandon(self) -> None:
         """lmbridge stops without having adopted the process: stop it."""
@@ -131,6 +156,8 @@ def start_early(agents: Mapping[str, AgentConfig], pending: bytes) -> EarlyAgent
     if config is None:
         return None
     try:
-        return EarlyAgent(config, spawn_agent(config))
+        early = EarlyAgent(config, spawn_agent(config))
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+    early.send_initialize()
+    return early

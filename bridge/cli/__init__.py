@@ -297,14 +297,19 @@ def _run_stdio(config: Config, tracer: Any, args: argparse.Namespace) -> int:
         return 2
     protocol_fd = reserve_stdout()
     first, pending = read_initialize(0, max_message_bytes=args.max_message_bytes)
-    early_agent = start_first_chat_agent(config, first, pending)
+    early_agent = start_first_chat_agent(config, first, pending, tracer=tracer)
     try:
         _pause_collector_while_starting()
         if first is not None:
             answer_initialize(config, first, protocol_fd, tracer=tracer)
             if early_agent is None:  # the first chat may come now that initialize is answered: read it meanwhile
-                pending = import_while_reading(load_service, 0, pending, max_message_bytes=args.max_message_bytes)
-                early_agent = start_first_chat_agent(config, first, pending)
+                pending, early_agent = import_while_reading(
+                    load_service,
+                    0,
+                    pending,
+                    max_message_bytes=args.max_message_bytes,
+                    on_request=lambda read: start_first_chat_agent(config, first, read, tracer=tracer),
+                )
         import trio
 
         from bridge.daemon.security import ServeError

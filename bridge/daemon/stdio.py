@@ -128,13 +128,20 @@ def load_service() -> None:
 
 
 def import_while_reading(
-    load: Callable[[], None], stdin_fd: int, pending: bytes, *, max_message_bytes: int = 64 * 1024 * 1024
-) -> bytes:
+    load: Callable[[], None],
+    stdin_fd: int,
+    pending: bytes,
+    *,
+    max_message_bytes: int = 64 * 1024 * 1024,
+    on_request: Callable[[bytes], Any] | None = None,
+) -> tuple[bytes, Any]:
     """Run ``load`` in a thread while reading the editor's next request: an editor that sends its first chat once
-    ``initialize`` is answered (VS Code's extension, after starting lmbridge again) has it read now, and its agent
-    started (``start_first_chat_agent``), instead of after the imports. Returns ``pending`` with what was read: up
-    to the end of the first request, the end of input, or ``max_message_bytes``. An import that fails here fails
-    again, with its traceback, where the caller imports the module itself."""
+    ``initialize`` is answered (VS Code's extension, after starting lmbridge again) has it read now, and
+    ``on_request(pending)`` called as soon as it is whole — its agent started (``start_first_chat_agent``) while the
+    imports go on, instead of after them. Returns ``pending`` with what was read (up to the end of the first
+    request, the end of input, or ``max_message_bytes``) and what ``on_request`` returned (None if it was not
+    called). An import that fails here fails again, with its traceback, where the caller imports the module
+    itself."""
     done_read, done_write = os.pipe()
 
     def run() -> None:
@@ -148,6 +155,7 @@ def import_while_reading(
     thread = threading.Thread(target=run, name="lmbridge-imports", daemon=True)
     thread.start()
     watching = b"\n" not in pending
+    started = None
     try:
         while True:
             readable, _, _ = select.select([stdin_fd, done_read] if watching else [done_read], [], [])
@@ -155,24 +163,30 @@ def import_while_reading(
                 chunk = os.read(stdin_fd, 65536)
                 pending += chunk
                 watching = bool(chunk) and b"\n" not in pending and len(pending) <= max_message_bytes
+                if b"\n" in pending and on_request is not None:
+                    started = on_request(pending)
             if done_read in readable:
-                return pending
+                return pending, started
     finally:
         thread.join()
         os.close(done_read)
         os.close(done_write)
 
 
-def start_first_chat_agent(config: Config, first: EarlyInitialize | None, pending: bytes) -> Any:
+def start_first_chat_agent(config: Config, first: EarlyInitialize | None, pending: bytes, *, tracer: Any = None) -> Any:
     """When the editor's first chat came with ``initialize`` (an editor woken by a chat), start its agent now —
     before answering ``initialize`` (the editor, having sent its chat, is not waiting for that answer) and before
-    Trio and the session layer are imported (~90 ms): the agent's own start-up, usually the longest wait of a first
-    chat, overlaps lmbridge's. Returns the ``EarlyAgent`` for ``serve_stdio``, or None."""
+    Trio and the session layer are imported (~90 ms) — and send it ``initialize``: the agent's own start-up,
+    usually the longest wait of a first chat, overlaps lmbridge's. Returns the ``EarlyAgent`` for
+    ``serve_stdio``, or None."""
     if first is None:
         return None
     from bridge.acp.spawn import start_early
 
-    return start_early({**config.agents, **first.hello.agents}, pending)
+    early = start_early({**config.agents, **first.hello.agents}, pending)
+    if early is not None and early.initialize_line is not None and tracer is not None:
+        tracer.record(f"agent:{early.config.id}", "out", early.initialize_line)
+    return early
 
 
 async def serve_stdio(

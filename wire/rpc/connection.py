@@ -453,6 +453,14 @@ class JsonRpcConnection:
         self._enqueue(data)
         return OutgoingRequest(self, request_id, method, waiter)
 
+    def expect_answer(self, request_id: RequestId, method: str) -> OutgoingRequest:
+        """The answer to a request written to the peer before this connection existed (``sent_before``), as if
+        ``start_request`` had sent it."""
+        self._protocol.sent_before(request_id, method)
+        waiter = _PendingRequest()
+        self._waiters[request_id] = waiter
+        return OutgoingRequest(self, request_id, method, waiter)
+
     def _cancel_notification(self, request_id: RequestId) -> None:
         if not self._closed:
             self._enqueue(JsonRpcProtocol.notify(self._cancel_style.method, {self._cancel_style.id_field: request_id}))

@@ -437,6 +437,13 @@ class JsonRpcProtocol:
             message["params"] = params
         return request_id, encode(message)
 
+    def sent_before(self, request_id: RequestId, method: str) -> None:
+        """A request of ours written to the peer before this protocol existed (an agent's ``initialize`` sent as it
+        was started): its answer is awaited as any of ours. Its id must be one ``request`` never gives."""
+        if request_id in self.pending or (isinstance(request_id, int) and request_id >= self._next_id):
+            raise ValueError(f"request id {request_id!r} may collide with this connection's own")
+        self.pending[request_id] = method
+
     def forget(self, request_id: RequestId) -> None:
         """Stop waiting for the answer to one of our requests (we cancelled it); a late answer is stray."""
         self.pending.pop(request_id, None)
