@@ -61,6 +61,8 @@ DEFECTS: dict[str, set[str]] = {
     "delete-answers-null": {"LMB-SESS-009"},  # session/delete answered with a null result, not an object
     "delete-keeps-listing": {"LMB-SESS-010"},  # session/delete answers, and session/list still has the session
     "delete-unknown-errors": {"LMB-SESS-011"},  # session/delete of an unknown session: -32002
+    "logout-answers-null": {"LMB-AUTH-001"},  # logout answered with a null result, not an object
+    "logout-breaks-sessions": {"LMB-AUTH-002"},  # after logout, session/new fails with -32603, not auth_required
 }
 
 _MODES = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
@@ -73,7 +75,8 @@ _OPTIONS = [
 
 _defects: set[str] = set()
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
-_auth = {"required": False, "done": False}  # --require-auth: session/new answers -32000 until authenticate
+_auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
+# authenticate (and again after logout)
 _write_lock = threading.Lock()
 _sessions: dict[str, dict[str, Any]] = {}
 _cancelled: dict[str, threading.Event] = {}
@@ -251,6 +254,7 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
         "mcpCapabilities": {"http": True},
         "loadSession": bool(_state_dir),
         "sessionCapabilities": {"list": {}, "close": {}, "delete": {}, **({"resume": {}} if _state_dir else {})},
+        "auth": {"logout": {}},
     }
     methods = [{"id": "token", "name": "Token"}] if _auth["required"] else []
     result: dict[str, Any] = {"protocolVersion": version, "agentCapabilities": capabilities, "authMethods": methods}
@@ -333,6 +337,12 @@ def _handle(message: dict[str, Any]) -> None:
         return
     if method == "initialize":
         _send({"id": request_id, "result": _initialize(params)})
+    elif method == "logout":  # the login ends: with --require-auth, sessions need authenticate again
+        _auth["done"] = False
+        _auth["logged_out"] = True
+        _send({"id": request_id, "result": None if "logout-answers-null" in _defects else {}})
+    elif method == "session/new" and _auth.get("logged_out") and "logout-breaks-sessions" in _defects:
+        _send({"id": request_id, "error": {"code": -32603, "message": "internal error: no credentials"}})
     elif method == "authenticate":
         _auth["done"] = params.get("methodId") == "token"
         if _auth["done"]:

@@ -130,7 +130,8 @@ def judge(candidate: Candidate) -> dict[str, object]:
     report = CACHE / "reports" / f"{candidate.id}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "bridge", "conform", "--model", "fake", "--timeout", "60"]
+    # --logout: with --model fake each agent runs from a private HOME the kit removes afterwards; nobody's login.
+    command = [sys.executable, "-m", "bridge", "conform", "--model", "fake", "--logout", "--timeout", "60"]
     command += ["--report-json", str(report)]
     if candidate.installer != "interop":  # (the recipes choose their agents' directories)
         scratch = CACHE / "work" / candidate.id  # where it runs: some write into their working directory

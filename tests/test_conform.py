@@ -19,7 +19,7 @@ from conftest import HANG
 from bridge.acp.spawn import agent_environment
 from bridge.config import demo_agent
 from bridge.conform.agent import AgentSpec
-from bridge.conform.checks import MODEL_DRIVERS, Settings
+from bridge.conform.checks import MODEL_DRIVERS, GroupRun, Settings
 from bridge.conform.kit import KitResult, run_kit, select
 from bridge.conform.requirements import BY_ID, REQUIREMENTS, Status, Tier
 from bridge.conform.terminals import ClientTerminals, keep_last
@@ -38,7 +38,18 @@ def _settings(
     spec = AgentSpec((sys.executable, AGENT, *argv), {**os.environ, "CONFORM_AGENT_STATE": str(state)})
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
-    return Settings(spec, timeout=30, model=MODEL_DRIVERS.get(model or ""), workspace=workspace)
+    # --logout: the test agent's login is its own process's, nobody's on this machine.
+    return Settings(spec, timeout=30, model=MODEL_DRIVERS.get(model or ""), workspace=workspace, logout=True)
+
+
+def _sent(run: GroupRun) -> list[dict[str, Any]]:
+    """What the kit sent the agent in one group."""
+    return [
+        line.message
+        for transcript in run.transcripts.values()
+        for line in transcript
+        if line.dir == "out" and isinstance(line.message, dict)
+    ]
 
 
 def _with(result: KitResult, *statuses: Status) -> set[str]:
@@ -106,6 +117,22 @@ async def test_an_agent_that_requires_authentication_blocks_the_run_unless_authe
     settings.auth_method = "token"
     authenticated = await run_kit(settings, list(REQUIREMENTS))
     assert authenticated.verdict().conformant, authenticated.verdict().summary
+    # Logged out, its next session/new asks for authenticate again: what the spec describes.
+    assert authenticated.outcomes["LMB-AUTH-001"].status is Status.PASS
+    assert "auth_required (-32000)" in authenticated.outcomes["LMB-AUTH-002"].detail
+
+
+@wire
+async def test_logout_is_called_only_when_asked_for(tmp_path: Path) -> None:
+    """logout ends a real agent's login on the machine it runs on: without --logout the kit does not call it, and
+    says how to (the agent advertises it); never counted as a pass."""
+    settings = _settings(tmp_path)
+    settings.logout = False
+    result = await run_kit(settings, list(REQUIREMENTS))
+    for rid in ("LMB-AUTH-001", "LMB-AUTH-002"):
+        assert result.outcomes[rid].status is Status.SKIPPED and "--logout" in result.outcomes[rid].detail
+    assert not any(m.get("method") == "logout" for run in result.groups.values() for m in _sent(run))
+    assert result.verdict().conformant
 
 
 @wire

@@ -136,6 +136,7 @@ class Settings:
     workspace: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
     agent_env: dict[str, str] = field(default_factory=dict)  # --agent-env, applied last (``{model_url}`` filled in)
     session_mode: str | None = None  # set on each session the model-driven groups open (a recipe's choice)
+    logout: bool = False  # --logout: call logout (it ends the agent's login on this machine)
 
 
 @dataclass
@@ -1182,6 +1183,25 @@ async def _judge_releases(g: _Group, session: str, terminals: list[Terminal]) ->
         g.run.set("LMB-TERM-002", Status.PASS, "released when the session was closed")
 
 
+async def _group_logout(g: _Group) -> None:
+    """``logout``, then a new session: it opens (the agent needs no login) or is refused with ``auth_required``
+    until ``authenticate``. Its own process: what follows a logout is not what the other groups test."""
+    run = g.run
+    await _handshake(g.agent, g.settings)
+    answer = await g.request("logout", {})
+    _judge(run, "LMB-AUTH-001", "LogoutResponse", answer, g.settings.schema)
+    if not answer.ok:
+        run.set("LMB-AUTH-002", Status.SKIPPED, f"logout did not succeed ({answer.describe()})")
+        return
+    after = await g.request("session/new", {"cwd": str(g.settings.workspace), "mcpServers": []})
+    if after.ok:
+        run.set("LMB-AUTH-002", Status.PASS, "a session opened without authenticating again")
+    elif after.error_code() == -32000:
+        run.set("LMB-AUTH-002", Status.PASS, "session/new answered auth_required (-32000): authenticate again")
+    else:
+        run.fail("LMB-AUTH-002", "a session, or error -32000 (auth_required)", after.describe())
+
+
 async def _group_shutdown(g: _Group) -> None:
     await _handshake(g.agent, g.settings)
     started = g.agent.now()
@@ -1207,6 +1227,7 @@ GROUPS: dict[str, GroupFunction] = {
     "tools": _group_tools,
     "permissions": _group_permissions,
     "client": _group_client,
+    "logout": _group_logout,
     "shutdown": _group_shutdown,
 }
 # The groups whose client advertises its file system and terminals (the others: nothing, so that LMB-CAP-001 can

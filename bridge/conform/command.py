@@ -52,6 +52,11 @@ def add_conform_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
     parser.add_argument("--auth-method", metavar="ID", help="call authenticate with this method after initialize")
     parser.add_argument(
+        "--logout",
+        action="store_true",
+        help="also test logout (LMB-AUTH-*), when the agent advertises it: it ends the agent's login on this machine",
+    )
+    parser.add_argument(
         "--agent-env",
         action="append",
         default=[],
@@ -162,6 +167,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Settings, list[Requirement]]:
         timeout=args.timeout,
         startup_timeout=args.startup_timeout,
         auth_method=args.auth_method,
+        logout=args.logout,
         model=MODEL_DRIVERS.get(args.model),
         schema=schema,
         agent_env=extra_env,

@@ -197,4 +197,9 @@ def _skip_reason(
         return "needs the agent's model to act (run with --model fake or own; directives for the demo agent)"
     if requirement.capability and not advertised(capabilities, requirement.capability):
         return f"not advertised (agentCapabilities.{requirement.capability})"
+    if requirement.group == "logout":  # the informational one has no capability of its own: the group's
+        if not advertised(capabilities, "auth.logout"):
+            return "not advertised (agentCapabilities.auth.logout)"
+        if not settings.logout:
+            return "logout ends the agent's login on this machine: run with --logout to test it"
     return None

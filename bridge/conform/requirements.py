@@ -692,6 +692,32 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "all",
         (DOCS + "transports#stdio", "The agent MAY write UTF-8 strings to its standard error (stderr) for logging."),
     ),
+    # -- authentication -----------------------------------------------------------------------------------------------
+    _r(
+        "LMB-AUTH-001",
+        C,
+        "logout is answered with a valid LogoutResponse (run only with --logout: it ends the agent's login on this "
+        "machine)",
+        "logout",
+        (
+            DOCS + "authentication#logging-out",
+            "The logout method allows Clients to end the current authenticated state. Clients should only call it "
+            "after verifying the Agent advertised agentCapabilities.auth.logout during initialization.",
+        ),
+        capability="auth.logout",
+    ),
+    _r(
+        "LMB-AUTH-002",
+        INFO,
+        "after logout, a new session opens, or is refused with auth_required (-32000) until authenticate (when "
+        "auth.logout is advertised)",
+        "logout",
+        (
+            DOCS + "authentication#logging-out",
+            "After logout, new sessions that require authentication will require the Client to call authenticate "
+            "again.",
+        ),
+    ),
     _r(
         "LMB-SHUT-001",
         INFO,

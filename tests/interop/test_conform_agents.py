@@ -36,6 +36,8 @@ ALWAYS = {
     "LMB-MCP-004",  # all four advertise HTTP MCP
     *("LMB-CONTENT-001", "LMB-CONTENT-002", "LMB-CONTENT-004", "LMB-CONTENT-005"),  # all four take images, resources
 }
+# The agents that advertise logout: it succeeds, and a new session opens after it (their key is in the environment).
+LOGGING_OUT = {"claude", "codex"}
 
 
 async def test_the_kit_judges_the_agent_against_the_fake_model(
@@ -48,9 +50,11 @@ async def test_the_kit_judges_the_agent_against_the_fake_model(
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     spec = AgentSpec((str(kit.executable), *_ARGS[agent]), env)
-    settings = Settings(spec, timeout=60, model=MODEL_DRIVERS["fake"], workspace=workspace)
+    # --logout: with the fake model the kit runs the agent from a private HOME it removes afterwards.
+    settings = Settings(spec, timeout=60, model=MODEL_DRIVERS["fake"], workspace=workspace, logout=True)
     result = await run_kit(settings, list(REQUIREMENTS))
     found = {rid for rid, outcome in result.outcomes.items() if outcome.status in (Status.FAIL, Status.NOT_TESTED)}
     assert found == FINDINGS[agent], {rid: result.outcomes[rid].detail for rid in found ^ FINDINGS[agent]}
     passed = {rid for rid, outcome in result.outcomes.items() if outcome.status is Status.PASS}
     assert passed >= ALWAYS
+    assert ({"LMB-AUTH-001", "LMB-AUTH-002"} <= passed) == (agent in LOGGING_OUT)
