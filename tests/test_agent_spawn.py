@@ -57,6 +57,35 @@ def test_an_agent_that_cannot_run_is_not_started_early() -> None:
     assert start_early({"gone": missing}, chat("gone") + b"\n") is None
 
 
+def test_an_early_agent_is_sent_initialize_and_one_gone_already_leaves_nothing_to_flush() -> None:
+    """The initialize an early agent is sent goes straight to its pipe: an agent that closed its stdin (it exited at
+    once: a missing key) makes the write fail, and nothing is left buffered for whoever closes the pipe later —
+    where a pending flush would raise BrokenPipeError and hide the agent's own reason behind it."""
+    echo = AgentConfig(
+        id="echo", name="Echo", command=sys.executable, args=("-c", "import sys; print(sys.stdin.readline(), end='')")
+    )
+    early = EarlyAgent(echo, spawn_agent(echo))
+    early.send_initialize()
+    assert early.process.stdout is not None and early.initialize_id == 0
+    sent = json.loads(early.process.stdout.readline())
+    assert (sent["id"], sent["method"], sent["params"]["protocolVersion"]) == (0, "initialize", 1)
+    early.abandon()
+
+    closed = AgentConfig(
+        id="closed",
+        name="Closed",
+        command=sys.executable,
+        args=("-c", "import os, sys, time; os.close(0); print('closed', flush=True); time.sleep(30)"),
+    )
+    early = EarlyAgent(closed, spawn_agent(closed))
+    assert early.process.stdout is not None and early.process.stdout.readline() == b"closed\n"
+    early.send_initialize()
+    assert early.initialize_id is None and early.initialize_line is None  # the pool asks, and learns why
+    assert early.process.stdin is not None
+    early.process.stdin.close()  # nothing pending to flush into the closed pipe
+    early.abandon()
+
+
 def _sleeper(marker: str) -> AgentConfig:
     """An agent whose process starts a child in its group, says so on stdout, then sleeps."""
     script = (

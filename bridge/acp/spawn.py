@@ -98,11 +98,14 @@ class EarlyAgent:
         line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(line)
-            self.process.stdin.flush()
+            # On the pipe itself, not through the file object: a write that fails (the agent is gone: EPIPE) must
+            # leave nothing buffered for the pool to flush, and fail, when it takes the pipe over. Shorter than
+            # PIPE_BUF, so the pipe takes it whole or not at all.
+            written = os.write(self.process.stdin.fileno(), line)
         except OSError:
             return
-        self.initialize_line = line
+        if written == len(line):
+            self.initialize_line = line
 
     def abandon(self) -> None:
         """lmbridge stops without having adopted the process: stop it."""
