@@ -29,9 +29,18 @@ export function requireLmbridge(): void {
     }
 }
 
+// Every directory the tests make is removed when the test process exits (each test file runs in its own).
+const madeDirs: string[] = [];
+process.on('exit', () => {
+    for (const dir of madeDirs) {
+        fs.rmSync(dir, { recursive: true, force: true });
+    }
+});
+
 // lmbridge must not pick up the configuration of whoever runs the tests (nor the registry list they fetched), nor
 // remember anything in their state.
 const isolatedConfigHome = fs.mkdtempSync(path.join(os.tmpdir(), 'lmbridge-vscode-test-xdg-'));
+madeDirs.push(isolatedConfigHome);
 process.env.XDG_CONFIG_HOME = isolatedConfigHome;
 process.env.XDG_STATE_HOME = path.join(isolatedConfigHome, 'state');
 process.env.XDG_CACHE_HOME = path.join(isolatedConfigHome, 'cache');
@@ -39,7 +48,9 @@ delete process.env.LMBRIDGE_CONFIG;
 delete process.env.LMBRIDGE_LOG_LEVEL;
 
 export function tempDir(prefix: string): string {
-    return fs.mkdtempSync(path.join(os.tmpdir(), `lmbridge-vscode-${prefix}-`));
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `lmbridge-vscode-${prefix}-`));
+    madeDirs.push(dir);
+    return dir;
 }
 
 export interface Harness {
