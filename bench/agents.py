@@ -70,7 +70,7 @@ import trio
 
 from bench.common import RESULTS, QuietLog, Row, cpu_ms, options_to_set, shift, summarize, with_bytecode_cache
 from bench.run import table
-from bench.wire import ROOT
+from bench.wire import BARE_FLOOR, ROOT, TOOL_FLOOR
 
 sys.path.insert(0, str(ROOT / "tests"))  # the interop suite's fake model, agent kits and installs
 
@@ -443,9 +443,9 @@ async def _lmbridge(
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LMBRIDGE_TREE), env.get("PYTHONPATH")]))
         command, args = None, ["--config", str(config), *extra]
         if floor == "parts":
-            command = [sys.executable, str(ROOT / "bench" / "tool_floor.py")]
+            command = [sys.executable, TOOL_FLOOR]
         elif floor == "bare":
-            command = [sys.executable, str(ROOT / "bench" / "bare_floor.py")]
+            command = [sys.executable, BARE_FLOOR]
             args = ["--launch", str(floor_launch(config, agent_id))]
         async with spawn_stdio(args, env=env, cwd=str(project), stderr=log, command=command) as (client, process):
             yield client, process.pid

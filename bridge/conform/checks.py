@@ -326,8 +326,6 @@ async def _group_sessions(g: _Group) -> None:
     run = g.run
     await _handshake(g.agent, g.settings)
     deleting = advertised(g.capabilities, "sessionCapabilities.delete")
-    if not deleting:  # LMB-SESS-011 is advisory: no capability of its own skips it
-        run.set("LMB-SESS-011", Status.SKIPPED, "not advertised (agentCapabilities.sessionCapabilities.delete)")
     first = await g.new_session()
     if first is not None:
         await _session_options(g, first, g.opened.get(first, {}))

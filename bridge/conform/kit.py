@@ -195,11 +195,9 @@ def _skip_reason(
         return f"blocked: {blocked}"
     if requirement.needs_model and settings.model is None:
         return "needs the agent's model to act (run with --model fake or own; directives for the demo agent)"
-    if requirement.capability and not advertised(capabilities, requirement.capability):
-        return f"not advertised (agentCapabilities.{requirement.capability})"
-    if requirement.group == "logout":  # the informational one has no capability of its own: the group's
-        if not advertised(capabilities, "auth.logout"):
-            return "not advertised (agentCapabilities.auth.logout)"
-        if not settings.logout:
-            return "logout ends the agent's login on this machine: run with --logout to test it"
+    gate = requirement.capability or requirement.applies_if
+    if gate and not advertised(capabilities, gate):
+        return f"not advertised (agentCapabilities.{gate})"
+    if requirement.group == "logout" and not settings.logout:
+        return "logout ends the agent's login on this machine: run with --logout to test it"
     return None

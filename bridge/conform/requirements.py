@@ -50,6 +50,9 @@ class Requirement:
     group: str  # which check group decides it (one fresh agent process per group)
     capability: str | None = None  # dotted path in agentCapabilities that makes it apply (CAPABILITY tier)
     needs_model: bool = False  # the agent's model must do something specific
+    # For another tier: the dotted path in agentCapabilities without which it does not apply (a SHOULD or a finding
+    # about a method the agent may not offer).
+    applies_if: str | None = None
 
     @property
     def area(self) -> str:
@@ -64,8 +67,10 @@ def _r(
     *cites: tuple[str, str],
     capability: str | None = None,
     needs_model: bool = False,
+    applies_if: str | None = None,
 ) -> Requirement:
-    return Requirement(id, tier, title, tuple(Citation(u, t) for u, t in cites), group, capability, needs_model)
+    citations = tuple(Citation(u, t) for u, t in cites)
+    return Requirement(id, tier, title, citations, group, capability, needs_model, applies_if)
 
 
 M, C, A, INFO = Tier.MANDATORY, Tier.CAPABILITY, Tier.ADVISORY, Tier.INFORMATIONAL
@@ -246,6 +251,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             DOCS + "session-delete#semantics",
             "Deleting an already-deleted session, or a session that never existed, SHOULD succeed silently.",
         ),
+        applies_if="sessionCapabilities.delete",
     ),
     _r(
         "LMB-MODE-001",
@@ -717,6 +723,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "After logout, new sessions that require authentication will require the Client to call authenticate "
             "again.",
         ),
+        applies_if="auth.logout",
     ),
     _r(
         "LMB-SHUT-001",

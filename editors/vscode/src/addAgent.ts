@@ -8,7 +8,7 @@
 
 import { execFile } from 'node:child_process';
 import * as vscode from 'vscode';
-import { type BridgeSettings, expandHome } from './bridge';
+import { type BridgeSettings, configArgs, lmbridgeProgram } from './bridge';
 
 export const ADD_AGENT_COMMAND = 'lmbridge.addAgent';
 
@@ -37,12 +37,8 @@ const CLI_TIMEOUT_MS = 30_000;
 
 /** The command line of `lmbridge agents ACTION…` with these settings (`add` gets the settings' config file). */
 export function agentsCommandLine(settings: BridgeSettings, action: string[]): { command: string; args: string[] } {
-    const command = settings.path.trim() ? expandHome(settings.path.trim()) : 'lmbridge';
-    const args = ['agents', ...action];
-    if (action[0] === 'add' && settings.configFile.trim()) {
-        args.push('--config', expandHome(settings.configFile.trim()));
-    }
-    return { command, args };
+    const config = action[0] === 'add' ? configArgs(settings) : [];
+    return { command: lmbridgeProgram(settings), args: ['agents', ...action, ...config] };
 }
 
 export class AgentsCliError extends Error {

@@ -97,13 +97,20 @@ export function expandHome(value: string): string {
     return value;
 }
 
+/** The lmbridge program these settings name. */
+export function lmbridgeProgram(settings: BridgeSettings): string {
+    return settings.path.trim() ? expandHome(settings.path.trim()) : 'lmbridge';
+}
+
+/** `--config FILE` for the agents file these settings name; nothing for lmbridge's default. */
+export function configArgs(settings: BridgeSettings): string[] {
+    return settings.configFile.trim() ? ['--config', expandHome(settings.configFile.trim())] : [];
+}
+
 /** The command line for `lmbridge stdio` with these settings. */
 export function commandLine(settings: BridgeSettings): { command: string; args: string[] } {
-    const command = settings.path.trim() ? expandHome(settings.path.trim()) : 'lmbridge';
-    const args = ['stdio'];
-    if (settings.configFile.trim()) {
-        args.push('--config', expandHome(settings.configFile.trim()));
-    }
+    const command = lmbridgeProgram(settings);
+    const args = ['stdio', ...configArgs(settings)];
     if (settings.logLevel.trim()) {
         args.push('--log-level', settings.logLevel.trim());
     }
