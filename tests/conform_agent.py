@@ -5,7 +5,8 @@ that differs from the conformant behaviour.
 Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT`` streams TEXT, ``/sleep MS``
 waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
 of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command in a client terminal
-when the client has one (else only ``touch PATH``, itself), ``/read PATH`` reads a file (through the client when it
+when the client has one (else only ``touch PATH``, itself; with ``--own-shell``, any command in a process of its own,
+killed by a cancel), ``/read PATH`` reads a file (through the client when it
 offers ``fs/read_text_file``). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -51,10 +53,16 @@ DEFECTS: dict[str, set[str]] = {
     "runs-rejected": {"LMB-PERM-002"},
     "cancelled-permission-ends-turn": {"LMB-PERM-003"},  # a cancel during a permission request ends end_turn
     "refuses-its-mode": {"LMB-MODE-001"},  # session/set_mode to the mode it is in: an error
+    "refuses-other-modes": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: an error
+    "stale-mode-update": {"LMB-MODE-002"},  # reports each change with a current_mode_update naming the old mode
     "partial-config-answer": {"LMB-CONFIG-001"},  # set_config_option answered with the changed option only
+    "config-keeps-value": {"LMB-CONFIG-002"},  # set_config_option answered with the option's value unchanged
     "relative-read-path": {"LMB-FS-001"},  # fs/read_text_file with a path relative to the cwd
     "relative-terminal-cwd": {"LMB-TERM-001"},  # terminal/create with cwd "." (refused: it runs nothing)
     "unreleased-terminal": {"LMB-TERM-002"},  # never calls terminal/release
+    "keeps-terminal-on-cancel": {"LMB-TERM-004"},  # a cancel ends the turn, the command runs on (released at exit)
+    "forgets-allow-always": {"LMB-PERM-004"},  # asks again after an allow_always answer
+    "orphans-own-command": {"LMB-CANCEL-005"},  # runs commands itself (as --own-shell); a cancel leaves them running
     "refuses-resource-link": {"LMB-CONTENT-001"},  # a prompt with a resource_link block: -32602
     "refuses-image": {"LMB-CONTENT-002"},  # advertises images, then refuses a prompt with one
     "drops-mcp-headers": {"LMB-MCP-004"},  # calls an HTTP MCP server without the headers session/new gave
@@ -74,6 +82,7 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
+_options: dict[str, bool] = {}  # --own-shell
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
 # authenticate (and again after logout)
@@ -84,12 +93,15 @@ _state_dir = os.environ.get("CONFORM_AGENT_STATE")
 _waiting: dict[str, tuple[threading.Event, list[Any]]] = {}  # our requests to the client, by id
 
 
-def _ask_client(request_id: str, method: str, params: dict[str, Any]) -> Any:
-    """Send a request to the client and wait for its answer (the reader thread hands it over)."""
+def _ask_client(request_id: str, method: str, params: dict[str, Any], cancelled: threading.Event | None = None) -> Any:
+    """Send a request to the client and wait for its answer (the reader thread hands it over); None when
+    ``cancelled`` is set first."""
     done, answer = threading.Event(), []
     _waiting[request_id] = (done, answer)
     _send({"id": request_id, "method": method, "params": params})
-    done.wait(120)
+    for _ in range(1200):  # 120 s
+        if done.wait(0.1) or (cancelled is not None and cancelled.is_set()):
+            break
     return answer[0] if answer else None
 
 
@@ -159,25 +171,41 @@ def _tool(session_id: str, line: str) -> str:
 
 
 def _shell(session_id: str, line: str) -> str:
-    """``/shell touch PATH``: a tool call behind a permission request; the stop reason when cancelled."""
+    """``/shell COMMAND``: a tool call behind a permission request (none once the same command was allowed
+    always in the session); the stop reason when cancelled."""
+    command = line[len("/shell ") :]
     path = line.split()[-1]
     call_id = f"shell-{uuid.uuid4().hex[:8]}"
     _update(session_id, {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": line, "kind": "execute"})
     options = [
         {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+        {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
         {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
     ]
     if "bad-permission-request" in _defects:
         options = [{"optionId": "allow", "name": "Allow"}]
-    params = {"sessionId": session_id, "toolCall": {"toolCallId": call_id}, "options": options}
-    answer = _ask_client(f"perm-{call_id}", "session/request_permission", params) or {}
-    outcome = (answer.get("result") or {}).get("outcome") or {}
+    allowed_always = _sessions[session_id].setdefault("allowed", [])
+    if command in allowed_always and "forgets-allow-always" not in _defects:
+        outcome = {"outcome": "selected", "optionId": "always"}
+    else:
+        params = {"sessionId": session_id, "toolCall": {"toolCallId": call_id}, "options": options}
+        answer = _ask_client(f"perm-{call_id}", "session/request_permission", params) or {}
+        outcome = (answer.get("result") or {}).get("outcome") or {}
     if outcome.get("outcome") == "cancelled":
         _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"})
         return "end_turn" if "cancelled-permission-ends-turn" in _defects else "cancelled"
-    allowed = outcome.get("optionId") == "allow" or "runs-rejected" in _defects
-    if allowed and _client.get("terminal"):
-        output = _terminal(session_id, line[len("/shell ") :])
+    if outcome.get("optionId") == "always":
+        allowed_always.append(command)
+    allowed = outcome.get("optionId") in ("allow", "always") or "runs-rejected" in _defects
+    if allowed and _own_shell():
+        if not _run_itself(session_id, command):
+            _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"})
+            return "cancelled"
+    elif allowed and _client.get("terminal"):
+        output = _terminal(session_id, command)
+        if output is None:
+            _update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed"})
+            return "cancelled"
         _update(session_id, _text("agent_message_chunk", output))
     elif allowed:
         Path(path).touch()
@@ -186,18 +214,57 @@ def _shell(session_id: str, line: str) -> str:
     return ""
 
 
-def _terminal(session_id: str, command: str) -> str:
-    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it."""
+def _own_shell() -> bool:
+    return _options.get("own_shell", False) or "orphans-own-command" in _defects
+
+
+def _run_itself(session_id: str, command: str) -> bool:
+    """Run ``command`` in a shell of its own; False when a cancel came first (the command then killed, its whole
+    process group, unless the defect leaves it: then it stays in the agent's group, for whoever stops that)."""
+    orphans = "orphans-own-command" in _defects
+    quiet = subprocess.DEVNULL  # (its stdout is not the protocol's)
+    process = subprocess.Popen(
+        ["sh", "-c", command], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=not orphans
+    )
+    cancelled = _cancelled[session_id]
+    while process.poll() is None:
+        if cancelled.wait(0.05):
+            if not orphans:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            return False
+    return True
+
+
+def _terminal(session_id: str, command: str) -> str | None:
+    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it. A cancel
+    while it runs kills it and releases the terminal (None: the turn was cancelled)."""
     cwd = "." if "relative-terminal-cwd" in _defects else _sessions[session_id]["cwd"]
     params = {"sessionId": session_id, "command": "sh", "args": ["-c", command], "cwd": cwd}
     created = (_ask_client(f"term-{uuid.uuid4().hex[:8]}", "terminal/create", params) or {}).get("result") or {}
     terminal = {"sessionId": session_id, "terminalId": created.get("terminalId")}
     if "terminalId" not in created:
         return "the terminal could not be created\n"
-    _ask_client(f"wait-{uuid.uuid4().hex[:8]}", "terminal/wait_for_exit", terminal)
+
+    def release() -> None:
+        if "unreleased-terminal" not in _defects:
+            _ask_client(f"release-{uuid.uuid4().hex[:8]}", "terminal/release", terminal)
+
+    cancelled = _cancelled[session_id]
+    if _ask_client(f"wait-{uuid.uuid4().hex[:8]}", "terminal/wait_for_exit", terminal, cancelled) is None:
+        if "keeps-terminal-on-cancel" in _defects:  # left running; released once it exits by itself
+
+            def release_at_exit() -> None:
+                _ask_client(f"wait-{uuid.uuid4().hex[:8]}", "terminal/wait_for_exit", terminal)
+                release()
+
+            threading.Thread(target=release_at_exit, daemon=True).start()
+        else:
+            _ask_client(f"kill-{uuid.uuid4().hex[:8]}", "terminal/kill", terminal)
+            release()
+        return None
     output = (_ask_client(f"out-{uuid.uuid4().hex[:8]}", "terminal/output", terminal) or {}).get("result") or {}
-    if "unreleased-terminal" not in _defects:
-        _ask_client(f"release-{uuid.uuid4().hex[:8]}", "terminal/release", terminal)
+    release()
     return str(output.get("output", ""))
 
 
@@ -312,6 +379,20 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
         _update(session_id, _text("agent_message_chunk", "one more thing\n"))
 
 
+def _set_mode(request_id: Any, params: dict[str, Any]) -> None:
+    session = _sessions.get(params.get("sessionId")) or {}
+    current, mode = session.get("mode", _MODES["currentModeId"]), params.get("modeId")
+    refused = "refuses-its-mode" if mode == current else "refuses-other-modes"
+    if refused in _defects or mode not in {m["id"] for m in _MODES["availableModes"]}:
+        _send({"id": request_id, "error": {"code": -32602, "message": f"cannot set mode {mode!r}"}})
+        return
+    session["mode"] = mode
+    if mode != current:  # said, as an agent that reports every change would
+        said = current if "stale-mode-update" in _defects else mode
+        _update(params["sessionId"], {"sessionUpdate": "current_mode_update", "currentModeId": said})
+    _send({"id": request_id, "result": {}})
+
+
 def _replay(session_id: str, session: dict[str, Any]) -> None:
     for user, agent in session["history"]:
         _update(session_id, _text("user_message_chunk", user))
@@ -380,16 +461,15 @@ def _handle(message: dict[str, Any]) -> None:
             listed = [{"sessionId": key, "cwd": _sessions[key]["cwd"]} for key in known]
             _send({"id": request_id, "result": {"sessions": listed}})
     elif method == "session/set_mode":
-        if "refuses-its-mode" in _defects:
-            _send({"id": request_id, "error": {"code": -32602, "message": "no"}})
-        else:
-            _send({"id": request_id, "result": {}})
+        _set_mode(request_id, params)
     elif method == "session/set_config_option":
-        chosen = [dict(o, currentValue=params.get("value")) for o in _OPTIONS if o["id"] == params.get("configId")]
-        others = (
-            [] if "partial-config-answer" in _defects else [o for o in _OPTIONS if o["id"] != params.get("configId")]
-        )
-        _send({"id": request_id, "result": {"configOptions": chosen + others}})
+        session = _sessions.get(params.get("sessionId")) or {}
+        values = session.setdefault("options", {o["id"]: o["currentValue"] for o in _OPTIONS})
+        if params.get("configId") in values and "config-keeps-value" not in _defects:
+            values[params["configId"]] = params.get("value")
+        changed = [o for o in _OPTIONS if o["id"] == params.get("configId") or "partial-config-answer" not in _defects]
+        answered = [dict(o, currentValue=values.get(o["id"], o["currentValue"])) for o in changed]
+        _send({"id": request_id, "result": {"configOptions": answered}})
     elif method == "session/close":
         _sessions.pop(params.get("sessionId"), None)
         _send({"id": request_id, "result": {}})
@@ -426,6 +506,7 @@ def main(argv: list[str]) -> int:
                 return 2
             _defects.add(argv[index + 1])
     _auth["required"] = "--require-auth" in argv
+    _options["own_shell"] = "--own-shell" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

@@ -64,9 +64,11 @@ async def test_the_conformant_test_agent_passes_everything_that_applies(tmp_path
         rid: o.detail for rid, o in result.outcomes.items() if o.status in (Status.FAIL, Status.NOT_TESTED)
     }
     # It advertises everything but additionalDirectories: that one is skipped, and says why; what reached its model
-    # is not visible with the directives (no model of the kit's).
-    assert _with(result, Status.SKIPPED) == {"LMB-SESS-005", "LMB-CONTENT-005"}
+    # is not visible with the directives (no model of the kit's); it runs commands in the client's terminals, so
+    # what a cancel does to a command it runs itself is not seen.
+    assert _with(result, Status.SKIPPED) == {"LMB-SESS-005", "LMB-CONTENT-005", "LMB-CANCEL-005"}
     assert "not advertised" in result.outcomes["LMB-SESS-005"].detail
+    assert "client terminal" in result.outcomes["LMB-CANCEL-005"].detail
     assert result.verdict().conformant
 
 
@@ -80,6 +82,17 @@ async def test_each_defect_is_found_and_nothing_else(tmp_path: Path, defect: str
         assert result.outcomes[rid].detail, rid  # every failure says what was expected and what came
     held = {rid for rid in failing if BY_ID[rid].tier in (Tier.MANDATORY, Tier.CAPABILITY)}
     assert result.verdict().conformant == (not held)
+
+
+@wire
+async def test_a_command_the_agent_runs_itself_is_judged_by_its_processes(tmp_path: Path) -> None:
+    """With --own-shell the test agent runs commands itself: a cancel must leave no process of the command (found
+    by its command line), and the client-terminal requirements do not apply."""
+    wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
+    result = await run_kit(_settings(tmp_path, "--own-shell"), wanted)
+    assert result.outcomes["LMB-CANCEL-005"].status is Status.PASS, result.outcomes["LMB-CANCEL-005"].detail
+    assert result.outcomes["LMB-TERM-004"].status is Status.SKIPPED
+    assert "process of the agent's own" in result.outcomes["LMB-TERM-004"].detail
 
 
 @wire

@@ -124,7 +124,8 @@ class ClientSide:
     fs_read: bool = False
     fs_write: bool = False
     terminal: bool = False
-    permission_answer: str = "allow"  # allow | reject | cancelled | hold (left for the kit to answer)
+    # allow (once, else always) | always (always, else once) | reject | cancelled | hold (left for the kit to answer)
+    permission_answer: str = "allow"
     requests: list[tuple[str, Any]] = field(default_factory=list)
     terminals: ClientTerminals = field(default_factory=ClientTerminals)
 
@@ -149,11 +150,17 @@ class ClientSide:
 
     def _permission(self, params: Any) -> dict[str, Any]:
         options = params.get("options") if isinstance(params, dict) else None
-        kinds = {"allow": ("allow_once", "allow_always"), "reject": ("reject_once", "reject_always")}
-        if self.permission_answer in kinds and isinstance(options, list):
-            for option in options:
-                if isinstance(option, dict) and option.get("kind") in kinds[self.permission_answer]:
-                    return {"outcome": "selected", "optionId": option.get("optionId")}
+        preferred = {
+            "allow": ("allow_once", "allow_always"),
+            "always": ("allow_always", "allow_once"),
+            "reject": ("reject_once", "reject_always"),
+        }
+        if self.permission_answer in preferred and isinstance(options, list):
+            offered = [o for o in options if isinstance(o, dict)]
+            for kind in preferred[self.permission_answer]:
+                for option in offered:
+                    if option.get("kind") == kind:
+                        return {"outcome": "selected", "optionId": option.get("optionId")}
         return {"outcome": "cancelled"}
 
     def _inside(self, params: Any) -> Path | None:

@@ -337,8 +337,7 @@ async def _group_sessions(g: _Group) -> None:
             "LMB-EXT-004",
             "LMB-SESS-004",
             "LMB-SESS-005",
-            "LMB-MODE-001",
-            "LMB-CONFIG-001",
+            *_OPTION_REQUIREMENTS,
             *(DELETE_REQUIREMENTS if deleting else ()),
         ):
             run.set(requirement, Status.NOT_TESTED, why)
@@ -436,23 +435,30 @@ async def _listed(agent: LiveAgent, session: str, timeout: float) -> bool | None
     return False
 
 
+_OPTION_REQUIREMENTS = ("LMB-MODE-001", "LMB-MODE-002", "LMB-CONFIG-001", "LMB-CONFIG-002")
+
+
 async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> None:
-    """The session's modes and config options, each set to what it already is: the methods work and say so."""
+    """The session's modes and config options: each set to what it already is (the methods work and say so), then
+    to another value and back (the change is taken, and what the agent says of it agrees)."""
     modes = opened.get("modes")
     if isinstance(modes, dict) and isinstance(modes.get("currentModeId"), str):
         answer = await g.request("session/set_mode", {"sessionId": session, "modeId": modes["currentModeId"]})
         _judge(g.run, "LMB-MODE-001", "SetSessionModeResponse", answer, g.settings.schema)
+        await _mode_switch(g, session, modes)
     else:
         g.run.set("LMB-MODE-001", Status.SKIPPED, "its sessions offer no modes")
+        g.run.set("LMB-MODE-002", Status.SKIPPED, "its sessions offer no modes")
     options = [o for o in opened.get("configOptions") or () if isinstance(o, dict)]
     select = next((o for o in options if o.get("type", "select") == "select" and "currentValue" in o), None)
     if select is None:
         g.run.set("LMB-CONFIG-001", Status.SKIPPED, "its sessions offer no select config option")
+        g.run.set("LMB-CONFIG-002", Status.SKIPPED, "its sessions offer no select config option")
         return
     params = {"sessionId": session, "configId": select.get("id"), "value": select["currentValue"]}
     answer = await g.request("session/set_config_option", params)
     problems = _invalid("SetSessionConfigOptionResponse", answer, g.settings.schema)
-    listed = {o.get("id"): o for o in (answer.result or {}).get("configOptions") or () if isinstance(o, dict)}
+    listed = _options_by_id(answer)
     missing = [o.get("id") for o in options if o.get("id") not in listed]
     if problems:
         g.run.fail("LMB-CONFIG-001", "a valid SetSessionConfigOptionResponse", problems)
@@ -463,6 +469,81 @@ async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> N
         g.run.fail("LMB-CONFIG-001", f"{select.get('id')} = {select['currentValue']!r}", repr(value))
     else:
         g.run.set("LMB-CONFIG-001", Status.PASS, f"{len(listed)} option(s)")
+    await _config_switch(g, session, options)
+
+
+def _options_by_id(answer: Answer) -> dict[Any, dict[str, Any]]:
+    return {o.get("id"): o for o in (answer.result or {}).get("configOptions") or () if isinstance(o, dict)}
+
+
+async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
+    """session/set_mode to the first other available mode, then back. The current_mode_update notifications the
+    agent sends meanwhile (it need not send any) must end on the mode it was set back to."""
+    current = modes["currentModeId"]
+    available = [m.get("id") for m in modes.get("availableModes") or () if isinstance(m, dict)]
+    other = next((mode for mode in available if isinstance(mode, str) and mode != current), None)
+    if other is None:
+        g.run.set("LMB-MODE-002", Status.SKIPPED, "its sessions offer one mode")
+        return
+    seen = len(g.agent.notifications)
+    for mode in (other, current):
+        answer = await g.request("session/set_mode", {"sessionId": session, "modeId": mode})
+        problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
+        if problems:
+            g.run.fail("LMB-MODE-002", f"a valid SetSessionModeResponse to {mode!r}", problems)
+            return
+
+    def said() -> list[Any]:
+        return [
+            m["params"]["update"].get("currentModeId")
+            for m in g.agent.notifications[seen:]
+            if _is_update(m, session) and _update_kind(m) == "current_mode_update"
+        ]
+
+    if said():  # it reports client-made changes: wait for the last report
+        await trio.sleep(LATE_UPDATE_WINDOW)
+    reported = said()
+    if reported and reported[-1] != current:
+        g.run.fail("LMB-MODE-002", f"current_mode_update ending on {current!r} (set back to it)", f"{reported}")
+    else:
+        how = f"current_mode_update {reported}" if reported else "no current_mode_update (none is required)"
+        g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; {how}")
+
+
+def _select_values(option: dict[str, Any]) -> list[Any]:
+    """A select option's values, its groups' included."""
+    values = []
+    for entry in option.get("options") or ():
+        if isinstance(entry, dict) and "value" in entry:
+            values.append(entry["value"])
+        elif isinstance(entry, dict):
+            values += [v["value"] for v in entry.get("options") or () if isinstance(v, dict) and "value" in v]
+    return values
+
+
+async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]]) -> None:
+    """The first select option with another value: set to it, then back; each answer has the value set."""
+    for option in options:
+        if option.get("type", "select") != "select" or "currentValue" not in option:
+            continue
+        current = option["currentValue"]
+        other = next((value for value in _select_values(option) if value != current), None)
+        if other is not None:
+            break
+    else:
+        g.run.set("LMB-CONFIG-002", Status.SKIPPED, "no select config option has a second value")
+        return
+    name = option.get("id")
+    for value in (other, current):
+        answer = await g.request("session/set_config_option", {"sessionId": session, "configId": name, "value": value})
+        if not answer.ok:
+            g.run.fail("LMB-CONFIG-002", f"{name} set to {value!r}", answer.describe())
+            return
+        got = _options_by_id(answer).get(name, {}).get("currentValue")
+        if got != value:
+            g.run.fail("LMB-CONFIG-002", f"{name}'s currentValue {value!r} in the answer", repr(got))
+            return
+    g.run.set("LMB-CONFIG-002", Status.PASS, f"{name}: {current!r} → {other!r} → {current!r}")
 
 
 async def _group_robustness(g: _Group) -> None:
@@ -934,6 +1015,9 @@ def _tool_call_problems(messages: list[dict[str, Any]], *, ended: bool) -> list[
     return problems
 
 
+_PERMISSION_IDS = ("LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003", "LMB-PERM-004")
+
+
 async def _group_permissions(g: _Group) -> None:
     run = g.run
     client = g.agent.client
@@ -945,14 +1029,13 @@ async def _group_permissions(g: _Group) -> None:
     rejected = Path(g.settings.workspace, f"conform-rejected-{token}")
     client.permission_answer = "reject"
     await g.request("session/prompt", model.prompt(session, "shell", command=f"touch {rejected}"))
-    if g.undriven(("LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003")):
+    if g.undriven(_PERMISSION_IDS):
         return
     asked = [params for method, params in client.requests if method == "session/request_permission"]
     if not asked:
         why = "the agent asked no permission before the command (its policy, or no shell call reached it)"
-        run.set("LMB-PERM-001", Status.SKIPPED, why)
-        run.set("LMB-PERM-002", Status.SKIPPED, why)
-        run.set("LMB-PERM-003", Status.SKIPPED, why)
+        for requirement in _PERMISSION_IDS:
+            run.set(requirement, Status.SKIPPED, why)
         return
     problems = [p for params in asked for p in validate("RequestPermissionRequest", params, g.settings.schema)]
     foreign = [params.get("sessionId") for params in asked if params.get("sessionId") != session]
@@ -964,7 +1047,12 @@ async def _group_permissions(g: _Group) -> None:
         run.fail("LMB-PERM-002", f"no {rejected.name} (the command was rejected)", "the file was created")
     else:
         run.set("LMB-PERM-002", Status.PASS)
+    await _cancel_while_asking(g, model, session, token)
+    await _allowed_always(g, model, session, token)
 
+
+async def _cancel_while_asking(g: _Group, model: ModelDriver, session: str, token: str) -> None:
+    run, client = g.run, g.agent.client
     pending = Path(g.settings.workspace, f"conform-cancelled-{token}")
     client.permission_answer = "hold"
     request_id = await g.agent.start_request(
@@ -985,6 +1073,34 @@ async def _group_permissions(g: _Group) -> None:
         run.fail("LMB-PERM-003", f"no {pending.name} (the turn was cancelled)", "the file was created")
     else:
         run.set("LMB-PERM-003", Status.PASS)
+
+
+async def _allowed_always(g: _Group, model: ModelDriver, session: str, token: str) -> None:
+    """The same command twice in the session, the first allowed with the agent's allow_always option: the second
+    should not be asked about (which operations "the choice" covers beyond the very same one is the agent's)."""
+    run, client = g.run, g.agent.client
+    client.permission_answer = "always"
+    command = f"touch {Path(g.settings.workspace, f'conform-always-{token}')}"
+
+    def asked_since(count: int) -> list[Any]:
+        return [params for method, params in client.requests[count:] if method == "session/request_permission"]
+
+    before = len(client.requests)
+    await g.request("session/prompt", model.prompt(session, "shell", command=command))
+    first = asked_since(before)
+    kinds = {o.get("kind") for p in first if isinstance(p, dict) for o in p.get("options") or () if isinstance(o, dict)}
+    if not first:
+        run.set("LMB-PERM-004", Status.SKIPPED, "the agent asked no permission before the command this time")
+        return
+    if "allow_always" not in kinds:
+        run.set("LMB-PERM-004", Status.SKIPPED, "its permission request offered no allow_always option")
+        return
+    again = len(client.requests)
+    await g.request("session/prompt", model.prompt(session, "shell", command=command))
+    if asked_since(again):
+        run.fail("LMB-PERM-004", "no permission request for the same command", f"{len(asked_since(again))} request(s)")
+    else:
+        run.set("LMB-PERM-004", Status.PASS)
 
 
 # A 1×1 PNG and eight samples of 8 kHz WAV: real files, for agents that look inside.
@@ -1066,7 +1182,8 @@ async def _send_content(
         run.set("LMB-CONTENT-005", Status.FAIL if missing else Status.PASS, "; ".join(reached))
 
 
-_CLIENT_IDS = ("LMB-FS-001", "LMB-TERM-001", "LMB-TERM-002", "LMB-TERM-003")
+_CLIENT_IDS = ("LMB-FS-001", "LMB-TERM-001", "LMB-TERM-002", "LMB-TERM-003", "LMB-TERM-004", "LMB-CANCEL-005")
+_STARTED_GRACE = 5.0  # s from the turn's tool call to the command's terminal or process
 
 
 async def _group_client(g: _Group) -> None:
@@ -1095,6 +1212,7 @@ async def _group_client(g: _Group) -> None:
         await _judge_releases(g, session, terminals)
     else:
         run.set("LMB-TERM-002", Status.SKIPPED, "the agent created no terminal")
+    await _stopped_on_cancel(g, model)
     read = any(method == "fs/read_text_file" for method, _ in files)
     found = [
         "ran the command in a client terminal" if terminals else "ran the command itself (no terminal/create)",
@@ -1114,6 +1232,107 @@ async def _group_client(g: _Group) -> None:
         run.set("LMB-TERM-003", Status.FAIL, "; ".join(found) + f"; {' and '.join(lost)} did not reach the model")
     else:
         run.set("LMB-TERM-003", Status.PASS, "; ".join(found))
+
+
+async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
+    """In a session of its own: a command that would run for minutes, cancelled once it runs — in a client
+    terminal (LMB-TERM-004: the agent should stop it with terminal/kill, or terminal/release, which kills) or in a
+    process of the agent's own (LMB-CANCEL-005: found by its unique command line; gone by the time the prompt is
+    answered, or right after)."""
+    run = g.run
+    session = await g.new_session(None)
+    if session is None:
+        for requirement in ("LMB-TERM-004", "LMB-CANCEL-005"):
+            run.set(requirement, Status.NOT_TESTED, "a second session/new failed")
+        return
+    # A command that runs until it is killed, named by a file no other process on the machine has open (an agent
+    # may refuse a long standalone sleep: Claude Code does).
+    followed = Path(g.settings.workspace, f"conform-follow-{uuid.uuid4().hex[:8]}.log")
+    followed.touch()
+    try:
+        await _cancel_the_command(g, model, session, followed)
+    finally:
+        followed.unlink(missing_ok=True)
+
+
+async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, followed: Path) -> None:
+    run, terminals = g.run, g.agent.client.terminals
+    before, seen = len(terminals.created), len(g.agent.notifications)
+    marker = str(followed)
+    request_id = await g.agent.start_request(
+        "session/prompt", model.prompt(session, "shell", command=f"tail -f {followed}")
+    )
+
+    def terminal() -> Terminal | None:
+        return next((t for t in terminals.created[before:] if t.session == session), None)
+
+    def started() -> bool:
+        return terminal() is not None or bool(_processes_with(marker)) or g.agent.answered(request_id) is not None
+
+    def reported() -> bool:
+        return any(_is_update(m, session) and _update_kind(m) == "tool_call" for m in g.agent.notifications[seen:])
+
+    await _poll(lambda: started() or reported(), g.settings.timeout)
+    await _poll(started, _STARTED_GRACE)
+    used, own = terminal(), _processes_with(marker)
+    if g.agent.answered(request_id) is not None or (used is None and not own):
+        why = "the turn ended before the command ran" if g.agent.answered(request_id) else "the command never ran"
+        for requirement in ("LMB-TERM-004", "LMB-CANCEL-005"):
+            run.set(requirement, Status.SKIPPED, why)
+        if g.agent.answered(request_id) is None:
+            await g.agent.notify("session/cancel", {"sessionId": session})
+            await g.agent.answer(request_id, g.settings.timeout)
+        return
+    requirement = "LMB-TERM-004" if used is not None else "LMB-CANCEL-005"
+    other = "LMB-CANCEL-005" if used is not None else "LMB-TERM-004"
+    how = "in a client terminal" if used is not None else "in a process of the agent's own"
+    run.set(other, Status.SKIPPED, f"the agent ran the command {how} ({requirement})")
+
+    def stopped() -> bool:
+        return used.stopped if used is not None else not _processes_with(marker)
+
+    await g.agent.notify("session/cancel", {"sessionId": session})
+    try:
+        await g.agent.answer(request_id, g.settings.timeout)
+    except TimeoutError as exc:  # it waits for the command to end by itself
+        run.fail(requirement, "the command stopped and the prompt answered", f"{exc}; stopped: {stopped()}")
+        return
+    if stopped():
+        run.set(requirement, Status.PASS, f"ran {how}; stopped before the prompt was answered")
+        return
+    await _poll(stopped, LATE_UPDATE_WINDOW)
+    if stopped():
+        run.set(requirement, Status.PASS, f"ran {how}; stopped right after the prompt was answered")
+    elif used is not None:
+        run.fail(requirement, "terminal/kill or terminal/release", "the command was left running")
+    else:
+        left = "; ".join(_processes_with(marker))[:300]
+        run.fail(requirement, "no process of the command left", f"still running: {left}")
+
+
+async def _poll(condition: Callable[[], bool], timeout: float) -> bool:
+    """Wait until ``condition()`` holds, looking every 50 ms (it may depend on more than the agent's messages)."""
+    with trio.move_on_after(timeout):
+        while not condition():  # noqa: ASYNC110 (a process's end or a file is not an event of ours)
+            await trio.sleep(0.05)
+        return True
+    return False
+
+
+def _processes_with(marker: str) -> list[str]:
+    """The command lines of this machine's processes that contain ``marker`` (Linux's /proc; none elsewhere)."""
+    found = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(os.path.join(entry.path, "cmdline"), "rb") as handle:
+                line = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if marker in line:
+            found.append(f"{entry.name}: {line}")
+    return found
 
 
 def _judge_file_requests(g: _Group, session: str, files: list[tuple[str, Any]]) -> None:

@@ -264,10 +264,37 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ),
     ),
     _r(
+        "LMB-MODE-002",
+        M,
+        "a session that offers more than one mode takes session/set_mode to another of them (and back): a valid "
+        "SetSessionModeResponse each time, and any current_mode_update sent meanwhile names the mode set",
+        "sessions",
+        (
+            DOCS + "session-modes#from-the-client",
+            "The ID of the mode to switch to. Must be one of the modes listed in availableModes",
+        ),
+        (
+            DOCS + "session-modes#from-the-agent",
+            "The Agent can also change its own mode and let the Client know by sending the current_mode_update "
+            "session notification",
+        ),
+    ),
+    _r(
         "LMB-CONFIG-001",
         M,
         "a session that offers config options takes session/set_config_option (a select option, to its current "
         "value), answered with the complete list of options and their current values",
+        "sessions",
+        (
+            DOCS + "session-config-options#from-the-client",
+            "The Agent MUST respond with the complete list of all configuration options and their current values",
+        ),
+    ),
+    _r(
+        "LMB-CONFIG-002",
+        M,
+        "a select config option set to another of its values (and back) is answered with that value as the "
+        "option's currentValue",
         "sessions",
         (
             DOCS + "session-config-options#from-the-client",
@@ -458,6 +485,14 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         ),
         needs_model=True,
     ),
+    _r(
+        "LMB-PERM-004",
+        INFO,
+        "a command allowed with an allow_always option runs again in the session without another permission request",
+        "permissions",
+        (DOCS + "schema#permissionoptionkind", "allow_always: Allow this operation and remember the choice."),
+        needs_model=True,
+    ),
     # -- prompt content ---------------------------------------------------------------------------------------------
     _r(
         "LMB-CONTENT-001",
@@ -575,6 +610,34 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         (
             DOCS + "file-system",
             "The filesystem methods allow Agents to read and write text files within the Client's environment.",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-TERM-004",
+        A,
+        "a cancel while a command runs in a client terminal stops it: terminal/kill or terminal/release, before the "
+        "prompt is answered cancelled or right after",
+        "client",
+        (
+            DOCS + "prompt-turn#cancellation",
+            "The Agent SHOULD stop all language model requests and all tool call invocations as soon as possible",
+        ),
+        (
+            DOCS + "terminals#killing-commands",
+            "The terminal/kill method terminates a command without releasing the terminal",
+        ),
+        needs_model=True,
+    ),
+    _r(
+        "LMB-CANCEL-005",
+        A,
+        "a cancel while the agent runs a shell command itself (not in a client terminal) stops the command: no "
+        "process of it is left once the prompt is answered cancelled",
+        "client",
+        (
+            DOCS + "prompt-turn#cancellation",
+            "The Agent SHOULD stop all language model requests and all tool call invocations as soon as possible",
         ),
         needs_model=True,
     ),

@@ -1,7 +1,7 @@
 """The kit's client terminals (``terminal/*``, when the kit advertises ``terminal``): each command runs in a process
 group of its own, its output (stdout and stderr together) kept up to the agent's ``outputByteLimit``, cut from the
 start at a character boundary as the spec asks of a client. What the agent did with them is recorded for the checks:
-which terminals it created (with the request) and which it released.
+which terminals it created (with the request), which it stopped and which it released.
 
 Trio only; everything started is stopped by ``aclose`` (``open_agent`` calls it when the agent's run ends).
 """
@@ -60,6 +60,7 @@ class Terminal:
     output: bytes = b""
     truncated: bool = False
     released: bool = False
+    stopped: bool = False  # the agent asked for it to be killed (terminal/kill, or terminal/release)
     finished: trio.Event = field(default_factory=trio.Event)  # the process exited and its output was all read
 
     def exit_status(self) -> dict[str, Any] | None:
@@ -108,12 +109,10 @@ class ClientTerminals:
         if method == "terminal/wait_for_exit":
             await terminal.finished.wait()
             return {"result": terminal.exit_status()}
-        if method == "terminal/kill":
+        if method in ("terminal/kill", "terminal/release"):
             _kill(terminal)
-            return {"result": {}}
-        if method == "terminal/release":
-            _kill(terminal)
-            terminal.released = True
+            terminal.stopped = True
+            terminal.released = terminal.released or method == "terminal/release"
             return {"result": {}}
         return {"error": {"code": -32601, "message": f"method not found: {method}"}}
 

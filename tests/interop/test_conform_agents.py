@@ -35,6 +35,7 @@ ALWAYS = {
     *("LMB-MCP-001", "LMB-MCP-002", "LMB-MCP-003", "LMB-TOOL-001", "LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003"),
     "LMB-MCP-004",  # all four advertise HTTP MCP
     *("LMB-CONTENT-001", "LMB-CONTENT-002", "LMB-CONTENT-004", "LMB-CONTENT-005"),  # all four take images, resources
+    "LMB-CANCEL-005",  # all four run commands themselves, and stop them when the turn is cancelled
 }
 # The agents that advertise logout: it succeeds, and a new session opens after it (their key is in the environment).
 LOGGING_OUT = {"claude", "codex"}
