@@ -13,6 +13,11 @@ as it comes; the goal: the quiet key's median within 1.5 × alone); 400 parts at
 as the pipe takes them. The last two are stress figures: there the key's allowed turns alone keep the daemon's one
 event loop busy. Between windows the flooding key's last turns are waited out (a request of it admitted).
 
+Each flood also runs, in windows of its own, against a second daemon with the same config and keys: the quiet key's
+daemon then shares nothing with the flood but the machine (its cores, its scheduler, the flood's agent and client
+processes). That figure is the machine's own share, the floor of any design inside one daemon (a worker process per
+key included); each row reports the shared daemon against it as well as against alone.
+
 Also ``python -m bench.team --flood URL KEY SECONDS PROMPT``: the flooding process itself.
 """
 
@@ -58,7 +63,18 @@ def team(ws: Workspace, plan: object) -> list[Row]:
     daemon = Daemon(
         [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("team"), token_file=ws.path / "token"
     )
+    # The machine's share: the same flood on a daemon of its own (same config and keys, its own ledger).
+    other_dir = ws.path / "other"
+    other_dir.mkdir(mode=0o700)
+    own = ["--keys-file", str(keys.path), "--ledger", str(other_dir / "usage.db")]
+    other = Daemon(
+        [*argv, "serve", "--config", str(config), *own],
+        env=ws.env,
+        stderr=ws.log("team-other"),
+        token_file=other_dir / "token",
+    )
     timings: dict[str, list[float]] = {"alone": [], **{kind: [] for kind in FLOODS}}
+    apart: dict[str, list[float]] = {kind: [] for kind in FLOODS}  # flooded on the other daemon
     flood_counts: dict[str, list[dict[str, int]]] = {kind: [] for kind in FLOODS}
     try:
         client = HttpStreamer(daemon.http_url, quiet_key)
@@ -75,35 +91,41 @@ def team(ws: Workspace, plan: object) -> list[Row]:
         for _ in range(10):  # warm-up: the agent started, the paths taken
             first_token()
         window = max(5, reps // 3)
-        kinds = ("alone", *FLOODS)
-        for rep in range(3 * len(kinds)):  # alone, model, fast, pipe, alone, ...: each flood near a window alone
-            kind = kinds[rep % len(kinds)]
+        # alone, model here, model apart, fast here, ...: each flood near a window alone and near its machine share
+        windows = [("alone", None), *((kind, target) for kind in FLOODS for target in (daemon, other))]
+        for rep in range(3 * len(windows)):
+            kind, target = windows[rep % len(windows)]
             flood = None
-            if kind != "alone":
+            if target is not None:
                 flood = subprocess.Popen(
-                    [sys.executable, "-m", "bench.team", "--flood", daemon.http_url, flood_key, "600", FLOODS[kind][0]],
+                    [sys.executable, "-m", "bench.team", "--flood", target.http_url, flood_key, "600", FLOODS[kind][0]],
                     stdout=subprocess.PIPE,
                     env=ws.env,
                 )
                 time.sleep(1.0)  # its connections open and its turns start before the quiet key is timed
             try:
-                timings[kind] += [first_token() for _ in range(window)]
+                (apart if target is other else timings)[kind] += [first_token() for _ in range(window)]
             finally:
                 if flood is not None:
+                    assert target is not None
                     flood.terminate()
                     out, _ = flood.communicate(timeout=30)
-                    flood_counts[kind].append(json.loads(out or b"{}"))
-                    _until_admitted(daemon.http_url, flood_key)  # its last turns over before the next window
+                    if target is daemon:
+                        flood_counts[kind].append(json.loads(out or b"{}"))
+                    _until_admitted(target.http_url, flood_key)  # its last turns over before the next window
                     for _ in range(3):  # and the quiet key's path warm again
                         first_token()
         client.close()
     finally:
         daemon.close()
+        other.close()
     alone = summarize(timings["alone"])
     rows = []
     for kind, (prompt, what) in FLOODS.items():
         flooded = summarize(timings[kind])
+        share = summarize(apart[kind])
         ratio = flooded.median / alone.median if alone.median else None
+        over_share = flooded.median / share.median if share.median else None
         turns = sum(count.get("200", 0) for count in flood_counts[kind])
         refused = sum(count.get("429", 0) for count in flood_counts[kind])
         rows.append(
@@ -119,9 +141,17 @@ def team(ws: Workspace, plan: object) -> list[Row]:
                 notes=(
                     f"{len(timings[kind])} flooded / {len(timings['alone'])} alone, in alternating windows; the "
                     f"flooding key (concurrent_turns = {FLOOD_LIMIT}, {FLOOD_CONNECTIONS} connections, each turn "
-                    f"{prompt!r}) had {turns} turns end and {refused} requests refused 429 meanwhile"
+                    f"{prompt!r}) had {turns} turns end and {refused} requests refused 429 meanwhile; the machine's "
+                    f"share (the flood on a second daemon): median {share.median:.2f} ms, the shared daemon "
+                    + (f"{over_share:.2f} × that" if over_share is not None else "not comparable")
                 ),
-                extra={"flood": flood_counts[kind], "samples": timings[kind], "alone": timings["alone"]},
+                extra={
+                    "flood": flood_counts[kind],
+                    "samples": timings[kind],
+                    "alone": timings["alone"],
+                    "machine_share": apart[kind],
+                    "over_machine_share": over_share,
+                },
             )
         )
     return rows
