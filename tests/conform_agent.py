@@ -69,6 +69,7 @@ DEFECTS: dict[str, set[str]] = {
     "delete-answers-null": {"LMB-SESS-009"},  # session/delete answered with a null result, not an object
     "delete-keeps-listing": {"LMB-SESS-010"},  # session/delete answers, and session/list still has the session
     "delete-unknown-errors": {"LMB-SESS-011"},  # session/delete of an unknown session: -32002
+    "fork-same-id": {"LMB-SESS-012"},  # session/fork answered with the forked session's own id
     "logout-answers-null": {"LMB-AUTH-001"},  # logout answered with a null result, not an object
     "logout-breaks-sessions": {"LMB-AUTH-002"},  # after logout, session/new fails with -32603, not auth_required
 }
@@ -320,7 +321,13 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
         "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
         "mcpCapabilities": {"http": True},
         "loadSession": bool(_state_dir),
-        "sessionCapabilities": {"list": {}, "close": {}, "delete": {}, **({"resume": {}} if _state_dir else {})},
+        "sessionCapabilities": {
+            "list": {},
+            "close": {},
+            "delete": {},
+            "fork": {},
+            **({"resume": {}} if _state_dir else {}),
+        },
         "auth": {"logout": {}},
     }
     methods = [{"id": "token", "name": "Token"}] if _auth["required"] else []
@@ -440,6 +447,15 @@ def _handle(message: dict[str, Any]) -> None:
         _sessions[session_id] = {"cwd": params.get("cwd"), "history": [], "mcpServers": params.get("mcpServers", [])}
         _save(session_id)
         _send({"id": request_id, "result": {"sessionId": session_id, "modes": _MODES, "configOptions": _OPTIONS}})
+    elif method == "session/fork":
+        forked = _load(params.get("sessionId", ""))
+        if forked is None:
+            _send({"id": request_id, "error": {"code": -32002, "message": "Resource not found"}})
+            return
+        session_id = params["sessionId"] if "fork-same-id" in _defects else f"s-{uuid.uuid4().hex[:12]}"
+        _sessions[session_id] = json.loads(json.dumps({**forked, "cwd": params.get("cwd")}))
+        _save(session_id)
+        _send({"id": request_id, "result": {"sessionId": session_id}})
     elif method in ("session/load", "session/resume"):
         session = _load(params.get("sessionId", ""))
         if session is None:

@@ -729,6 +729,9 @@ async def _early_cancel(g: _Group, model: ModelDriver, session: str) -> None:
         g.run.set("LMB-CANCEL-004", Status.PASS, f"stopReason {reason}")
 
 
+_HISTORY_IDS = ("LMB-SESS-006", "LMB-SESS-007", "LMB-SESS-010", "LMB-SESS-012")
+
+
 async def _group_history(g: _Group) -> None:
     """A session with one turn, then loaded (and resumed) by fresh processes of the agent."""
     run = g.run
@@ -737,10 +740,10 @@ async def _group_history(g: _Group) -> None:
         return
     model, session = opened
     answer = await g.request("session/prompt", model.prompt(session, "short"))
-    if g.undriven(("LMB-SESS-006", "LMB-SESS-007", "LMB-SESS-010")):
+    if g.undriven(_HISTORY_IDS):
         return
     if not answer.ok:
-        for requirement in ("LMB-SESS-006", "LMB-SESS-007", "LMB-SESS-010"):
+        for requirement in _HISTORY_IDS:
             run.set(
                 requirement, Status.NOT_TESTED, f"the turn that gives the session a history failed: {answer.describe()}"
             )
@@ -748,6 +751,8 @@ async def _group_history(g: _Group) -> None:
     # What must come back: the model's answer when the kit scripted it (an agent may add notices of its own that
     # are not part of the conversation), else something of what the agent said.
     said = model.answer or _agent_text(g.agent.notifications, session)
+    if advertised(g.capabilities, "sessionCapabilities.fork"):
+        await _forked(g, model, session)
     # Load and resume as after a restart: the process that held the session is gone.
     await g.agent.stop()
     params = {"sessionId": session, "cwd": str(g.settings.workspace), "mcpServers": []}
@@ -784,6 +789,36 @@ async def _group_history(g: _Group) -> None:
             run.set("LMB-SESS-007", Status.PASS)
     if advertised(g.capabilities, "sessionCapabilities.delete"):
         await _deleted_from_list(g, session)
+
+
+async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
+    """session/fork (unstable) of the session with one turn, then a prompt in the fork: answered, and the fork's
+    model request carries the first turn's prompt as well as its own (when the kit sees the model's requests)."""
+    run = g.run
+    params = {"sessionId": session, "cwd": str(g.settings.workspace), "mcpServers": []}
+    answer = await g.request("session/fork", params)
+    problems = _invalid("ForkSessionResponse", answer, g.settings.schema)
+    fork = answer.field("sessionId")
+    if problems:
+        run.fail("LMB-SESS-012", "a valid ForkSessionResponse", problems)
+        return
+    if fork == session:
+        run.fail("LMB-SESS-012", "a new session id", f"{fork!r}, the forked session's own")
+        return
+    asked = len(model.requests()) if model.requests else 0
+    reply = await g.request("session/prompt", model.prompt(str(fork), "short"))
+    if not reply.ok:  # (whether its stop reason is valid is LMB-PROMPT-001's)
+        run.fail("LMB-SESS-012", "the fork's prompt answered", reply.describe())
+        return
+    if model.requests is None:
+        run.set("LMB-SESS-012", Status.PASS, "forked; its prompt answered (what reached the model is not visible)")
+        return
+    # The fork's prompt is the first turn's again: its model request has it twice when the history came along.
+    carried = any(json.dumps(r.body).count(model.short) >= 2 for r in model.requests()[asked:])
+    if carried:
+        run.set("LMB-SESS-012", Status.PASS, "forked; its model request carries the first turn")
+    else:
+        run.fail("LMB-SESS-012", "the first turn in the fork's model request", "only the fork's own prompt")
 
 
 async def _in_fresh_process(g: _Group, method: str, params: dict[str, Any]) -> tuple[Answer, list[dict[str, Any]]]:

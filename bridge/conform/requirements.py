@@ -19,6 +19,8 @@ __all__ = ["BY_ID", "REQUIREMENTS", "Citation", "Requirement", "Status", "Tier"]
 
 DOCS = "https://agentclientprotocol.com/protocol/v1/"
 JSONRPC = "https://www.jsonrpc.org/specification"
+# Methods not in the spec yet are described only by the unstable schema (its ForkSessionRequest, …).
+UNSTABLE_SCHEMA = "https://github.com/agentclientprotocol/agent-client-protocol/blob/main/schema/schema.unstable.json"
 
 
 class Tier(enum.Enum):
@@ -252,6 +254,20 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "Deleting an already-deleted session, or a session that never existed, SHOULD succeed silently.",
         ),
         applies_if="sessionCapabilities.delete",
+    ),
+    _r(
+        "LMB-SESS-012",
+        INFO,
+        "session/fork (unstable) of a session with one turn answers a new session, which takes a prompt and carries "
+        "the conversation to its model (when sessionCapabilities.fork is advertised)",
+        "history",
+        (
+            UNSTABLE_SCHEMA,
+            "Creates a new session based on the context of an existing one, allowing operations like generating "
+            "summaries without affecting the original session's history.",
+        ),
+        needs_model=True,
+        applies_if="sessionCapabilities.fork",
     ),
     _r(
         "LMB-MODE-001",
