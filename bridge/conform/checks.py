@@ -1293,7 +1293,6 @@ async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
 async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, followed: Path) -> None:
     run, terminals = g.run, g.agent.client.terminals
     before, seen = len(terminals.created), len(g.agent.notifications)
-    marker = str(followed)
     request_id = await g.agent.start_request(
         "session/prompt", model.prompt(session, "shell", command=f"tail -f {followed}")
     )
@@ -1301,16 +1300,20 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     def terminal() -> Terminal | None:
         return next((t for t in terminals.created[before:] if t.session == session), None)
 
+    def own() -> list[str]:
+        """The command's processes but those of the kit's own terminals (each a session of its own)."""
+        return _processes_with(str(followed), {t.process.pid for t in terminals.created})
+
     def started() -> bool:
-        return terminal() is not None or bool(_processes_with(marker)) or g.agent.answered(request_id) is not None
+        return terminal() is not None or bool(own()) or g.agent.answered(request_id) is not None
 
     def reported() -> bool:
         return any(_is_update(m, session) and _update_kind(m) == "tool_call" for m in g.agent.notifications[seen:])
 
     await _poll(lambda: started() or reported(), g.settings.timeout)
     await _poll(started, _STARTED_GRACE)
-    used, own = terminal(), _processes_with(marker)
-    if g.agent.answered(request_id) is not None or (used is None and not own):
+    used = terminal()
+    if g.agent.answered(request_id) is not None or (used is None and not own()):
         why = "the turn ended before the command ran" if g.agent.answered(request_id) else "the command never ran"
         for requirement in ("LMB-TERM-004", "LMB-CANCEL-005"):
             run.set(requirement, Status.SKIPPED, why)
@@ -1324,7 +1327,7 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     run.set(other, Status.SKIPPED, f"the agent ran the command {how} ({requirement})")
 
     def stopped() -> bool:
-        return used.stopped if used is not None else not _processes_with(marker)
+        return used.stopped if used is not None else not own()
 
     await g.agent.notify("session/cancel", {"sessionId": session})
     try:
@@ -1341,7 +1344,7 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     elif used is not None:
         run.fail(requirement, "terminal/kill or terminal/release", "the command was left running")
     else:
-        left = "; ".join(_processes_with(marker))[:300]
+        left = "; ".join(own())[:300]
         run.fail(requirement, "no process of the command left", f"still running: {left}")
 
 
@@ -1354,8 +1357,9 @@ async def _poll(condition: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-def _processes_with(marker: str) -> list[str]:
-    """The command lines of this machine's processes that contain ``marker`` (Linux's /proc; none elsewhere)."""
+def _processes_with(marker: str, but_sessions: set[int]) -> list[str]:
+    """The command lines of this machine's processes that contain ``marker``, but for those in the sessions
+    ``but_sessions`` (Linux's /proc; none elsewhere)."""
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -1363,9 +1367,13 @@ def _processes_with(marker: str) -> list[str]:
         try:
             with open(os.path.join(entry.path, "cmdline"), "rb") as handle:
                 line = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
+            if marker not in line:
+                continue
+            with open(os.path.join(entry.path, "stat"), "rb") as handle:  # pid (comm) state ppid pgrp session …
+                session = int(handle.read().rsplit(b")", 1)[1].split()[3])
+        except (OSError, ValueError, IndexError):
             continue
-        if marker in line:
+        if session not in but_sessions:
             found.append(f"{entry.name}: {line}")
     return found
 
