@@ -24,6 +24,7 @@ Also ``python -m bench.team --flood URL KEY SECONDS PROMPT``: the flooding proce
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import subprocess
@@ -60,23 +61,25 @@ def team(ws: Workspace, plan: object) -> list[Row]:
     flood_key, quiet_key = keys.add("flood")[1], keys.add("quiet")[1]
     script = Path(sys.executable).with_name("lmbridge")
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "bridge"]
-    daemon = Daemon(
-        [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("team"), token_file=ws.path / "token"
-    )
-    # The machine's share: the same flood on a daemon of its own (same config and keys, its own ledger).
-    other_dir = ws.path / "other"
-    other_dir.mkdir(mode=0o700)
-    own = ["--keys-file", str(keys.path), "--ledger", str(other_dir / "usage.db")]
-    other = Daemon(
-        [*argv, "serve", "--config", str(config), *own],
-        env=ws.env,
-        stderr=ws.log("team-other"),
-        token_file=other_dir / "token",
-    )
-    timings: dict[str, list[float]] = {"alone": [], **{kind: [] for kind in FLOODS}}
-    apart: dict[str, list[float]] = {kind: [] for kind in FLOODS}  # flooded on the other daemon
-    flood_counts: dict[str, list[dict[str, int]]] = {kind: [] for kind in FLOODS}
-    try:
+    with contextlib.ExitStack() as stack:  # both daemons stopped, whatever fails
+        daemon = Daemon(
+            [*argv, "serve", "--config", str(config)], env=ws.env, stderr=ws.log("team"), token_file=ws.path / "token"
+        )
+        stack.callback(daemon.close)
+        # The machine's share: the same flood on a daemon of its own (same config and keys, its own ledger).
+        other_dir = ws.path / "other"
+        other_dir.mkdir(mode=0o700)
+        its_own = ["--keys-file", str(keys.path), "--ledger", str(other_dir / "usage.db")]
+        other = Daemon(
+            [*argv, "serve", "--config", str(config), *its_own],
+            env=ws.env,
+            stderr=ws.log("team-other"),
+            token_file=other_dir / "token",
+        )
+        stack.callback(other.close)
+        timings: dict[str, list[float]] = {"alone": [], **{kind: [] for kind in FLOODS}}
+        apart: dict[str, list[float]] = {kind: [] for kind in FLOODS}  # flooded on the other daemon
+        flood_counts: dict[str, list[dict[str, int]]] = {kind: [] for kind in FLOODS}
         client = HttpStreamer(daemon.http_url, quiet_key)
 
         def first_token() -> float:
@@ -116,9 +119,6 @@ def team(ws: Workspace, plan: object) -> list[Row]:
                     for _ in range(3):  # and the quiet key's path warm again
                         first_token()
         client.close()
-    finally:
-        daemon.close()
-        other.close()
     alone = summarize(timings["alone"])
     rows = []
     for kind, (prompt, what) in FLOODS.items():

@@ -1,6 +1,6 @@
 """A small ACP agent for testing ``lmbridge conform``: conformant as written, broken on purpose with ``--defect
-NAME`` (repeatable). Standard library only, one thread per prompt, so that each defect is exactly the one line
-that differs from the conformant behaviour.
+NAME`` (repeatable). Standard library only, one thread per prompt (and one for a terminal a defect leaves running),
+so that each defect is exactly the one line that differs from the conformant behaviour.
 
 Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT`` streams TEXT, ``/sleep MS``
 waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
@@ -83,7 +83,7 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
-_options: dict[str, bool] = {}  # --own-shell
+_flags: dict[str, bool] = {}  # --own-shell
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
 # authenticate (and again after logout)
@@ -216,7 +216,7 @@ def _shell(session_id: str, line: str) -> str:
 
 
 def _own_shell() -> bool:
-    return _options.get("own_shell", False) or "orphans-own-command" in _defects
+    return _flags.get("own_shell", False) or "orphans-own-command" in _defects
 
 
 def _run_itself(session_id: str, command: str) -> bool:
@@ -522,7 +522,7 @@ def main(argv: list[str]) -> int:
                 return 2
             _defects.add(argv[index + 1])
     _auth["required"] = "--require-auth" in argv
-    _options["own_shell"] = "--own-shell" in argv
+    _flags["own_shell"] = "--own-shell" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

@@ -337,7 +337,7 @@ async def _group_sessions(g: _Group) -> None:
             "LMB-EXT-004",
             "LMB-SESS-004",
             "LMB-SESS-005",
-            *_OPTION_REQUIREMENTS,
+            *_OPTION_IDS,
             *(DELETE_REQUIREMENTS if deleting else ()),
         ):
             run.set(requirement, Status.NOT_TESTED, why)
@@ -435,7 +435,7 @@ async def _listed(agent: LiveAgent, session: str, timeout: float) -> bool | None
     return False
 
 
-_OPTION_REQUIREMENTS = ("LMB-MODE-001", "LMB-MODE-002", "LMB-CONFIG-001", "LMB-CONFIG-002")
+_OPTION_IDS = ("LMB-MODE-001", "LMB-MODE-002", "LMB-CONFIG-001", "LMB-CONFIG-002")
 
 
 async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> None:
@@ -1240,15 +1240,21 @@ async def _group_client(g: _Group) -> None:
     if g.undriven(_CLIENT_IDS):
         return
     files = [(method, params) for method, params in client.requests if method.startswith("fs/")]
-    terminals = client.terminals.created
+    terminals = list(client.terminals.created)  # (the cancel check below adds its own)
     _judge_file_requests(g, session, files)
     _judge_terminal_requests(g, session, [p for m, p in client.requests if m == "terminal/create"])
     if terminals:
         await _judge_releases(g, session, terminals)
     else:
         run.set("LMB-TERM-002", Status.SKIPPED, "the agent created no terminal")
+    _judge_what_reached(g, model, token, terminals, read=any(method == "fs/read_text_file" for method, _ in files))
     await _stopped_on_cancel(g, model)
-    read = any(method == "fs/read_text_file" for method, _ in files)
+
+
+def _judge_what_reached(g: _Group, model: ModelDriver, token: str, terminals: list[Terminal], *, read: bool) -> None:
+    """LMB-TERM-003: whether the agent used the client's terminal and file system, and whether what they gave
+    reached its model."""
+    run = g.run
     found = [
         "ran the command in a client terminal" if terminals else "ran the command itself (no terminal/create)",
         "read the file through fs/read_text_file" if read else "read the file itself (no fs/read_text_file)",
@@ -1300,20 +1306,23 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     def terminal() -> Terminal | None:
         return next((t for t in terminals.created[before:] if t.session == session), None)
 
-    def own() -> list[str]:
-        """The command's processes but those of the kit's own terminals (each a session of its own)."""
-        return _processes_with(str(followed), {t.process.pid for t in terminals.created})
+    async def agent_processes() -> list[str]:
+        """The command's processes but those of the kit's own terminals (each a session of its own). The scan
+        reads a file of every process on the machine: in a thread, so the kit answers the agent meanwhile."""
+        kits = {t.process.pid for t in terminals.created}
+        return await trio.to_thread.run_sync(_processes_with, str(followed), kits)
 
-    def started() -> bool:
-        return terminal() is not None or bool(own()) or g.agent.answered(request_id) is not None
+    async def started() -> bool:
+        return terminal() is not None or g.agent.answered(request_id) is not None or bool(await agent_processes())
 
-    def reported() -> bool:
-        return any(_is_update(m, session) and _update_kind(m) == "tool_call" for m in g.agent.notifications[seen:])
+    async def reported_or_started() -> bool:
+        told = any(_is_update(m, session) and _update_kind(m) == "tool_call" for m in g.agent.notifications[seen:])
+        return told or await started()
 
-    await _poll(lambda: started() or reported(), g.settings.timeout)
+    await _poll(reported_or_started, g.settings.timeout)
     await _poll(started, _STARTED_GRACE)
     used = terminal()
-    if g.agent.answered(request_id) is not None or (used is None and not own()):
+    if g.agent.answered(request_id) is not None or (used is None and not await agent_processes()):
         why = "the turn ended before the command ran" if g.agent.answered(request_id) else "the command never ran"
         for requirement in ("LMB-TERM-004", "LMB-CANCEL-005"):
             run.set(requirement, Status.SKIPPED, why)
@@ -1326,32 +1335,31 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     how = "in a client terminal" if used is not None else "in a process of the agent's own"
     run.set(other, Status.SKIPPED, f"the agent ran the command {how} ({requirement})")
 
-    def stopped() -> bool:
-        return used.stopped if used is not None else not own()
+    async def stopped() -> bool:
+        return used.stopped if used is not None else not await agent_processes()
 
     await g.agent.notify("session/cancel", {"sessionId": session})
     try:
         await g.agent.answer(request_id, g.settings.timeout)
     except TimeoutError as exc:  # it waits for the command to end by itself
-        run.fail(requirement, "the command stopped and the prompt answered", f"{exc}; stopped: {stopped()}")
+        run.fail(requirement, "the command stopped and the prompt answered", f"{exc}; stopped: {await stopped()}")
         return
-    if stopped():
+    if await stopped():
         run.set(requirement, Status.PASS, f"ran {how}; stopped before the prompt was answered")
         return
-    await _poll(stopped, LATE_UPDATE_WINDOW)
-    if stopped():
+    if await _poll(stopped, LATE_UPDATE_WINDOW):
         run.set(requirement, Status.PASS, f"ran {how}; stopped right after the prompt was answered")
     elif used is not None:
         run.fail(requirement, "terminal/kill or terminal/release", "the command was left running")
     else:
-        left = "; ".join(own())[:300]
+        left = "; ".join(await agent_processes())[:300]
         run.fail(requirement, "no process of the command left", f"still running: {left}")
 
 
-async def _poll(condition: Callable[[], bool], timeout: float) -> bool:
+async def _poll(condition: Callable[[], Awaitable[bool]], timeout: float) -> bool:
     """Wait until ``condition()`` holds, looking every 50 ms (it may depend on more than the agent's messages)."""
     with trio.move_on_after(timeout):
-        while not condition():  # noqa: ASYNC110 (a process's end or a file is not an event of ours)
+        while not await condition():  # noqa: ASYNC110 (a process's end is not an event of ours)
             await trio.sleep(0.05)
         return True
     return False
