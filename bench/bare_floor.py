@@ -21,6 +21,10 @@ nothing of lmbridge. Three modes:
                                                 ``prestart``, ``transport`` (``http``, ``stdio`` or ``auto``: HTTP
                                                 when the agent advertises it)
 
+With ``BARE_FLOOR_TRACE_DIR`` set, every message on the three links is written to ``<dir>/<pid>-<link>.ndjson`` as
+lmbridge's ``--trace-dir`` writes its own (``ts``, ``conn``, ``dir``, ``msg``; links ``editor``, ``agent``, ``mcp``),
+so that a floor's turn and lmbridge's can be laid side by side.
+
 With ``--launch`` the agent starts with the first chat (or with the editor's ``initialize`` when ``prestart``; then
 "agent ready" goes to stderr), in a process group of its own, offered the client capabilities lmbridge offers; each
 conversation gets a session whose MCP server lists the editor's tools of its chat (minus the permission tool this
@@ -47,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -70,6 +75,31 @@ PERMISSION_TOOL = {
 
 def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+class _Trace:
+    """The optional wire trace (``BARE_FLOOR_TRACE_DIR``): one file per link, a record per message, 0600."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+        self._files: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, conn: str, direction: str, message: dict[str, Any]) -> None:
+        if not self._directory:
+            return
+        record = {"ts": round(time.time(), 6), "conn": conn, "dir": direction, "msg": message}
+        with self._lock:
+            handle = self._files.get(conn)
+            if handle is None:
+                path = os.path.join(self._directory, f"{os.getpid()}-{conn}.ndjson")
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                handle = self._files[conn] = os.fdopen(fd, "w")
+            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+            handle.flush()
+
+
+TRACE = _Trace(os.environ.get("BARE_FLOOR_TRACE_DIR", ""))
 
 
 def mcp_answer(message: dict[str, Any], tools: list[dict[str, Any]], call: Any) -> dict[str, Any] | None:
@@ -125,7 +155,11 @@ class _McpHandler(BaseHTTPRequestHandler):
         if self.server.token and self.headers.get("authorization") != f"Bearer {self.server.token}":
             self._empty(401)
             return
-        answer = self.server.answer(json.loads(body))
+        message = json.loads(body)
+        TRACE("mcp", "in", message)
+        answer = self.server.answer(message)
+        if answer is not None:
+            TRACE("mcp", "out", answer)
         if answer is None:  # a notification
             self._empty(202)
             return
@@ -257,6 +291,7 @@ class Floor:
             threading.Thread(target=ready, daemon=True).start()
 
     def _send(self, message: dict[str, Any]) -> None:
+        TRACE("agent", "out", message)
         write_all(self._to_agent, _line(message))
 
     def _ask(self, method: str, params: dict[str, Any]) -> Any:
@@ -285,6 +320,7 @@ class Floor:
     def _relay_agent(self, lines: Lines) -> None:
         while (line := lines.next()) is not None:
             message = json.loads(line)
+            TRACE("agent", "in", message)
             method = message.get("method")
             if method is None:
                 if message.get("id") == self._prompt_id:
@@ -374,8 +410,11 @@ class Floor:
             if lines.next() != self._token.encode():
                 return
             while (line := lines.next()) is not None:
-                answer = self._mcp_answer(json.loads(line))
+                message = json.loads(line)
+                TRACE("mcp", "in", message)
+                answer = self._mcp_answer(message)
                 if answer is not None:
+                    TRACE("mcp", "out", answer)
                     connection.sendall(_line(answer))
 
     def _http_server(self) -> dict[str, Any]:
@@ -385,6 +424,8 @@ class Floor:
     # -- the editor ------------------------------------------------------------------------------------------------
 
     def _to_editor(self, *messages: dict[str, Any]) -> None:
+        for message in messages:
+            TRACE("editor", "out", message)
         write_all(1, b"".join(_line(message) for message in messages))
 
     def run(self) -> None:
@@ -397,6 +438,7 @@ class Floor:
         try:
             while (line := editor.next()) is not None:
                 message = json.loads(line)
+                TRACE("editor", "in", message)
                 method = message.get("method")
                 if method == "initialize":
                     info = {"protocolVersion": 1, "serverInfo": {"name": "bare-floor", "version": "1"}, "models": []}

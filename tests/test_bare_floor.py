@@ -9,11 +9,13 @@ its process group). The figures themselves live in docs/performance.md.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,14 +61,18 @@ def test_the_bare_floor_relays_an_agents_tool_calls_over_the_transport_lmbridge_
     tmp_path: Path, transport: str
 ) -> None:
     """``--launch`` with ``transport = "auto"``: HTTP for an agent that advertises it, else the stdio relay (the
-    agent starts ``bench/bare_shim.py``). Prestarted: "agent ready" once it answered ``initialize``."""
+    agent starts ``bench/bare_shim.py``). Prestarted: "agent ready" once it answered ``initialize``. With
+    ``BARE_FLOOR_TRACE_DIR``, every message of its three links is traced as lmbridge's ``--trace-dir`` traces."""
     marker = f"BARE_FLOOR_TEST_{uuid.uuid4().hex}"
     agent = [sys.executable, str(BENCH / "agent.py"), *(["--mcp-http"] if transport == "http" else [])]
     launch = tmp_path / "launch.json"
     launch.write_text(json.dumps({"argv": agent, "env": {marker: "1"}, "transport": "auto", "prestart": True}))
     stderr_path = tmp_path / "floor.stderr"
+    traces = tmp_path / "traces"
+    traces.mkdir()
     with open(stderr_path, "wb") as stderr:
-        floor = FloorClient(relay=False, launch=launch, stderr=stderr)
+        env = {**os.environ, "BARE_FLOOR_TRACE_DIR": str(traces)}
+        floor = FloorClient(relay=False, launch=launch, stderr=stderr, env=env)
     try:
         info = floor.initialize()
         deadline = time.monotonic() + 60
@@ -84,3 +90,14 @@ def test_the_bare_floor_relays_an_agents_tool_calls_over_the_transport_lmbridge_
         code = floor.close()
     assert code == 0, stderr_path.read_text()
     assert _agent_processes(marker) == [], "the agent outlived the floor"
+    traced: dict[tuple[str, str], list[Any]] = {}
+    for path in traces.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o600, path
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            assert isinstance(record["ts"], float), record
+            traced.setdefault((record["conn"], record["dir"]), []).append(record["msg"].get("method"))
+    assert traced[("editor", "in")].count("lm/chat") == 8  # two conversations: a prompt and three results each
+    assert traced[("agent", "out")].count("session/prompt") == 2
+    assert traced[("mcp", "in")].count("tools/call") == 6
+    assert len(traced[("mcp", "out")]) == len([m for m in traced[("mcp", "in")] if m != "notifications/initialized"])
