@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from wire.http_server import listening_socket, read_body, serve_asgi
+from wire.http_server import listening_socket, read_body, send_together, serve_asgi
 from wire.observe.logger import Logger
 
 from .early import (
@@ -47,6 +47,7 @@ __all__ = ["MAX_BODY", "HttpEndpoints", "load_http"]
 MAX_BODY = 16 * 1024 * 1024
 _PREFIX = "/mcp/"
 _PING_INTERVAL = 15.0  # seconds between keep-alive comments on an idle event stream, as the SDK sends them
+_HEAD_DELAY = 1.0  # seconds a tool call's response head may wait for the answer, to go out with it
 _START_TIMEOUT = 30.0  # seconds a request may wait for its route's session manager to start (the SDK's import too)
 
 
@@ -285,8 +286,8 @@ class HttpEndpoints:
             entry.early[answer.session_id].initialized = True
             await _answer_empty(send, 202, answer.session_id)
             return None
-        await send({"type": "http.response.start", "status": 200, "headers": sse_headers(answer.session_id)})
-        await send({"type": "http.response.body", "body": answer.body})
+        start = {"type": "http.response.start", "status": 200, "headers": sse_headers(answer.session_id)}
+        await send_together(send, start, {"type": "http.response.body", "body": answer.body})
         return None
 
     async def _call_early(
@@ -294,29 +295,56 @@ class HttpEndpoints:
     ) -> None:
         """Run a tool call, streaming its heartbeats and answer as the SDK would. The agent withdraws it with
         ``notifications/cancelled`` (once the SDK has taken the session over, the SDK, which does not know the
-        call, ignores that: the call ends with the turn), by ending the session or by hanging up."""
-        await send({"type": "http.response.start", "status": 200, "headers": sse_headers(call.session_id)})
+        call, ignores that: the call ends with the turn), by ending the session or by hanging up.
+
+        The response's head waits for the first thing to follow it, up to ``_HEAD_DELAY``: an editor's tool mostly
+        answers within milliseconds, and the head, the answer and the stream's end then go out in one write (three
+        wake-ups of the agent otherwise, on the turn's path). A slower call gets its head at ``_HEAD_DELAY`` (HTTP
+        clients time out on a head that never comes: Node's after 300 s)."""
+        head: dict[str, Any] | None = {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": sse_headers(call.session_id),
+        }
+        sending = trio.Lock()  # the head, heartbeats and the answer, each whole and in that order
+
+        async def send_with_head(message: dict[str, Any] | None) -> None:
+            nonlocal head
+            async with sending:
+                started, head = head, None
+                with trio.CancelScope(shield=True):  # once begun, a response's part is written whole
+                    await send_together(send, *(m for m in (started, message) if m is not None))
+
+        async def watch() -> None:
+            """The head at ``_HEAD_DELAY``; the call withdrawn when the agent hangs up (one task for both)."""
+            with trio.move_on_after(_HEAD_DELAY):
+                await _on_disconnect(receive, withdrawn)
+                return
+            if head is not None:
+                await send_with_head(None)
+            await _on_disconnect(receive, withdrawn)
+
         progress = None
         if call.progress_token is not None:
             token = call.progress_token
 
             async def progress(value: float, message: str) -> None:
                 body = progress_event(token, value, message)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                await send_with_head({"type": "http.response.body", "body": body, "more_body": True})
 
         result: dict[str, Any] | None = None
         with trio.CancelScope() as withdrawn:
             early.calls[call.request_id] = withdrawn
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_on_disconnect, receive, withdrawn)
+                    nursery.start_soon(watch)
                     result = await tools.call(call.name, call.arguments, progress)
                     nursery.cancel_scope.cancel()
             finally:
                 early.calls.pop(call.request_id, None)
         # A withdrawn call gets no answer (MCP): its stream just ends.
         body = result_event(call.request_id, result) if result is not None else b""
-        await send({"type": "http.response.body", "body": body})
+        await send_with_head({"type": "http.response.body", "body": body})
 
     async def _stream(
         self, tools: SessionTools, early: _EarlySession, session_id: str, receive: Any, send: Any
@@ -386,15 +414,15 @@ _JSON = [(b"content-type", b"application/json")]
 
 async def _refuse(send: Any, refusal: EarlyRefusal) -> None:
     headers = [*_JSON, (SESSION_HEADER, refusal.session_id.encode())] if refusal.session_id else _JSON
-    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-    await send({"type": "http.response.body", "body": refusal.body})
+    start = {"type": "http.response.start", "status": refusal.status, "headers": headers}
+    await send_together(send, start, {"type": "http.response.body", "body": refusal.body})
 
 
 async def _answer_empty(send: Any, status: int, session_id: str) -> None:
     """No body, as the SDK answers a notification (202) and a session's end (200)."""
     headers = [*_JSON, (SESSION_HEADER, session_id.encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": b""})
+    start = {"type": "http.response.start", "status": status, "headers": headers}
+    await send_together(send, start, {"type": "http.response.body", "body": b""})
 
 
 async def _on_disconnect(receive: Any, scope: trio.CancelScope) -> None:
@@ -455,14 +483,12 @@ def _with_session_id(scope: dict[str, Any], send: Any, sdk_id: bytes, agent_id: 
 
 
 async def _plain(send: Any, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"text/plain"), *(headers or [])],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    start = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"text/plain"), *(headers or [])],
+    }
+    await send_together(send, start, {"type": "http.response.body", "body": body})
 
 
 def _traced_receive(receive: Any, tools: SessionTools) -> Any:

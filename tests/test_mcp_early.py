@@ -306,6 +306,75 @@ async def test_a_tool_call_made_before_the_sdk_is_imported_can_be_withdrawn() ->
     assert status == 200 and _events(body) == []  # MCP: a cancelled request gets no answer
 
 
+async def test_each_early_answer_goes_out_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head, the body and the chunked stream's end of each answer reach the socket together: a client is woken
+    once per answer, not three times (an editor's tool answering at once included)."""
+    import mcp_synthetic.http
+
+    monkeypatch.setattr(mcp_synthetic.http, "_HEAD_DELAY", 3600.0)  # the tools here answer at once
+    writes: list[bytes] = []
+    send_all = trio.SocketStream.send_all
+
+    async def counted(self: trio.SocketStream, data: Any) -> None:
+        writes.append(bytes(data))
+        await send_all(self, data)
+
+    monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+    async with _listener(trio.Event()) as (url, _):
+        _, headers, _ = await _request(url, mcp_initialize("2025-06-18"))
+        session = headers["mcp-session-id"]
+        assert len(writes) == 1 and writes[0].startswith(b"HTTP/1.1 200") and writes[0].endswith(b"0\r\n\r\n")
+        for message in MCP_DIALOGUE:
+            writes.clear()
+            status, _, body = await _request(url, message, session)
+            assert len(writes) == 1, (message, writes)
+            assert writes[0].startswith(f"HTTP/1.1 {status}".encode()) and body in writes[0], writes
+
+
+async def test_a_slow_tool_calls_answer_head_goes_out_before_its_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call still running after ``_HEAD_DELAY`` has its head sent then (clients give up on a head that never
+    comes), and its answer follows on the same stream."""
+    import mcp_synthetic.http
+
+    monkeypatch.setattr(mcp_synthetic.http, "_HEAD_DELAY", 0.01)
+    release = trio.Event()
+
+    async def slow(name: str, arguments: Any) -> Any:
+        await release.wait()
+        return await _answer(name, arguments)
+
+    async with _listener(trio.Event(), slow) as (url, _):
+        _, headers, _ = await _request(url, mcp_initialize("2025-06-18"))
+        session = headers["mcp-session-id"]
+        address, path = url.removeprefix("http://").split("/", 1)
+        host, port = address.split(":")
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "get_weather", "arguments": {"city": "Oslo"}},
+        }
+        data = json.dumps(call).encode()
+        stream = await trio.open_tcp_stream(host, int(port))
+        await stream.send_all(
+            f"POST /{path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Mcp-Session-Id: {session}\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        with trio.fail_after(30):
+            head = await _response_head(stream)  # the call is still waiting for ``release``
+        assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head.lower()
+        release.set()
+        received = b""
+        with trio.fail_after(30):
+            while not received.endswith(b"0\r\n\r\n"):
+                received += await stream.receive_some()
+        await stream.aclose()
+    [answer] = [json.loads(line[5:]) for line in received.split(b"\n") if line.startswith(b"data:")]
+    assert answer["id"] == 9 and "result" in answer
+
+
 # -- the decision alone ---------------------------------------------------------------------------------------------
 
 HOST = "127.0.0.1:4000"

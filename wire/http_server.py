@@ -2,12 +2,14 @@
 project (the HTTP API front and the synthetic MCP server's streamable-HTTP transport both run on it).
 
 Owns turning listening sockets into a running Hypercorn server inside the caller's nursery, with its logs kept off
-stdout and its limits set: header size, keep-alive, a graceful timeout on stop. The application decides everything
-else (bodies, auth, routes).
+stdout and its limits set: header size, keep-alive, a graceful timeout on stop; and ``send_together``, which puts
+what several ASGI messages make on the wire in one write. The application decides everything else (bodies, auth,
+routes).
 """
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
 import logging
 import socket
@@ -25,6 +27,7 @@ __all__ = [
     "load_server",
     "presented_token",
     "read_body",
+    "send_together",
     "serve_asgi",
 ]
 
@@ -58,6 +61,37 @@ async def read_body(receive: Any, limit: int) -> tuple[bytes, dict[str, Any] | N
             return b"".join(chunks), None
         if size > limit:
             return b"".join(chunks), MORE_TO_COME
+
+
+class _HeldWrites:
+    """The bytes a connection was given while ``send_together`` ran, written when it ends."""
+
+    __slots__ = ("chunks", "connection")
+
+    def __init__(self) -> None:
+        self.connection: Any = None  # the connection (Hypercorn's, replaced below) that holds them
+        self.chunks: list[bytes] = []
+
+
+_held_writes: contextvars.ContextVar[_HeldWrites | None] = contextvars.ContextVar("_held_writes", default=None)
+
+
+async def send_together(send: Any, *messages: dict[str, Any]) -> None:
+    """Send ASGI ``messages`` (a response's start and its body, say) so that their bytes reach the socket in one
+    write. Hypercorn writes each part of a response as it is given — the head, each body chunk, the chunked
+    encoding's end: three writes for a short event-stream answer, and as many wake-ups of a client that may read
+    between them (on a busy machine the client, woken by the first, can take the CPU before the rest is written).
+    Under another server the messages are sent one by one, as ``send`` would."""
+    held = _HeldWrites()
+    token = _held_writes.set(held)
+    try:
+        for message in messages:
+            await send(message)
+    finally:
+        _held_writes.reset(token)
+        if held.connection is not None:
+            with trio.CancelScope(shield=True):  # the connection counts these bytes as sent: they must be
+                await held.connection.write_held(held)
 
 
 def load_server() -> None:
@@ -133,10 +167,27 @@ def _close_idle_connections_on_client_eof() -> None:
     if issubclass(hypercorn.trio.run.TCPServer, _ClosingTCPServerMarker):  # type: ignore[attr-defined]
         return
 
+    from hypercorn.events import RawData
+
     class _ClosingTCPServer(TCPServer, _ClosingTCPServerMarker):
         async def _read_data(self) -> None:
             await super()._read_data()
             await self.idle_task.stop()
+
+        async def protocol_send(self, event: Any) -> None:
+            held = _held_writes.get()
+            if held is not None and held.connection in (None, self):
+                if isinstance(event, RawData):  # one of send_together's: kept for its one write
+                    held.connection = self
+                    held.chunks.append(event.data)
+                    return
+                await self.write_held(held)  # what came before it goes first (a close, say)
+            await super().protocol_send(event)
+
+        async def write_held(self, held: _HeldWrites) -> None:
+            if held.chunks:
+                data, held.chunks = b"".join(held.chunks), []
+                await super().protocol_send(RawData(data=data))
 
         async def run(self) -> None:
             await _isolated(super().run)
