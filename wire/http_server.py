@@ -160,7 +160,10 @@ def _close_idle_connections_on_client_eof() -> None:
 
     The same class keeps one connection's failure from ending the server: Hypercorn 0.18 can raise out of a
     connection (h11's ``LocalProtocolError`` when a client vanishes as a response starts: it then tries to send a
-    500 on a response already begun), which would end every connection of the listener and lmbridge with them."""
+    500 on a response already begun), which would end every connection of the listener and lmbridge with them.
+
+    And it holds what a connection is given to write while ``send_together`` runs in the task that gives it, for
+    one write at the end."""
     import hypercorn.trio.run
     from hypercorn.trio.tcp_server import TCPServer
 
