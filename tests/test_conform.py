@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -391,3 +392,41 @@ async def test_the_kit_starts_the_initialize_group_once(tmp_path: Path, monkeypa
     monkeypatch.setattr(kit, "run_group", counting)
     await run_kit(_settings(tmp_path), select(["INIT", "RPC-001"], None))
     assert started == ["initialize", "negotiation", "robustness"], started  # (INIT-003 is negotiation's)
+
+
+async def test_a_client_terminal_being_started_is_not_taken_for_a_process_of_the_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between its spawn and its listing in ``created``, a terminal's process runs unlisted: a scan for the command's
+    processes then decides nothing, and once it is listed it is the kit's, not the agent's."""
+    from bridge.conform.checks import _CommandProcesses
+
+    followed = tmp_path / f"conform-follow-{uuid.uuid4().hex}.log"
+    followed.touch()
+    terminals = ClientTerminals(str(tmp_path))
+    watch = _CommandProcesses(str(followed), terminals)
+    spawned, release, listed = trio.Event(), trio.Event(), trio.Event()
+    real = trio.lowlevel.open_process
+
+    async def held(*args: Any, **kwargs: Any) -> trio.Process:
+        process = await real(*args, **kwargs)  # (returns once the command runs: exec succeeded)
+        spawned.set()
+        await release.wait()
+        return process
+
+    async def create() -> None:
+        await terminals.answer("terminal/create", {"sessionId": "s", "command": "tail", "args": ["-f", str(followed)]})
+        listed.set()
+
+    monkeypatch.setattr(trio.lowlevel, "open_process", held)
+    async with trio.open_nursery() as nursery:
+        terminals.attach(nursery)
+        nursery.start_soon(create)
+        with trio.fail_after(HANG):
+            await spawned.wait()
+            assert await watch.scan() is None
+            release.set()
+            await listed.wait()
+            assert await watch.scan() == []
+        await terminals.aclose()
+        nursery.cancel_scope.cancel()

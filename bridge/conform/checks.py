@@ -1303,14 +1303,13 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
         "session/prompt", model.prompt(session, "shell", command=f"tail -f {followed}")
     )
 
+    watch = _CommandProcesses(str(followed), terminals)
+
     def terminal() -> Terminal | None:
         return next((t for t in terminals.created[before:] if t.session == session), None)
 
-    async def agent_processes() -> list[str]:
-        """The command's processes but those of the kit's own terminals (each a session of its own). The scan
-        reads a file of every process on the machine: in a thread, so the kit answers the agent meanwhile."""
-        kits = {t.process.pid for t in terminals.created}
-        return await trio.to_thread.run_sync(_processes_with, str(followed), kits)
+    async def agent_processes() -> list[_Process]:
+        return await watch.decided(g.settings.timeout)
 
     async def started() -> bool:
         return terminal() is not None or g.agent.answered(request_id) is not None or bool(await agent_processes())
@@ -1352,7 +1351,7 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     elif used is not None:
         run.fail(requirement, "terminal/kill or terminal/release", "the command was left running")
     else:
-        left = "; ".join(await agent_processes())[:300]
+        left = "; ".join(map(str, await agent_processes()))[:300]
         run.fail(requirement, "no process of the command left", f"still running: {left}")
 
 
@@ -1365,24 +1364,64 @@ async def _poll(condition: Callable[[], Awaitable[bool]], timeout: float) -> boo
     return False
 
 
-def _processes_with(marker: str, but_sessions: set[int]) -> list[str]:
-    """The command lines of this machine's processes that contain ``marker``, but for those in the sessions
-    ``but_sessions`` (Linux's /proc; none elsewhere)."""
+@dataclass(frozen=True)
+class _Process:
+    """One process of the machine, as /proc shows it."""
+
+    pid: int
+    session: int  # its session's id
+    argv: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.pid}: {' '.join(self.argv)}"
+
+
+@dataclass
+class _CommandProcesses:
+    """The processes of the kit's long command that are not the kit's: those whose command line contains
+    ``marker``, but those in the sessions of the kit's own terminals (each runs in a session of its own)."""
+
+    marker: str
+    terminals: ClientTerminals
+
+    async def scan(self) -> list[_Process] | None:
+        """What runs now; None (not decided) while a kit terminal is being started, since its process may be among
+        those found before it is listed as the kit's. The scan reads a file of every process on the machine: in a
+        thread, so the kit answers the agent meanwhile."""
+        found = await trio.to_thread.run_sync(_processes_with, self.marker)
+        if self.terminals.spawning:
+            return None
+        kits = {t.process.pid for t in self.terminals.created}  # (read after the scan: it lists what started during it)
+        return [p for p in found if p.session not in kits]
+
+    async def decided(self, timeout: float) -> list[_Process]:
+        """``scan``, again once no kit terminal is being started (a start takes milliseconds)."""
+        with trio.move_on_after(timeout):
+            while (found := await self.scan()) is None:
+                await self.terminals.settled()
+            return found
+        raise TimeoutError(f"a client terminal was still being started after {timeout:g} s")
+
+
+def _processes_with(marker: str) -> list[_Process]:
+    """This machine's processes whose command line contains ``marker``, the kit's own process excepted (Linux's
+    /proc; none elsewhere)."""
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             with open(os.path.join(entry.path, "cmdline"), "rb") as handle:
-                line = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            if marker not in line:
+                argv = tuple(handle.read().decode(errors="replace").split("\0"))
+            if argv and not argv[-1]:  # (each argument ends with a NUL)
+                argv = argv[:-1]
+            if not any(marker in arg for arg in argv):
                 continue
             with open(os.path.join(entry.path, "stat"), "rb") as handle:  # pid (comm) state ppid pgrp session …
                 session = int(handle.read().rsplit(b")", 1)[1].split()[3])
         except (OSError, ValueError, IndexError):
             continue
-        if session not in but_sessions:
-            found.append(f"{entry.name}: {line}")
+        found.append(_Process(int(entry.name), session, argv))
     return found
 
 
