@@ -5,9 +5,10 @@ so that each defect is exactly the one line that differs from the conformant beh
 Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT`` streams TEXT, ``/sleep MS``
 waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
 of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command in a client terminal
-when the client has one (else only ``touch PATH``, itself; with ``--own-shell``, any command in a process of its own,
-killed by a cancel), ``/read PATH`` reads a file (through the client when it
-offers ``fs/read_text_file``). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
+when the client has one (with ``--pwd-first``, after ``pwd`` in a terminal of its own), else only ``touch PATH``,
+itself (with ``--own-shell``, any command in a process of its own, killed by a cancel), ``/read PATH`` reads a file
+(through the client when it offers ``fs/read_text_file``). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE``
+(required for load/resume).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
 """
@@ -83,7 +84,7 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
-_flags: dict[str, bool] = {}  # --own-shell
+_flags: dict[str, bool] = {}  # --own-shell, --pwd-first
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
 # authenticate (and again after logout)
@@ -237,14 +238,32 @@ def _run_itself(session_id: str, command: str) -> bool:
     return True
 
 
-def _terminal(session_id: str, command: str) -> str | None:
-    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it. A cancel
-    while it runs kills it and releases the terminal (None: the turn was cancelled)."""
+def _create_terminal(session_id: str, command: str) -> dict[str, Any] | None:
+    """A client terminal running ``command`` (its ids for the terminal/* requests); None when it was refused."""
     cwd = "." if "relative-terminal-cwd" in _defects else _sessions[session_id]["cwd"]
     params = {"sessionId": session_id, "command": "sh", "args": ["-c", command], "cwd": cwd}
     created = (_ask_client(f"term-{uuid.uuid4().hex[:8]}", "terminal/create", params) or {}).get("result") or {}
-    terminal = {"sessionId": session_id, "terminalId": created.get("terminalId")}
-    if "terminalId" not in created:
+    return {"sessionId": session_id, "terminalId": created["terminalId"]} if "terminalId" in created else None
+
+
+def _terminal(session_id: str, command: str) -> str | None:
+    """Run ``command`` in a client terminal (with ``--pwd-first``, after ``pwd`` in another, released once the
+    command is done)."""
+    first = _create_terminal(session_id, "pwd") if _flags.get("pwd_first") else None
+    if first is not None:
+        _ask_client(f"wait-{uuid.uuid4().hex[:8]}", "terminal/wait_for_exit", first)
+    try:
+        return _run_in_terminal(session_id, command)
+    finally:
+        if first is not None:
+            _ask_client(f"release-{uuid.uuid4().hex[:8]}", "terminal/release", first)
+
+
+def _run_in_terminal(session_id: str, command: str) -> str | None:
+    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it. A cancel
+    while it runs kills it and releases the terminal (None: the turn was cancelled)."""
+    terminal = _create_terminal(session_id, command)
+    if terminal is None:
         return "the terminal could not be created\n"
 
     def release() -> None:
@@ -523,6 +542,7 @@ def main(argv: list[str]) -> int:
             _defects.add(argv[index + 1])
     _auth["required"] = "--require-auth" in argv
     _flags["own_shell"] = "--own-shell" in argv
+    _flags["pwd_first"] = "--pwd-first" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

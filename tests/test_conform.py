@@ -430,3 +430,14 @@ async def test_a_client_terminal_being_started_is_not_taken_for_a_process_of_the
             assert await watch.scan() == []
         await terminals.aclose()
         nursery.cancel_scope.cancel()
+
+
+@wire
+async def test_the_cancelled_command_is_judged_by_the_terminal_that_runs_it(tmp_path: Path) -> None:
+    """With --pwd-first the test agent runs ``pwd`` in a terminal before the command's, and releases it once the
+    command is done: the command's own terminal, left running on the cancel, is what LMB-TERM-004 judges."""
+    wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
+    result = await run_kit(_settings(tmp_path, "--pwd-first", "--defect", "keeps-terminal-on-cancel"), wanted)
+    assert result.outcomes["LMB-TERM-004"].status is Status.FAIL, result.outcomes["LMB-TERM-004"].detail
+    conformant = await run_kit(_settings(tmp_path, "--pwd-first"), wanted)
+    assert conformant.outcomes["LMB-TERM-004"].status is Status.PASS, conformant.outcomes["LMB-TERM-004"].detail

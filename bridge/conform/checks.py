@@ -1306,7 +1306,8 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     watch = _CommandProcesses(str(followed), terminals)
 
     def terminal() -> Terminal | None:
-        return next((t for t in terminals.created[before:] if t.session == session), None)
+        """The session's terminal that runs the command (an agent may run others beside it, before it)."""
+        return next((t for t in terminals.created[before:] if t.session == session and _runs(t, watch.marker)), None)
 
     async def agent_processes() -> list[_Process]:
         return await watch.decided(g.settings.timeout)
@@ -1353,6 +1354,12 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     else:
         left = "; ".join(map(str, await agent_processes()))[:300]
         run.fail(requirement, "no process of the command left", f"still running: {left}")
+
+
+def _runs(terminal: Terminal, marker: str) -> bool:
+    """Whether the terminal's command line (its command and arguments, as the agent sent them) contains ``marker``."""
+    parts = (terminal.request.get("command"), *(terminal.request.get("args") or ()))
+    return any(isinstance(part, str) and marker in part for part in parts)
 
 
 async def _poll(condition: Callable[[], Awaitable[bool]], timeout: float) -> bool:
