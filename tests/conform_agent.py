@@ -6,9 +6,11 @@ Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT
 waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
 of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command in a client terminal
 when the client has one (with ``--pwd-first``, after ``pwd`` in a terminal of its own), else only ``touch PATH``,
-itself (with ``--own-shell``, any command in a process of its own, killed by a cancel), ``/read PATH`` reads a file
-(through the client when it offers ``fs/read_text_file``). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE``
-(required for load/resume).
+itself (with ``--own-shell``, any command in a process of its own, killed by a cancel; with ``--relative-paths`` as
+well, run in the session's cwd with the paths under it made relative), ``/read PATH`` reads a file (through the
+client when it offers ``fs/read_text_file``). With ``--prompt-in-argv`` each prompt's text is handed to a helper
+process on its command line, as an adapter hands a turn to a CLI of its own; the helpers live as long as the agent.
+Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
 """
@@ -84,7 +86,8 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
-_flags: dict[str, bool] = {}  # --own-shell, --pwd-first
+_flags: dict[str, bool] = {}  # --own-shell, --pwd-first, --relative-paths, --prompt-in-argv
+_helpers: list[subprocess.Popen[bytes]] = []  # --prompt-in-argv's, each until its stdin (ours) closes
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
 # authenticate (and again after logout)
@@ -225,8 +228,11 @@ def _run_itself(session_id: str, command: str) -> bool:
     process group, unless the defect leaves it: then it stays in the agent's group, for whoever stops that)."""
     orphans = "orphans-own-command" in _defects
     quiet = subprocess.DEVNULL  # (its stdout is not the protocol's)
+    cwd = _sessions[session_id]["cwd"] if _flags.get("relative_paths") else None
+    if cwd is not None:
+        command = command.replace(os.path.join(cwd, ""), "")
     process = subprocess.Popen(
-        ["sh", "-c", command], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=not orphans
+        ["sh", "-c", command], stdin=quiet, stdout=quiet, stderr=quiet, cwd=cwd, start_new_session=not orphans
     )
     cancelled = _cancelled[session_id]
     while process.poll() is None:
@@ -366,6 +372,9 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
     session = _sessions[session_id]
     cancelled = _cancelled[session_id]  # reset when the prompt arrived, so a cancel right behind it is kept
     text = "".join(block.get("text", "") for block in params.get("prompt", []) if block.get("type") == "text")
+    if _flags.get("prompt_in_argv"):
+        helper = [sys.executable, "-c", "import sys; sys.stdin.read()", text]
+        _helpers.append(subprocess.Popen(helper, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL))
     said = []
     stop = "end_turn"
     if "reads-without-capability" in _defects:
@@ -543,6 +552,8 @@ def main(argv: list[str]) -> int:
     _auth["required"] = "--require-auth" in argv
     _flags["own_shell"] = "--own-shell" in argv
     _flags["pwd_first"] = "--pwd-first" in argv
+    _flags["relative_paths"] = "--relative-paths" in argv
+    _flags["prompt_in_argv"] = "--prompt-in-argv" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

@@ -86,11 +86,15 @@ async def test_each_defect_is_found_and_nothing_else(tmp_path: Path, defect: str
 
 
 @wire
-async def test_a_command_the_agent_runs_itself_is_judged_by_its_processes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [(), ("--relative-paths",), ("--prompt-in-argv",)])
+async def test_a_command_the_agent_runs_itself_is_judged_by_its_processes(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
     """With --own-shell the test agent runs commands itself: a cancel must leave no process of the command (found
-    by its command line), and the client-terminal requirements do not apply."""
+    by the file's name on its command line, however the path is spelt there; a process that only carries the
+    prompt is not the command), and the client-terminal requirements do not apply."""
     wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
-    result = await run_kit(_settings(tmp_path, "--own-shell"), wanted)
+    result = await run_kit(_settings(tmp_path, "--own-shell", *flags), wanted)
     assert result.outcomes["LMB-CANCEL-005"].status is Status.PASS, result.outcomes["LMB-CANCEL-005"].detail
     assert result.outcomes["LMB-TERM-004"].status is Status.SKIPPED
     assert "process of the agent's own" in result.outcomes["LMB-TERM-004"].detail
@@ -404,7 +408,7 @@ async def test_a_client_terminal_being_started_is_not_taken_for_a_process_of_the
     followed = tmp_path / f"conform-follow-{uuid.uuid4().hex}.log"
     followed.touch()
     terminals = ClientTerminals(str(tmp_path))
-    watch = _CommandProcesses(str(followed), terminals)
+    watch = _CommandProcesses(followed.name, terminals)
     spawned, release, listed = trio.Event(), trio.Event(), trio.Event()
     real = trio.lowlevel.open_process
 
@@ -441,3 +445,39 @@ async def test_the_cancelled_command_is_judged_by_the_terminal_that_runs_it(tmp_
     assert result.outcomes["LMB-TERM-004"].status is Status.FAIL, result.outcomes["LMB-TERM-004"].detail
     conformant = await run_kit(_settings(tmp_path, "--pwd-first"), wanted)
     assert conformant.outcomes["LMB-TERM-004"].status is Status.PASS, conformant.outcomes["LMB-TERM-004"].detail
+
+
+async def test_the_commands_processes_are_the_agents_not_the_kits_nor_its_ancestors_nor_the_prompts(
+    tmp_path: Path,
+) -> None:
+    """The scan for the cancelled command finds it by the file's name (here a relative path), and leaves out the
+    kit's own terminals (by their session), the processes it is told are the agent and its ancestors, and those
+    that carry the prompt's text."""
+    from bridge.conform.checks import _ancestry, _CommandProcesses
+
+    followed = tmp_path / f"conform-follow-{uuid.uuid4().hex}.log"
+    followed.touch()
+    prompt = f"Run this shell command, then reply: done. tail -f {followed}"
+    terminals = ClientTerminals(str(tmp_path))
+    spawn = trio.lowlevel.open_process
+    async with trio.open_nursery() as nursery:
+        terminals.attach(nursery)
+        made = await terminals.answer(
+            "terminal/create", {"sessionId": "s", "command": "tail", "args": ["-f", str(followed)]}
+        )
+        assert "result" in made
+        own = await spawn(["tail", "-f", followed.name], cwd=tmp_path, start_new_session=True)
+        carrier = await spawn([sys.executable, "-c", "import sys; sys.stdin.read()", prompt], stdin=subprocess.PIPE)
+        ancestor = await spawn(["tail", "-f", str(followed)])
+        try:
+            watch = _CommandProcesses(followed.name, terminals, _ancestry(os.getpid()) | {ancestor.pid}, prompt)
+            found = await watch.decided(HANG)
+            assert [p.pid for p in found] == [own.pid], found
+            assert found[0].session == own.pid  # (a session of its own)
+            assert os.getppid() in _ancestry(os.getpid())
+        finally:
+            for process in (own, carrier, ancestor):
+                process.kill()
+                await process.wait()
+            await terminals.aclose()
+            nursery.cancel_scope.cancel()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1278,8 +1278,8 @@ def _judge_what_reached(g: _Group, model: ModelDriver, token: str, terminals: li
 async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
     """In a session of its own: a command that would run for minutes, cancelled once it runs — in a client
     terminal (LMB-TERM-004: the agent should stop it with terminal/kill, or terminal/release, which kills) or in a
-    process of the agent's own (LMB-CANCEL-005: found by its unique command line; gone by the time the prompt is
-    answered, or right after)."""
+    process of the agent's own (LMB-CANCEL-005: found by the followed file's name on its command line; gone by the
+    time the prompt is answered, or right after)."""
     run = g.run
     session = await g.new_session(None)
     if session is None:
@@ -1289,21 +1289,23 @@ async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
     # A command that runs until it is killed, named by a file no other process on the machine has open (an agent
     # may refuse a long standalone sleep: Claude Code does).
     followed = Path(g.settings.workspace, f"conform-follow-{uuid.uuid4().hex[:8]}.log")
+    prompt = model.prompt(session, "shell", command=f"tail -f {followed}")
+    # The command's processes are found by the file's name, not its path: the name's random token makes it as
+    # unique on the machine as the path, and it is found however the agent spells the path (relative to its cwd,
+    # through a symlink, resolved), where the whole path is not.
+    text = " ".join(block["text"] for block in prompt["prompt"] if block.get("type") == "text")
+    watch = _CommandProcesses(followed.name, g.agent.client.terminals, _ancestry(g.agent.pid), text)
     followed.touch()
     try:
-        await _cancel_the_command(g, model, session, followed)
+        await _cancel_the_command(g, session, prompt, watch)
     finally:
         followed.unlink(missing_ok=True)
 
 
-async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, followed: Path) -> None:
+async def _cancel_the_command(g: _Group, session: str, prompt: dict[str, Any], watch: _CommandProcesses) -> None:
     run, terminals = g.run, g.agent.client.terminals
     before, seen = len(terminals.created), len(g.agent.notifications)
-    request_id = await g.agent.start_request(
-        "session/prompt", model.prompt(session, "shell", command=f"tail -f {followed}")
-    )
-
-    watch = _CommandProcesses(str(followed), terminals)
+    request_id = await g.agent.start_request("session/prompt", prompt)
 
     def terminal() -> Terminal | None:
         """The session's terminal that runs the command (an agent may run others beside it, before it)."""
@@ -1385,21 +1387,31 @@ class _Process:
 
 @dataclass
 class _CommandProcesses:
-    """The processes of the kit's long command that are not the kit's: those whose command line contains
-    ``marker``, but those in the sessions of the kit's own terminals (each runs in a session of its own)."""
+    """The processes of the kit's long command that the agent runs itself: those whose command line contains
+    ``marker``, but
+    - those in the sessions of the kit's own terminals (each runs in a session of its own): the kit's, and judged
+      as terminals;
+    - ``ancestry``, the agent's process and its ancestors (the kit's among them): their command lines were set
+      before the file existed, so they name it only by accident, and they are never the command;
+    - those with an argument that carries ``prompt``, the prompt's text: an adapter that hands the turn to a CLI
+      of its own (``cli -p PROMPT``) names the file on that CLI's command line without running the command.
+    """
 
     marker: str
     terminals: ClientTerminals
+    ancestry: frozenset[int] = frozenset()
+    prompt: str | None = None
 
     async def scan(self) -> list[_Process] | None:
         """What runs now; None (not decided) while a kit terminal is being started, since its process may be among
         those found before it is listed as the kit's. The scan reads a file of every process on the machine: in a
         thread, so the kit answers the agent meanwhile."""
-        found = await trio.to_thread.run_sync(_processes_with, self.marker)
+        found = await trio.to_thread.run_sync(_processes_with, self.marker, self.ancestry)
         if self.terminals.spawning:
             return None
         kits = {t.process.pid for t in self.terminals.created}  # (read after the scan: it lists what started during it)
-        return [p for p in found if p.session not in kits]
+        prompt = self.prompt
+        return [p for p in found if p.session not in kits and not (prompt and any(prompt in a for a in p.argv))]
 
     async def decided(self, timeout: float) -> list[_Process]:
         """``scan``, again once no kit terminal is being started (a start takes milliseconds)."""
@@ -1410,12 +1422,12 @@ class _CommandProcesses:
         raise TimeoutError(f"a client terminal was still being started after {timeout:g} s")
 
 
-def _processes_with(marker: str) -> list[_Process]:
-    """This machine's processes whose command line contains ``marker``, the kit's own process excepted (Linux's
-    /proc; none elsewhere)."""
+def _processes_with(marker: str, but_pids: Collection[int] = ()) -> list[_Process]:
+    """This machine's processes whose command line contains ``marker``, but ``but_pids`` and the kit's own process
+    (Linux's /proc; none elsewhere)."""
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid() or int(entry.name) in but_pids:
             continue
         try:
             with open(os.path.join(entry.path, "cmdline"), "rb") as handle:
@@ -1430,6 +1442,19 @@ def _processes_with(marker: str) -> list[_Process]:
             continue
         found.append(_Process(int(entry.name), session, argv))
     return found
+
+
+def _ancestry(pid: int) -> frozenset[int]:
+    """``pid`` and its ancestors, up to the first process (Linux's /proc; ``pid`` alone elsewhere)."""
+    found = {pid}
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:  # pid (comm) state ppid …
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.add(pid)
+    return frozenset(found)
 
 
 def _judge_file_requests(g: _Group, session: str, files: list[tuple[str, Any]]) -> None:
