@@ -66,6 +66,7 @@ DEFECTS: dict[str, set[str]] = {
     "keeps-terminal-on-cancel": {"LMB-TERM-004"},  # a cancel ends the turn, the command runs on (released at exit)
     "forgets-allow-always": {"LMB-PERM-004"},  # asks again after an allow_always answer
     "orphans-own-command": {"LMB-CANCEL-005"},  # runs commands itself (as --own-shell); a cancel leaves them running
+    "detaches-own-command": {"LMB-CANCEL-005"},  # the same, each command in a session of its own (as --own-shell's)
     "refuses-resource-link": {"LMB-CONTENT-001"},  # a prompt with a resource_link block: -32602
     "refuses-image": {"LMB-CONTENT-002"},  # advertises images, then refuses a prompt with one
     "drops-mcp-headers": {"LMB-MCP-004"},  # calls an HTTP MCP server without the headers session/new gave
@@ -220,13 +221,15 @@ def _shell(session_id: str, line: str) -> str:
 
 
 def _own_shell() -> bool:
-    return _flags.get("own_shell", False) or "orphans-own-command" in _defects
+    return _flags.get("own_shell", False) or bool({"orphans-own-command", "detaches-own-command"} & _defects)
 
 
 def _run_itself(session_id: str, command: str) -> bool:
-    """Run ``command`` in a shell of its own; False when a cancel came first (the command then killed, its whole
-    process group, unless the defect leaves it: then it stays in the agent's group, for whoever stops that)."""
+    """Run ``command`` in a shell of its own, in a session of its own; False when a cancel came first (the command
+    then killed, its whole process group, unless a defect leaves it: orphans-own-command's stays in the agent's
+    group, for whoever stops that; detaches-own-command's in its own session)."""
     orphans = "orphans-own-command" in _defects
+    leaves = orphans or "detaches-own-command" in _defects
     quiet = subprocess.DEVNULL  # (its stdout is not the protocol's)
     cwd = _sessions[session_id]["cwd"] if _flags.get("relative_paths") else None
     if cwd is not None:
@@ -237,7 +240,7 @@ def _run_itself(session_id: str, command: str) -> bool:
     cancelled = _cancelled[session_id]
     while process.poll() is None:
         if cancelled.wait(0.05):
-            if not orphans:
+            if not leaves:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
             return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -98,6 +99,26 @@ async def test_a_command_the_agent_runs_itself_is_judged_by_its_processes(
     assert result.outcomes["LMB-CANCEL-005"].status is Status.PASS, result.outcomes["LMB-CANCEL-005"].detail
     assert result.outcomes["LMB-TERM-004"].status is Status.SKIPPED
     assert "process of the agent's own" in result.outcomes["LMB-TERM-004"].detail
+
+
+@wire
+async def test_what_the_agent_leaves_of_the_cancelled_command_is_killed_by_the_kit(tmp_path: Path) -> None:
+    """The test agent with detaches-own-command leaves the command running in a session of its own, which the
+    agent's process group does not take with it: the kit kills it, and says so."""
+    from bridge.conform.checks import _processes_with
+
+    wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
+    workspace = str(tmp_path / "workspace")  # (on the command's command line)
+    try:
+        result = await run_kit(_settings(tmp_path, "--defect", "detaches-own-command"), wanted)
+        outcome = result.outcomes["LMB-CANCEL-005"]
+        assert outcome.status is Status.FAIL and "the kit then killed" in outcome.detail, outcome.detail
+        with trio.fail_after(HANG):  # (a process signalled is gone once it has exited)
+            while _processes_with(workspace):
+                await trio.sleep(0.05)
+    finally:
+        for process in _processes_with(workspace):  # what a failure above left running
+            os.kill(process.pid, signal.SIGKILL)
 
 
 @wire

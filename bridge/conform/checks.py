@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1299,7 +1300,18 @@ async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
     try:
         await _cancel_the_command(g, session, prompt, watch)
     finally:
+        # Whatever was decided, nothing of the command outlives the check: what the agent left running in a session
+        # of its own would outlive its process group, and the kit. (The kit's own terminals it stops itself.)
+        with trio.CancelScope(shield=True):
+            try:
+                killed = await watch.kill_left(g.settings.timeout)
+            except TimeoutError:
+                killed = []
         followed.unlink(missing_ok=True)
+        outcome = run.outcomes.get("LMB-CANCEL-005")
+        if killed and outcome is not None:
+            left = "; ".join(map(str, killed))[:300]
+            outcome.detail = f"{outcome.detail}; the kit then killed what was still running: {left}".lstrip("; ")
 
 
 async def _cancel_the_command(g: _Group, session: str, prompt: dict[str, Any], watch: _CommandProcesses) -> None:
@@ -1412,6 +1424,18 @@ class _CommandProcesses:
         kits = {t.process.pid for t in self.terminals.created}  # (read after the scan: it lists what started during it)
         prompt = self.prompt
         return [p for p in found if p.session not in kits and not (prompt and any(prompt in a for a in p.argv))]
+
+    async def kill_left(self, timeout: float) -> list[_Process]:
+        """SIGKILL each process of the command still running; those signalled. Each alone, not its group: a command
+        left in the agent's own process group would take the agent with it."""
+        killed = []
+        for process in await self.decided(timeout):
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.append(process)
+        return killed
 
     async def decided(self, timeout: float) -> list[_Process]:
         """``scan``, again once no kit terminal is being started (a start takes milliseconds)."""
