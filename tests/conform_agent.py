@@ -58,6 +58,7 @@ DEFECTS: dict[str, set[str]] = {
     "refuses-its-mode": {"LMB-MODE-001"},  # session/set_mode to the mode it is in: an error
     "refuses-other-modes": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: an error
     "stale-mode-update": {"LMB-MODE-002"},  # reports each change with a current_mode_update naming the old mode
+    "hangs-on-mode-change": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: never answered
     "partial-config-answer": {"LMB-CONFIG-001"},  # set_config_option answered with the changed option only
     "config-keeps-value": {"LMB-CONFIG-002"},  # set_config_option answered with the option's value unchanged
     "relative-read-path": {"LMB-FS-001"},  # fs/read_text_file with a path relative to the cwd
@@ -420,6 +421,8 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
 def _set_mode(request_id: Any, params: dict[str, Any]) -> None:
     session = _sessions.get(params.get("sessionId")) or {}
     current, mode = session.get("mode", _MODES["currentModeId"]), params.get("modeId")
+    if mode != current and "hangs-on-mode-change" in _defects:
+        return
     refused = "refuses-its-mode" if mode == current else "refuses-other-modes"
     if refused in _defects or mode not in {m["id"] for m in _MODES["availableModes"]}:
         _send({"id": request_id, "error": {"code": -32602, "message": f"cannot set mode {mode!r}"}})

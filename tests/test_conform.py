@@ -122,6 +122,18 @@ async def test_what_the_agent_leaves_of_the_cancelled_command_is_killed_by_the_k
 
 
 @wire
+async def test_a_mode_change_never_answered_fails_mode_002_and_the_rest_of_the_group_is_judged(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "--defect", "hangs-on-mode-change")
+    settings.timeout = 5  # how long the kit waits for the answer that never comes (the others come at once)
+    result = await run_kit(settings, [r for r in REQUIREMENTS if r.group == "sessions"])
+    outcome = result.outcomes["LMB-MODE-002"]
+    assert outcome.status is Status.FAIL, outcome.detail
+    assert "an answer to session/set_mode to 'code'" in outcome.detail and "no answer within 5 s" in outcome.detail
+    later = {"LMB-CONFIG-001", "LMB-CONFIG-002", "LMB-SESS-002", "LMB-EXT-004", "LMB-SESS-004", "LMB-SESS-003"}
+    assert later <= _with(result, Status.PASS), {rid: result.outcomes[rid].detail for rid in later}
+
+
+@wire
 async def test_the_demo_agent_is_conformant(tmp_path: Path) -> None:
     config = demo_agent()
     env = {**agent_environment(config), "LMBRIDGE_DEMO_STATE_DIR": str(tmp_path / "state")}

@@ -488,7 +488,11 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
         return
     seen = len(g.agent.notifications)
     for mode in (other, current):
-        answer = await g.request("session/set_mode", {"sessionId": session, "modeId": mode})
+        try:
+            answer = await g.request("session/set_mode", {"sessionId": session, "modeId": mode})
+        except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
+            g.run.fail("LMB-MODE-002", f"an answer to session/set_mode to {mode!r}", str(exc))
+            return
         problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
         if problems:
             g.run.fail("LMB-MODE-002", f"a valid SetSessionModeResponse to {mode!r}", problems)
@@ -536,7 +540,12 @@ async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]])
         return
     name = option.get("id")
     for value in (other, current):
-        answer = await g.request("session/set_config_option", {"sessionId": session, "configId": name, "value": value})
+        params = {"sessionId": session, "configId": name, "value": value}
+        try:
+            answer = await g.request("session/set_config_option", params)
+        except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
+            g.run.fail("LMB-CONFIG-002", f"an answer to session/set_config_option of {name} to {value!r}", str(exc))
+            return
         if not answer.ok:
             g.run.fail("LMB-CONFIG-002", f"{name} set to {value!r}", answer.describe())
             return
@@ -797,7 +806,11 @@ async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
     model request carries the first turn's prompt as well as its own (when the kit sees the model's requests)."""
     run = g.run
     params = {"sessionId": session, "cwd": str(g.settings.workspace), "mcpServers": []}
-    answer = await g.request("session/fork", params)
+    try:  # (a hang is judged here: the group goes on to load and resume, which do not build on the fork)
+        answer = await g.request("session/fork", params)
+    except TimeoutError as exc:
+        run.fail("LMB-SESS-012", "an answer to session/fork", str(exc))
+        return
     problems = _invalid("ForkSessionResponse", answer, g.settings.schema)
     fork = answer.field("sessionId")
     if problems:
@@ -807,7 +820,11 @@ async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
         run.fail("LMB-SESS-012", "a new session id", f"{fork!r}, the forked session's own")
         return
     asked = len(model.requests()) if model.requests else 0
-    reply = await g.request("session/prompt", model.prompt(str(fork), "short"))
+    try:
+        reply = await g.request("session/prompt", model.prompt(str(fork), "short"))
+    except TimeoutError as exc:
+        run.fail("LMB-SESS-012", "an answer to the fork's prompt", str(exc))
+        return
     if not reply.ok:  # (whether its stop reason is valid is LMB-PROMPT-001's)
         run.fail("LMB-SESS-012", "the fork's prompt answered", reply.describe())
         return
