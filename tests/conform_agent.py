@@ -10,7 +10,8 @@ itself (with ``--own-shell``, any command in a process of its own, killed by a c
 well, run in the session's cwd with the paths under it made relative), ``/read PATH`` reads a file (through the
 client when it offers ``fs/read_text_file``). With ``--prompt-in-argv`` each prompt's text is handed to a helper
 process on its command line, as an adapter hands a turn to a CLI of its own; the helpers live as long as the agent.
-Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
+Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume). It reports each change of a
+session's mode with a ``current_mode_update`` (with ``--reports-first-mode-change``, only a session's first).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
 """
@@ -88,7 +89,9 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
-_flags: dict[str, bool] = {}  # --own-shell, --pwd-first, --relative-paths, --prompt-in-argv
+_flags: dict[
+    str, bool
+] = {}  # --own-shell, --pwd-first, --relative-paths, --prompt-in-argv, --reports-first-mode-change
 _helpers: list[subprocess.Popen[bytes]] = []  # --prompt-in-argv's, each until its stdin (ours) closes
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
@@ -428,9 +431,11 @@ def _set_mode(request_id: Any, params: dict[str, Any]) -> None:
         _send({"id": request_id, "error": {"code": -32602, "message": f"cannot set mode {mode!r}"}})
         return
     session["mode"] = mode
-    if mode != current:  # said, as an agent that reports every change would
+    reports = not (_flags.get("reports_first_mode_change") and session.get("reported"))
+    if mode != current and reports:  # said, as an agent that reports every change would
         said = current if "stale-mode-update" in _defects else mode
         _update(params["sessionId"], {"sessionUpdate": "current_mode_update", "currentModeId": said})
+        session["reported"] = True
     _send({"id": request_id, "result": {}})
 
 
@@ -560,6 +565,7 @@ def main(argv: list[str]) -> int:
     _flags["pwd_first"] = "--pwd-first" in argv
     _flags["relative_paths"] = "--relative-paths" in argv
     _flags["prompt_in_argv"] = "--prompt-in-argv" in argv
+    _flags["reports_first_mode_change"] = "--reports-first-mode-change" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

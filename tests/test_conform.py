@@ -134,6 +134,16 @@ async def test_a_mode_change_never_answered_fails_mode_002_and_the_rest_of_the_g
 
 
 @wire
+async def test_mode_002_judges_the_mode_updates_sent_after_the_set_back(tmp_path: Path) -> None:
+    """With --reports-first-mode-change the test agent reports the change to another mode, and not the change back
+    (the spec requires no report): nothing came after the set-back request, and that passes."""
+    result = await run_kit(_settings(tmp_path, "--reports-first-mode-change"), select(["MODE"], None))
+    outcome = result.outcomes["LMB-MODE-002"]
+    assert outcome.status is Status.PASS, outcome.detail
+    assert "after the set-back, no current_mode_update" in outcome.detail
+
+
+@wire
 async def test_the_demo_agent_is_conformant(tmp_path: Path) -> None:
     config = demo_agent()
     env = {**agent_environment(config), "LMBRIDGE_DEMO_STATE_DIR": str(tmp_path / "state")}

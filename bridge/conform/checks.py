@@ -478,18 +478,19 @@ def _options_by_id(answer: Answer) -> dict[Any, dict[str, Any]]:
 
 
 async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
-    """session/set_mode to the first other available mode, then back. The current_mode_update notifications the
-    agent sends meanwhile (it need not send any) must end on the mode it was set back to."""
+    """session/set_mode to the first other available mode, then back. The last current_mode_update the agent sends
+    after the set-back request (it need not send any) must name the mode set back: what came before that request
+    is about the first change, which the set-back supersedes."""
     current = modes["currentModeId"]
     available = [m.get("id") for m in modes.get("availableModes") or () if isinstance(m, dict)]
     other = next((mode for mode in available if isinstance(mode, str) and mode != current), None)
     if other is None:
         g.run.set("LMB-MODE-002", Status.SKIPPED, "its sessions offer one mode")
         return
-    seen = len(g.agent.notifications)
     for mode in (other, current):
+        request_id = await g.agent.start_request("session/set_mode", {"sessionId": session, "modeId": mode})
         try:
-            answer = await g.request("session/set_mode", {"sessionId": session, "modeId": mode})
+            answer = await g.agent.answer(request_id, g.settings.timeout)
         except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
             g.run.fail("LMB-MODE-002", f"an answer to session/set_mode to {mode!r}", str(exc))
             return
@@ -499,20 +500,25 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
             return
 
     def said() -> list[Any]:
+        """What the current_mode_updates since the set-back request (``request_id``, the loop's last) named."""
+        transcript = g.agent.transcript
         return [
-            m["params"]["update"].get("currentModeId")
-            for m in g.agent.notifications[seen:]
-            if _is_update(m, session) and _update_kind(m) == "current_mode_update"
+            line.message["params"]["update"].get("currentModeId")
+            for line in transcript[_sent_index(transcript, request_id) + 1 :]
+            if line.dir == "in"
+            and _is_update(line.message, session)
+            and _update_kind(line.message) == "current_mode_update"
         ]
 
     if said():  # it reports client-made changes: wait for the last report
         await trio.sleep(LATE_UPDATE_WINDOW)
     reported = said()
     if reported and reported[-1] != current:
-        g.run.fail("LMB-MODE-002", f"current_mode_update ending on {current!r} (set back to it)", f"{reported}")
+        expected = f"the last current_mode_update after the set-back naming {current!r}"
+        g.run.fail("LMB-MODE-002", expected, f"after it: {reported}")
     else:
         how = f"current_mode_update {reported}" if reported else "no current_mode_update (none is required)"
-        g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; {how}")
+        g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; after the set-back, {how}")
 
 
 def _select_values(option: dict[str, Any]) -> list[Any]:
@@ -1834,6 +1840,11 @@ def _judge_client_calls(run: GroupRun, client: ClientSide) -> None:
 
 def _request_id(message: Any) -> Any:
     return message.get("id") if isinstance(message, dict) and "method" in message else None
+
+
+def _sent_index(transcript: list[TranscriptLine], request_id: int) -> int:
+    """Where our request ``request_id`` is in the transcript."""
+    return next(i for i, line in enumerate(transcript) if line.dir == "out" and _request_id(line.message) == request_id)
 
 
 def _answer_index(transcript: list[TranscriptLine], request_id: int) -> int:
