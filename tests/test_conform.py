@@ -144,6 +144,24 @@ async def test_mode_002_judges_the_mode_updates_sent_after_the_set_back(tmp_path
 
 
 @wire
+@pytest.mark.parametrize(
+    ("defect", "method", "key", "values"),
+    [
+        ("refuses-other-modes", "session/set_mode", "modeId", ["ask", "code", "ask"]),
+        ("config-keeps-value", "session/set_config_option", "value", ["small", "large", "small"]),
+    ],
+)
+async def test_a_change_of_mode_or_option_that_failed_is_undone(
+    tmp_path: Path, defect: str, method: str, key: str, values: list[str]
+) -> None:
+    """Set to its current value (MODE-001, CONFIG-001), then to another, which fails: the kit sets it back to the
+    value it had (the set-back of MODE-002, CONFIG-002 was never sent)."""
+    result = await run_kit(_settings(tmp_path, "--defect", defect), select(["MODE", "CONFIG"], None))
+    sent = [m["params"][key] for m in _sent(result.groups["sessions"]) if m.get("method") == method]
+    assert sent == values
+
+
+@wire
 async def test_the_demo_agent_is_conformant(tmp_path: Path) -> None:
     config = demo_agent()
     env = {**agent_environment(config), "LMBRIDGE_DEMO_STATE_DIR": str(tmp_path / "state")}

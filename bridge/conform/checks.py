@@ -487,16 +487,20 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
     if other is None:
         g.run.set("LMB-MODE-002", Status.SKIPPED, "its sessions offer one mode")
         return
+    failed: tuple[str, str] | None  # (expected, got)
     for mode in (other, current):
         request_id = await g.agent.start_request("session/set_mode", {"sessionId": session, "modeId": mode})
         try:
             answer = await g.agent.answer(request_id, g.settings.timeout)
         except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
-            g.run.fail("LMB-MODE-002", f"an answer to session/set_mode to {mode!r}", str(exc))
-            return
-        problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
-        if problems:
-            g.run.fail("LMB-MODE-002", f"a valid SetSessionModeResponse to {mode!r}", problems)
+            failed = (f"an answer to session/set_mode to {mode!r}", str(exc))
+        else:
+            problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
+            failed = (f"a valid SetSessionModeResponse to {mode!r}", problems) if problems else None
+        if failed is not None:
+            g.run.fail("LMB-MODE-002", *failed)
+            if mode == other:  # the set-back was never sent
+                await _restore(g, "session/set_mode", {"sessionId": session, "modeId": current})
             return
 
     def said() -> list[Any]:
@@ -519,6 +523,16 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
     else:
         how = f"current_mode_update {reported}" if reported else "no current_mode_update (none is required)"
         g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; after the set-back, {how}")
+
+
+async def _restore(g: _Group, method: str, params: dict[str, Any]) -> None:
+    """Put a mode or option back after a change that failed before its set-back, in case it was taken all the same:
+    an agent may keep it beyond the session, as the default of the user's next. Not judged; a hang here only costs
+    the wait."""
+    try:
+        await g.request(method, params)
+    except TimeoutError:
+        pass
 
 
 def _select_values(option: dict[str, Any]) -> list[Any]:
@@ -545,19 +559,25 @@ async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]])
         g.run.set("LMB-CONFIG-002", Status.SKIPPED, "no select config option has a second value")
         return
     name = option.get("id")
+    failed: tuple[str, str] | None  # (expected, got)
     for value in (other, current):
         params = {"sessionId": session, "configId": name, "value": value}
         try:
             answer = await g.request("session/set_config_option", params)
         except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
-            g.run.fail("LMB-CONFIG-002", f"an answer to session/set_config_option of {name} to {value!r}", str(exc))
-            return
-        if not answer.ok:
-            g.run.fail("LMB-CONFIG-002", f"{name} set to {value!r}", answer.describe())
-            return
-        got = _options_by_id(answer).get(name, {}).get("currentValue")
-        if got != value:
-            g.run.fail("LMB-CONFIG-002", f"{name}'s currentValue {value!r} in the answer", repr(got))
+            failed = (f"an answer to session/set_config_option of {name} to {value!r}", str(exc))
+        else:
+            got = _options_by_id(answer).get(name, {}).get("currentValue")
+            if not answer.ok:
+                failed = (f"{name} set to {value!r}", answer.describe())
+            elif got != value:
+                failed = (f"{name}'s currentValue {value!r} in the answer", repr(got))
+            else:
+                failed = None
+        if failed is not None:
+            g.run.fail("LMB-CONFIG-002", *failed)
+            if value == other:  # the set-back was never sent
+                await _restore(g, "session/set_config_option", {**params, "value": current})
             return
     g.run.set("LMB-CONFIG-002", Status.PASS, f"{name}: {current!r} → {other!r} → {current!r}")
 
