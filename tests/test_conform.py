@@ -72,6 +72,7 @@ async def test_the_conformant_test_agent_passes_everything_that_applies(tmp_path
     assert "not advertised" in result.outcomes["LMB-SESS-005"].detail
     assert "client terminal" in result.outcomes["LMB-CANCEL-005"].detail
     assert result.verdict().conformant
+    assert not list((tmp_path / "workspace").glob("conform-*")), "what the checks' commands made is left"
 
 
 @wire

@@ -1097,14 +1097,24 @@ def _tool_call_problems(messages: list[dict[str, Any]], *, ended: bool) -> list[
 _PERMISSION_IDS = ("LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003", "LMB-PERM-004")
 
 
+_PERMISSION_FILES = ("rejected", "cancelled", "always")  # conform-NAME-TOKEN: what each check's command touches
+
+
 async def _group_permissions(g: _Group) -> None:
-    run = g.run
-    client = g.agent.client
     opened = await _model_session(g)
     if opened is None:
         return
     model, session = opened
     token = uuid.uuid4().hex[:8]
+    try:
+        await _permissions(g, model, session, token)
+    finally:  # (the workspace may be the user's: --workspace)
+        for name in _PERMISSION_FILES:
+            Path(g.settings.workspace, f"conform-{name}-{token}").unlink(missing_ok=True)
+
+
+async def _permissions(g: _Group, model: ModelDriver, session: str, token: str) -> None:
+    run, client = g.run, g.agent.client
     rejected = Path(g.settings.workspace, f"conform-rejected-{token}")
     client.permission_answer = "reject"
     await g.request("session/prompt", model.prompt(session, "shell", command=f"touch {rejected}"))
