@@ -543,3 +543,50 @@ async def test_the_commands_processes_are_the_agents_not_the_kits_nor_its_ancest
                 await process.wait()
             await terminals.aclose()
             nursery.cancel_scope.cancel()
+
+
+def test_config_002_changes_the_first_select_option_with_a_second_value_grouped_values_included() -> None:
+    from bridge.conform.checks import _option_to_switch, _select_values
+
+    grouped = {"id": "model", "type": "select", "currentValue": "a", "options": [
+        {"group": "small", "name": "Small", "options": [{"value": "a", "name": "A"}]},
+        {"group": "large", "name": "Large", "options": [{"value": "b", "name": "B"}, {"value": "c", "name": "C"}]},
+    ]}  # fmt: skip
+    assert _select_values(grouped) == ["a", "b", "c"]
+    options = [
+        {"id": "flag", "type": "boolean", "currentValue": True},  # not a select
+        {"id": "one", "currentValue": "x", "options": [{"value": "x", "name": "X"}]},  # a select: one value only
+        {"id": "unset", "type": "select", "options": [{"value": "p", "name": "P"}, {"value": "q", "name": "Q"}]},
+        grouped,
+        {"id": "later", "type": "select", "currentValue": "m", "options": [{"value": "m", "name": "M"},
+                                                                             {"value": "n", "name": "N"}]},
+    ]  # fmt: skip
+    assert _option_to_switch(options) == (grouped, "b")  # the second value is in its second group
+    assert _option_to_switch(options[:3]) is None
+
+
+def test_the_kits_client_answers_a_permission_request_with_the_kind_of_option_it_prefers(tmp_path: Path) -> None:
+    from bridge.conform.agent import ClientSide
+
+    always, once = {"optionId": "a", "kind": "allow_always"}, {"optionId": "o", "kind": "allow_once"}
+    reject, never = {"optionId": "r", "kind": "reject_once"}, {"optionId": "n", "kind": "reject_always"}
+
+    def chosen(answer: str, offered: list[dict[str, str]]) -> Any:
+        reply = ClientSide(tmp_path, permission_answer=answer).answer(
+            "session/request_permission", {"sessionId": "s", "options": offered}
+        )
+        return reply["result"]["outcome"] if isinstance(reply, dict) else reply
+
+    def selected(option: dict[str, str]) -> dict[str, str]:
+        return {"outcome": "selected", "optionId": option["optionId"]}
+
+    everything = [always, once, reject, never]
+    assert chosen("allow", everything) == selected(once)  # allow_once first, wherever it is listed
+    assert chosen("allow", [always, reject]) == selected(always)
+    assert chosen("always", everything) == selected(always)
+    assert chosen("always", [once, reject]) == selected(once)
+    assert chosen("reject", everything) == selected(reject)
+    assert chosen("reject", [always, never]) == selected(never)
+    assert chosen("allow", [reject, never]) == {"outcome": "cancelled"}  # nothing to allow with
+    assert chosen("cancelled", everything) == {"outcome": "cancelled"}
+    assert chosen("hold", everything) is None  # left for the kit to answer

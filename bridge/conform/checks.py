@@ -546,19 +546,26 @@ def _select_values(option: dict[str, Any]) -> list[Any]:
     return values
 
 
-async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]]) -> None:
-    """The first select option with another value: set to it, then back; each answer has the value set."""
+def _option_to_switch(options: list[dict[str, Any]]) -> tuple[dict[str, Any], Any] | None:
+    """The first select option (the type when none is given) with a current value and another, its groups' values
+    included; with that other value."""
     for option in options:
         if option.get("type", "select") != "select" or "currentValue" not in option:
             continue
-        current = option["currentValue"]
-        other = next((value for value in _select_values(option) if value != current), None)
+        other = next((value for value in _select_values(option) if value != option["currentValue"]), None)
         if other is not None:
-            break
-    else:
+            return option, other
+    return None
+
+
+async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]]) -> None:
+    """The first select option with another value: set to it, then back; each answer has the value set."""
+    chosen = _option_to_switch(options)
+    if chosen is None:
         g.run.set("LMB-CONFIG-002", Status.SKIPPED, "no select config option has a second value")
         return
-    name = option.get("id")
+    option, other = chosen
+    current, name = option["currentValue"], option.get("id")
     failed: tuple[str, str] | None  # (expected, got)
     for value in (other, current):
         params = {"sessionId": session, "configId": name, "value": value}
