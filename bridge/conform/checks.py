@@ -1370,8 +1370,8 @@ async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
         followed.unlink(missing_ok=True)
         outcome = run.outcomes.get("LMB-CANCEL-005")
         if killed and outcome is not None:
-            left = "; ".join(map(str, killed))[:300]
-            outcome.detail = f"{outcome.detail}; the kit then killed what was still running: {left}".lstrip("; ")
+            said = f"the kit then killed what was still running: {'; '.join(map(str, killed))[:300]}"
+            outcome.detail = f"{outcome.detail}; {said}" if outcome.detail else said
 
 
 async def _cancel_the_command(g: _Group, session: str, prompt: dict[str, Any], watch: _CommandProcesses) -> None:
