@@ -5,9 +5,13 @@ so that each defect is exactly the one line that differs from the conformant beh
 Its "model" is the demo agent's directives (``--model directives``): ``/say TEXT`` streams TEXT, ``/sleep MS``
 waits (a cancel ends the wait), ``/tool NAME {json}`` calls a tool of the session's first stdio MCP server (a client
 of a few lines, a process per call), ``/shell COMMAND`` asks permission, then runs the command in a client terminal
-when the client has one (else only ``touch PATH``, itself; with ``--own-shell``, any command in a process of its own,
-killed by a cancel), ``/read PATH`` reads a file (through the client when it
-offers ``fs/read_text_file``). Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume).
+when the client has one (with ``--pwd-first``, after ``pwd`` in a terminal of its own), else only ``touch PATH``,
+itself (with ``--own-shell``, any command in a process of its own, killed by a cancel; with ``--relative-paths`` as
+well, run in the session's cwd with the paths under it made relative), ``/read PATH`` reads a file (through the
+client when it offers ``fs/read_text_file``). With ``--prompt-in-argv`` each prompt's text is handed to a helper
+process on its command line, as an adapter hands a turn to a CLI of its own; the helpers live as long as the agent.
+Sessions are kept as JSON in ``$CONFORM_AGENT_STATE`` (required for load/resume). It reports each change of a
+session's mode with a ``current_mode_update`` (with ``--reports-first-mode-change``, only a session's first).
 
 ``DEFECTS`` maps each defect to the requirements the kit must find failing because of it, and nothing else.
 """
@@ -55,6 +59,7 @@ DEFECTS: dict[str, set[str]] = {
     "refuses-its-mode": {"LMB-MODE-001"},  # session/set_mode to the mode it is in: an error
     "refuses-other-modes": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: an error
     "stale-mode-update": {"LMB-MODE-002"},  # reports each change with a current_mode_update naming the old mode
+    "hangs-on-mode-change": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: never answered
     "partial-config-answer": {"LMB-CONFIG-001"},  # set_config_option answered with the changed option only
     "config-keeps-value": {"LMB-CONFIG-002"},  # set_config_option answered with the option's value unchanged
     "relative-read-path": {"LMB-FS-001"},  # fs/read_text_file with a path relative to the cwd
@@ -63,6 +68,7 @@ DEFECTS: dict[str, set[str]] = {
     "keeps-terminal-on-cancel": {"LMB-TERM-004"},  # a cancel ends the turn, the command runs on (released at exit)
     "forgets-allow-always": {"LMB-PERM-004"},  # asks again after an allow_always answer
     "orphans-own-command": {"LMB-CANCEL-005"},  # runs commands itself (as --own-shell); a cancel leaves them running
+    "detaches-own-command": {"LMB-CANCEL-005"},  # the same, each command in a session of its own (as --own-shell's)
     "refuses-resource-link": {"LMB-CONTENT-001"},  # a prompt with a resource_link block: -32602
     "refuses-image": {"LMB-CONTENT-002"},  # advertises images, then refuses a prompt with one
     "drops-mcp-headers": {"LMB-MCP-004"},  # calls an HTTP MCP server without the headers session/new gave
@@ -83,7 +89,10 @@ _OPTIONS = [
 ]  # fmt: skip
 
 _defects: set[str] = set()
-_flags: dict[str, bool] = {}  # --own-shell
+_flags: dict[
+    str, bool
+] = {}  # --own-shell, --pwd-first, --relative-paths, --prompt-in-argv, --reports-first-mode-change
+_helpers: list[subprocess.Popen[bytes]] = []  # --prompt-in-argv's, each until its stdin (ours) closes
 _client: dict[str, Any] = {}  # the client's capabilities, from initialize
 _auth = {"required": False, "done": False, "logged_out": False}  # --require-auth: session/new answers -32000 until
 # authenticate (and again after logout)
@@ -216,35 +225,58 @@ def _shell(session_id: str, line: str) -> str:
 
 
 def _own_shell() -> bool:
-    return _flags.get("own_shell", False) or "orphans-own-command" in _defects
+    return _flags.get("own_shell", False) or bool({"orphans-own-command", "detaches-own-command"} & _defects)
 
 
 def _run_itself(session_id: str, command: str) -> bool:
-    """Run ``command`` in a shell of its own; False when a cancel came first (the command then killed, its whole
-    process group, unless the defect leaves it: then it stays in the agent's group, for whoever stops that)."""
+    """Run ``command`` in a shell of its own, in a session of its own; False when a cancel came first (the command
+    then killed, its whole process group, unless a defect leaves it: orphans-own-command's stays in the agent's
+    group, for whoever stops that; detaches-own-command's in its own session)."""
     orphans = "orphans-own-command" in _defects
+    leaves = orphans or "detaches-own-command" in _defects
     quiet = subprocess.DEVNULL  # (its stdout is not the protocol's)
+    cwd = _sessions[session_id]["cwd"] if _flags.get("relative_paths") else None
+    if cwd is not None:
+        command = command.replace(os.path.join(cwd, ""), "")
     process = subprocess.Popen(
-        ["sh", "-c", command], stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=not orphans
+        ["sh", "-c", command], stdin=quiet, stdout=quiet, stderr=quiet, cwd=cwd, start_new_session=not orphans
     )
     cancelled = _cancelled[session_id]
     while process.poll() is None:
         if cancelled.wait(0.05):
-            if not orphans:
+            if not leaves:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
             return False
     return True
 
 
-def _terminal(session_id: str, command: str) -> str | None:
-    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it. A cancel
-    while it runs kills it and releases the terminal (None: the turn was cancelled)."""
+def _create_terminal(session_id: str, command: str) -> dict[str, Any] | None:
+    """A client terminal running ``command`` (its ids for the terminal/* requests); None when it was refused."""
     cwd = "." if "relative-terminal-cwd" in _defects else _sessions[session_id]["cwd"]
     params = {"sessionId": session_id, "command": "sh", "args": ["-c", command], "cwd": cwd}
     created = (_ask_client(f"term-{uuid.uuid4().hex[:8]}", "terminal/create", params) or {}).get("result") or {}
-    terminal = {"sessionId": session_id, "terminalId": created.get("terminalId")}
-    if "terminalId" not in created:
+    return {"sessionId": session_id, "terminalId": created["terminalId"]} if "terminalId" in created else None
+
+
+def _terminal(session_id: str, command: str) -> str | None:
+    """Run ``command`` in a client terminal (with ``--pwd-first``, after ``pwd`` in another, released once the
+    command is done)."""
+    first = _create_terminal(session_id, "pwd") if _flags.get("pwd_first") else None
+    if first is not None:
+        _ask_client(f"wait-{uuid.uuid4().hex[:8]}", "terminal/wait_for_exit", first)
+    try:
+        return _run_in_terminal(session_id, command)
+    finally:
+        if first is not None:
+            _ask_client(f"release-{uuid.uuid4().hex[:8]}", "terminal/release", first)
+
+
+def _run_in_terminal(session_id: str, command: str) -> str | None:
+    """Run ``command`` in a client terminal: create, wait for its exit, read its output, release it. A cancel
+    while it runs kills it and releases the terminal (None: the turn was cancelled)."""
+    terminal = _create_terminal(session_id, command)
+    if terminal is None:
         return "the terminal could not be created\n"
 
     def release() -> None:
@@ -347,6 +379,9 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
     session = _sessions[session_id]
     cancelled = _cancelled[session_id]  # reset when the prompt arrived, so a cancel right behind it is kept
     text = "".join(block.get("text", "") for block in params.get("prompt", []) if block.get("type") == "text")
+    if _flags.get("prompt_in_argv"):
+        helper = [sys.executable, "-c", "import sys; sys.stdin.read()", text]
+        _helpers.append(subprocess.Popen(helper, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL))
     said = []
     stop = "end_turn"
     if "reads-without-capability" in _defects:
@@ -389,14 +424,18 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
 def _set_mode(request_id: Any, params: dict[str, Any]) -> None:
     session = _sessions.get(params.get("sessionId")) or {}
     current, mode = session.get("mode", _MODES["currentModeId"]), params.get("modeId")
+    if mode != current and "hangs-on-mode-change" in _defects:
+        return
     refused = "refuses-its-mode" if mode == current else "refuses-other-modes"
     if refused in _defects or mode not in {m["id"] for m in _MODES["availableModes"]}:
         _send({"id": request_id, "error": {"code": -32602, "message": f"cannot set mode {mode!r}"}})
         return
     session["mode"] = mode
-    if mode != current:  # said, as an agent that reports every change would
+    reports = not (_flags.get("reports_first_mode_change") and session.get("reported"))
+    if mode != current and reports:  # said, as an agent that reports every change would
         said = current if "stale-mode-update" in _defects else mode
         _update(params["sessionId"], {"sessionUpdate": "current_mode_update", "currentModeId": said})
+        session["reported"] = True
     _send({"id": request_id, "result": {}})
 
 
@@ -523,6 +562,10 @@ def main(argv: list[str]) -> int:
             _defects.add(argv[index + 1])
     _auth["required"] = "--require-auth" in argv
     _flags["own_shell"] = "--own-shell" in argv
+    _flags["pwd_first"] = "--pwd-first" in argv
+    _flags["relative_paths"] = "--relative-paths" in argv
+    _flags["prompt_in_argv"] = "--prompt-in-argv" in argv
+    _flags["reports_first_mode_change"] = "--reports-first-mode-change" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

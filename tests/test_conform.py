@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -70,6 +72,7 @@ async def test_the_conformant_test_agent_passes_everything_that_applies(tmp_path
     assert "not advertised" in result.outcomes["LMB-SESS-005"].detail
     assert "client terminal" in result.outcomes["LMB-CANCEL-005"].detail
     assert result.verdict().conformant
+    assert not list((tmp_path / "workspace").glob("conform-*")), "what the checks' commands made is left"
 
 
 @wire
@@ -85,14 +88,78 @@ async def test_each_defect_is_found_and_nothing_else(tmp_path: Path, defect: str
 
 
 @wire
-async def test_a_command_the_agent_runs_itself_is_judged_by_its_processes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [(), ("--relative-paths",), ("--prompt-in-argv",)])
+async def test_a_command_the_agent_runs_itself_is_judged_by_its_processes(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
     """With --own-shell the test agent runs commands itself: a cancel must leave no process of the command (found
-    by its command line), and the client-terminal requirements do not apply."""
+    by the file's name on its command line, however the path is spelt there; a process that only carries the
+    prompt is not the command), and the client-terminal requirements do not apply."""
     wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
-    result = await run_kit(_settings(tmp_path, "--own-shell"), wanted)
+    result = await run_kit(_settings(tmp_path, "--own-shell", *flags), wanted)
     assert result.outcomes["LMB-CANCEL-005"].status is Status.PASS, result.outcomes["LMB-CANCEL-005"].detail
     assert result.outcomes["LMB-TERM-004"].status is Status.SKIPPED
     assert "process of the agent's own" in result.outcomes["LMB-TERM-004"].detail
+
+
+@wire
+async def test_what_the_agent_leaves_of_the_cancelled_command_is_killed_by_the_kit(tmp_path: Path) -> None:
+    """The test agent with detaches-own-command leaves the command running in a session of its own, which the
+    agent's process group does not take with it: the kit kills it, and says so."""
+    from bridge.conform.checks import _processes_with
+
+    wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
+    workspace = str(tmp_path / "workspace")  # (on the command's command line)
+    try:
+        result = await run_kit(_settings(tmp_path, "--defect", "detaches-own-command"), wanted)
+        outcome = result.outcomes["LMB-CANCEL-005"]
+        assert outcome.status is Status.FAIL and "the kit then killed" in outcome.detail, outcome.detail
+        with trio.fail_after(HANG):  # (a process signalled is gone once it has exited)
+            while _processes_with(workspace):
+                await trio.sleep(0.05)
+    finally:
+        for process in _processes_with(workspace):  # what a failure above left running
+            os.kill(process.pid, signal.SIGKILL)
+
+
+@wire
+async def test_a_mode_change_never_answered_fails_mode_002_and_the_rest_of_the_group_is_judged(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "--defect", "hangs-on-mode-change")
+    settings.timeout = 5  # how long the kit waits for the answer that never comes (the others come at once)
+    result = await run_kit(settings, [r for r in REQUIREMENTS if r.group == "sessions"])
+    outcome = result.outcomes["LMB-MODE-002"]
+    assert outcome.status is Status.FAIL, outcome.detail
+    assert "an answer to session/set_mode to 'code'" in outcome.detail and "no answer within 5 s" in outcome.detail
+    later = {"LMB-CONFIG-001", "LMB-CONFIG-002", "LMB-SESS-002", "LMB-EXT-004", "LMB-SESS-004", "LMB-SESS-003"}
+    assert later <= _with(result, Status.PASS), {rid: result.outcomes[rid].detail for rid in later}
+
+
+@wire
+async def test_mode_002_judges_the_mode_updates_sent_after_the_set_back(tmp_path: Path) -> None:
+    """With --reports-first-mode-change the test agent reports the change to another mode, and not the change back
+    (the spec requires no report): nothing came after the set-back request, and that passes."""
+    result = await run_kit(_settings(tmp_path, "--reports-first-mode-change"), select(["MODE"], None))
+    outcome = result.outcomes["LMB-MODE-002"]
+    assert outcome.status is Status.PASS, outcome.detail
+    assert "after the set-back, no current_mode_update" in outcome.detail
+
+
+@wire
+@pytest.mark.parametrize(
+    ("defect", "method", "key", "values"),
+    [
+        ("refuses-other-modes", "session/set_mode", "modeId", ["ask", "code", "ask"]),
+        ("config-keeps-value", "session/set_config_option", "value", ["small", "large", "small"]),
+    ],
+)
+async def test_a_change_of_mode_or_option_that_failed_is_undone(
+    tmp_path: Path, defect: str, method: str, key: str, values: list[str]
+) -> None:
+    """Set to its current value (MODE-001, CONFIG-001), then to another, which fails: the kit sets it back to the
+    value it had (the set-back of MODE-002, CONFIG-002 was never sent)."""
+    result = await run_kit(_settings(tmp_path, "--defect", defect), select(["MODE", "CONFIG"], None))
+    sent = [m["params"][key] for m in _sent(result.groups["sessions"]) if m.get("method") == method]
+    assert sent == values
 
 
 @wire
@@ -391,3 +458,135 @@ async def test_the_kit_starts_the_initialize_group_once(tmp_path: Path, monkeypa
     monkeypatch.setattr(kit, "run_group", counting)
     await run_kit(_settings(tmp_path), select(["INIT", "RPC-001"], None))
     assert started == ["initialize", "negotiation", "robustness"], started  # (INIT-003 is negotiation's)
+
+
+async def test_a_client_terminal_being_started_is_not_taken_for_a_process_of_the_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between its spawn and its listing in ``created``, a terminal's process runs unlisted: a scan for the command's
+    processes then decides nothing, and once it is listed it is the kit's, not the agent's."""
+    from bridge.conform.checks import _CommandProcesses
+
+    followed = tmp_path / f"conform-follow-{uuid.uuid4().hex}.log"
+    followed.touch()
+    terminals = ClientTerminals(str(tmp_path))
+    watch = _CommandProcesses(followed.name, terminals)
+    spawned, release, listed = trio.Event(), trio.Event(), trio.Event()
+    real = trio.lowlevel.open_process
+
+    async def held(*args: Any, **kwargs: Any) -> trio.Process:
+        process = await real(*args, **kwargs)  # (returns once the command runs: exec succeeded)
+        spawned.set()
+        await release.wait()
+        return process
+
+    async def create() -> None:
+        await terminals.answer("terminal/create", {"sessionId": "s", "command": "tail", "args": ["-f", str(followed)]})
+        listed.set()
+
+    monkeypatch.setattr(trio.lowlevel, "open_process", held)
+    async with trio.open_nursery() as nursery:
+        terminals.attach(nursery)
+        nursery.start_soon(create)
+        with trio.fail_after(HANG):
+            await spawned.wait()
+            assert await watch.scan() is None
+            release.set()
+            await listed.wait()
+            assert await watch.scan() == []
+        await terminals.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@wire
+async def test_the_cancelled_command_is_judged_by_the_terminal_that_runs_it(tmp_path: Path) -> None:
+    """With --pwd-first the test agent runs ``pwd`` in a terminal before the command's, and releases it once the
+    command is done: the command's own terminal, left running on the cancel, is what LMB-TERM-004 judges."""
+    wanted = [r for r in REQUIREMENTS if r.id in ("LMB-TERM-004", "LMB-CANCEL-005")]
+    result = await run_kit(_settings(tmp_path, "--pwd-first", "--defect", "keeps-terminal-on-cancel"), wanted)
+    assert result.outcomes["LMB-TERM-004"].status is Status.FAIL, result.outcomes["LMB-TERM-004"].detail
+    conformant = await run_kit(_settings(tmp_path, "--pwd-first"), wanted)
+    assert conformant.outcomes["LMB-TERM-004"].status is Status.PASS, conformant.outcomes["LMB-TERM-004"].detail
+
+
+async def test_the_commands_processes_are_the_agents_not_the_kits_nor_its_ancestors_nor_the_prompts(
+    tmp_path: Path,
+) -> None:
+    """The scan for the cancelled command finds it by the file's name (here a relative path), and leaves out the
+    kit's own terminals (by their session), the processes it is told are the agent and its ancestors, and those
+    that carry the prompt's text."""
+    from bridge.conform.checks import _ancestry, _CommandProcesses
+
+    followed = tmp_path / f"conform-follow-{uuid.uuid4().hex}.log"
+    followed.touch()
+    prompt = f"Run this shell command, then reply: done. tail -f {followed}"
+    terminals = ClientTerminals(str(tmp_path))
+    spawn = trio.lowlevel.open_process
+    async with trio.open_nursery() as nursery:
+        terminals.attach(nursery)
+        made = await terminals.answer(
+            "terminal/create", {"sessionId": "s", "command": "tail", "args": ["-f", str(followed)]}
+        )
+        assert "result" in made
+        own = await spawn(["tail", "-f", followed.name], cwd=tmp_path, start_new_session=True)
+        carrier = await spawn([sys.executable, "-c", "import sys; sys.stdin.read()", prompt], stdin=subprocess.PIPE)
+        ancestor = await spawn(["tail", "-f", str(followed)])
+        try:
+            watch = _CommandProcesses(followed.name, terminals, _ancestry(os.getpid()) | {ancestor.pid}, prompt)
+            found = await watch.decided(HANG)
+            assert [p.pid for p in found] == [own.pid], found
+            assert found[0].session == own.pid  # (a session of its own)
+            assert os.getppid() in _ancestry(os.getpid())
+        finally:
+            for process in (own, carrier, ancestor):
+                process.kill()
+                await process.wait()
+            await terminals.aclose()
+            nursery.cancel_scope.cancel()
+
+
+def test_config_002_changes_the_first_select_option_with_a_second_value_grouped_values_included() -> None:
+    from bridge.conform.checks import _option_to_switch, _select_values
+
+    grouped = {"id": "model", "type": "select", "currentValue": "a", "options": [
+        {"group": "small", "name": "Small", "options": [{"value": "a", "name": "A"}]},
+        {"group": "large", "name": "Large", "options": [{"value": "b", "name": "B"}, {"value": "c", "name": "C"}]},
+    ]}  # fmt: skip
+    assert _select_values(grouped) == ["a", "b", "c"]
+    options = [
+        {"id": "flag", "type": "boolean", "currentValue": True},  # not a select
+        {"id": "one", "currentValue": "x", "options": [{"value": "x", "name": "X"}]},  # a select: one value only
+        {"id": "unset", "type": "select", "options": [{"value": "p", "name": "P"}, {"value": "q", "name": "Q"}]},
+        grouped,
+        {"id": "later", "type": "select", "currentValue": "m", "options": [{"value": "m", "name": "M"},
+                                                                             {"value": "n", "name": "N"}]},
+    ]  # fmt: skip
+    assert _option_to_switch(options) == (grouped, "b")  # the second value is in its second group
+    assert _option_to_switch(options[:3]) is None
+
+
+def test_the_kits_client_answers_a_permission_request_with_the_kind_of_option_it_prefers(tmp_path: Path) -> None:
+    from bridge.conform.agent import ClientSide
+
+    always, once = {"optionId": "a", "kind": "allow_always"}, {"optionId": "o", "kind": "allow_once"}
+    reject, never = {"optionId": "r", "kind": "reject_once"}, {"optionId": "n", "kind": "reject_always"}
+
+    def chosen(answer: str, offered: list[dict[str, str]]) -> Any:
+        reply = ClientSide(tmp_path, permission_answer=answer).answer(
+            "session/request_permission", {"sessionId": "s", "options": offered}
+        )
+        return reply["result"]["outcome"] if isinstance(reply, dict) else reply
+
+    def selected(option: dict[str, str]) -> dict[str, str]:
+        return {"outcome": "selected", "optionId": option["optionId"]}
+
+    everything = [always, once, reject, never]
+    assert chosen("allow", everything) == selected(once)  # allow_once first, wherever it is listed
+    assert chosen("allow", [always, reject]) == selected(always)
+    assert chosen("always", everything) == selected(always)
+    assert chosen("always", [once, reject]) == selected(once)
+    assert chosen("reject", everything) == selected(reject)
+    assert chosen("reject", [always, never]) == selected(never)
+    assert chosen("allow", [reject, never]) == {"outcome": "cancelled"}  # nothing to allow with
+    assert chosen("cancelled", everything) == {"outcome": "cancelled"}
+    assert chosen("hold", everything) is None  # left for the kit to answer

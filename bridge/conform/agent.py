@@ -296,6 +296,10 @@ class LiveAgent:
         return None
 
     @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
     def returncode(self) -> int | None:
         return self._process.returncode
 

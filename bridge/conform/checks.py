@@ -11,11 +11,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -477,37 +478,61 @@ def _options_by_id(answer: Answer) -> dict[Any, dict[str, Any]]:
 
 
 async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
-    """session/set_mode to the first other available mode, then back. The current_mode_update notifications the
-    agent sends meanwhile (it need not send any) must end on the mode it was set back to."""
+    """session/set_mode to the first other available mode, then back. The last current_mode_update the agent sends
+    after the set-back request (it need not send any) must name the mode set back: what came before that request
+    is about the first change, which the set-back supersedes."""
     current = modes["currentModeId"]
     available = [m.get("id") for m in modes.get("availableModes") or () if isinstance(m, dict)]
     other = next((mode for mode in available if isinstance(mode, str) and mode != current), None)
     if other is None:
         g.run.set("LMB-MODE-002", Status.SKIPPED, "its sessions offer one mode")
         return
-    seen = len(g.agent.notifications)
+    failed: tuple[str, str] | None  # (expected, got)
     for mode in (other, current):
-        answer = await g.request("session/set_mode", {"sessionId": session, "modeId": mode})
-        problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
-        if problems:
-            g.run.fail("LMB-MODE-002", f"a valid SetSessionModeResponse to {mode!r}", problems)
+        request_id = await g.agent.start_request("session/set_mode", {"sessionId": session, "modeId": mode})
+        try:
+            answer = await g.agent.answer(request_id, g.settings.timeout)
+        except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
+            failed = (f"an answer to session/set_mode to {mode!r}", str(exc))
+        else:
+            problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
+            failed = (f"a valid SetSessionModeResponse to {mode!r}", problems) if problems else None
+        if failed is not None:
+            g.run.fail("LMB-MODE-002", *failed)
+            if mode == other:  # the set-back was never sent
+                await _restore(g, "session/set_mode", {"sessionId": session, "modeId": current})
             return
 
     def said() -> list[Any]:
+        """What the current_mode_updates since the set-back request (``request_id``, the loop's last) named."""
+        transcript = g.agent.transcript
         return [
-            m["params"]["update"].get("currentModeId")
-            for m in g.agent.notifications[seen:]
-            if _is_update(m, session) and _update_kind(m) == "current_mode_update"
+            line.message["params"]["update"].get("currentModeId")
+            for line in transcript[_sent_index(transcript, request_id) + 1 :]
+            if line.dir == "in"
+            and _is_update(line.message, session)
+            and _update_kind(line.message) == "current_mode_update"
         ]
 
     if said():  # it reports client-made changes: wait for the last report
         await trio.sleep(LATE_UPDATE_WINDOW)
     reported = said()
     if reported and reported[-1] != current:
-        g.run.fail("LMB-MODE-002", f"current_mode_update ending on {current!r} (set back to it)", f"{reported}")
+        expected = f"the last current_mode_update after the set-back naming {current!r}"
+        g.run.fail("LMB-MODE-002", expected, f"after it: {reported}")
     else:
         how = f"current_mode_update {reported}" if reported else "no current_mode_update (none is required)"
-        g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; {how}")
+        g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; after the set-back, {how}")
+
+
+async def _restore(g: _Group, method: str, params: dict[str, Any]) -> None:
+    """Put a mode or option back after a change that failed before its set-back, in case it was taken all the same:
+    an agent may keep it beyond the session, as the default of the user's next. Not judged; a hang here only costs
+    the wait."""
+    try:
+        await g.request(method, params)
+    except TimeoutError:
+        pass
 
 
 def _select_values(option: dict[str, Any]) -> list[Any]:
@@ -521,27 +546,45 @@ def _select_values(option: dict[str, Any]) -> list[Any]:
     return values
 
 
-async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]]) -> None:
-    """The first select option with another value: set to it, then back; each answer has the value set."""
+def _option_to_switch(options: list[dict[str, Any]]) -> tuple[dict[str, Any], Any] | None:
+    """The first select option (the type when none is given) with a current value and another, its groups' values
+    included; with that other value."""
     for option in options:
         if option.get("type", "select") != "select" or "currentValue" not in option:
             continue
-        current = option["currentValue"]
-        other = next((value for value in _select_values(option) if value != current), None)
+        other = next((value for value in _select_values(option) if value != option["currentValue"]), None)
         if other is not None:
-            break
-    else:
+            return option, other
+    return None
+
+
+async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]]) -> None:
+    """The first select option with another value: set to it, then back; each answer has the value set."""
+    chosen = _option_to_switch(options)
+    if chosen is None:
         g.run.set("LMB-CONFIG-002", Status.SKIPPED, "no select config option has a second value")
         return
-    name = option.get("id")
+    option, other = chosen
+    current, name = option["currentValue"], option.get("id")
+    failed: tuple[str, str] | None  # (expected, got)
     for value in (other, current):
-        answer = await g.request("session/set_config_option", {"sessionId": session, "configId": name, "value": value})
-        if not answer.ok:
-            g.run.fail("LMB-CONFIG-002", f"{name} set to {value!r}", answer.describe())
-            return
-        got = _options_by_id(answer).get(name, {}).get("currentValue")
-        if got != value:
-            g.run.fail("LMB-CONFIG-002", f"{name}'s currentValue {value!r} in the answer", repr(got))
+        params = {"sessionId": session, "configId": name, "value": value}
+        try:
+            answer = await g.request("session/set_config_option", params)
+        except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
+            failed = (f"an answer to session/set_config_option of {name} to {value!r}", str(exc))
+        else:
+            got = _options_by_id(answer).get(name, {}).get("currentValue")
+            if not answer.ok:
+                failed = (f"{name} set to {value!r}", answer.describe())
+            elif got != value:
+                failed = (f"{name}'s currentValue {value!r} in the answer", repr(got))
+            else:
+                failed = None
+        if failed is not None:
+            g.run.fail("LMB-CONFIG-002", *failed)
+            if value == other:  # the set-back was never sent
+                await _restore(g, "session/set_config_option", {**params, "value": current})
             return
     g.run.set("LMB-CONFIG-002", Status.PASS, f"{name}: {current!r} → {other!r} → {current!r}")
 
@@ -796,7 +839,11 @@ async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
     model request carries the first turn's prompt as well as its own (when the kit sees the model's requests)."""
     run = g.run
     params = {"sessionId": session, "cwd": str(g.settings.workspace), "mcpServers": []}
-    answer = await g.request("session/fork", params)
+    try:  # (a hang is judged here: the group goes on to load and resume, which do not build on the fork)
+        answer = await g.request("session/fork", params)
+    except TimeoutError as exc:
+        run.fail("LMB-SESS-012", "an answer to session/fork", str(exc))
+        return
     problems = _invalid("ForkSessionResponse", answer, g.settings.schema)
     fork = answer.field("sessionId")
     if problems:
@@ -806,7 +853,11 @@ async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
         run.fail("LMB-SESS-012", "a new session id", f"{fork!r}, the forked session's own")
         return
     asked = len(model.requests()) if model.requests else 0
-    reply = await g.request("session/prompt", model.prompt(str(fork), "short"))
+    try:
+        reply = await g.request("session/prompt", model.prompt(str(fork), "short"))
+    except TimeoutError as exc:
+        run.fail("LMB-SESS-012", "an answer to the fork's prompt", str(exc))
+        return
     if not reply.ok:  # (whether its stop reason is valid is LMB-PROMPT-001's)
         run.fail("LMB-SESS-012", "the fork's prompt answered", reply.describe())
         return
@@ -1053,14 +1104,24 @@ def _tool_call_problems(messages: list[dict[str, Any]], *, ended: bool) -> list[
 _PERMISSION_IDS = ("LMB-PERM-001", "LMB-PERM-002", "LMB-PERM-003", "LMB-PERM-004")
 
 
+_PERMISSION_FILES = ("rejected", "cancelled", "always")  # conform-NAME-TOKEN: what each check's command touches
+
+
 async def _group_permissions(g: _Group) -> None:
-    run = g.run
-    client = g.agent.client
     opened = await _model_session(g)
     if opened is None:
         return
     model, session = opened
     token = uuid.uuid4().hex[:8]
+    try:
+        await _permissions(g, model, session, token)
+    finally:  # (the workspace may be the user's: --workspace)
+        for name in _PERMISSION_FILES:
+            Path(g.settings.workspace, f"conform-{name}-{token}").unlink(missing_ok=True)
+
+
+async def _permissions(g: _Group, model: ModelDriver, session: str, token: str) -> None:
+    run, client = g.run, g.agent.client
     rejected = Path(g.settings.workspace, f"conform-rejected-{token}")
     client.permission_answer = "reject"
     await g.request("session/prompt", model.prompt(session, "shell", command=f"touch {rejected}"))
@@ -1278,8 +1339,8 @@ def _judge_what_reached(g: _Group, model: ModelDriver, token: str, terminals: li
 async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
     """In a session of its own: a command that would run for minutes, cancelled once it runs — in a client
     terminal (LMB-TERM-004: the agent should stop it with terminal/kill, or terminal/release, which kills) or in a
-    process of the agent's own (LMB-CANCEL-005: found by its unique command line; gone by the time the prompt is
-    answered, or right after)."""
+    process of the agent's own (LMB-CANCEL-005: found by the followed file's name on its command line; gone by the
+    time the prompt is answered, or right after)."""
     run = g.run
     session = await g.new_session(None)
     if session is None:
@@ -1289,28 +1350,41 @@ async def _stopped_on_cancel(g: _Group, model: ModelDriver) -> None:
     # A command that runs until it is killed, named by a file no other process on the machine has open (an agent
     # may refuse a long standalone sleep: Claude Code does).
     followed = Path(g.settings.workspace, f"conform-follow-{uuid.uuid4().hex[:8]}.log")
+    prompt = model.prompt(session, "shell", command=f"tail -f {followed}")
+    # The command's processes are found by the file's name, not its path: the name's random token makes it as
+    # unique on the machine as the path, and it is found however the agent spells the path (relative to its cwd,
+    # through a symlink, resolved), where the whole path is not.
+    text = " ".join(block["text"] for block in prompt["prompt"] if block.get("type") == "text")
+    watch = _CommandProcesses(followed.name, g.agent.client.terminals, _ancestry(g.agent.pid), text)
     followed.touch()
     try:
-        await _cancel_the_command(g, model, session, followed)
+        await _cancel_the_command(g, session, prompt, watch)
     finally:
+        # Whatever was decided, nothing of the command outlives the check: what the agent left running in a session
+        # of its own would outlive its process group, and the kit. (The kit's own terminals it stops itself.)
+        with trio.CancelScope(shield=True):
+            try:
+                killed = await watch.kill_left(g.settings.timeout)
+            except TimeoutError:
+                killed = []
         followed.unlink(missing_ok=True)
+        outcome = run.outcomes.get("LMB-CANCEL-005")
+        if killed and outcome is not None:
+            said = f"the kit then killed what was still running: {'; '.join(map(str, killed))[:300]}"
+            outcome.detail = f"{outcome.detail}; {said}" if outcome.detail else said
 
 
-async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, followed: Path) -> None:
+async def _cancel_the_command(g: _Group, session: str, prompt: dict[str, Any], watch: _CommandProcesses) -> None:
     run, terminals = g.run, g.agent.client.terminals
     before, seen = len(terminals.created), len(g.agent.notifications)
-    request_id = await g.agent.start_request(
-        "session/prompt", model.prompt(session, "shell", command=f"tail -f {followed}")
-    )
+    request_id = await g.agent.start_request("session/prompt", prompt)
 
     def terminal() -> Terminal | None:
-        return next((t for t in terminals.created[before:] if t.session == session), None)
+        """The session's terminal that runs the command (an agent may run others beside it, before it)."""
+        return next((t for t in terminals.created[before:] if t.session == session and _runs(t, watch.marker)), None)
 
-    async def agent_processes() -> list[str]:
-        """The command's processes but those of the kit's own terminals (each a session of its own). The scan
-        reads a file of every process on the machine: in a thread, so the kit answers the agent meanwhile."""
-        kits = {t.process.pid for t in terminals.created}
-        return await trio.to_thread.run_sync(_processes_with, str(followed), kits)
+    async def agent_processes() -> list[_Process]:
+        return await watch.decided(g.settings.timeout)
 
     async def started() -> bool:
         return terminal() is not None or g.agent.answered(request_id) is not None or bool(await agent_processes())
@@ -1352,8 +1426,14 @@ async def _cancel_the_command(g: _Group, model: ModelDriver, session: str, follo
     elif used is not None:
         run.fail(requirement, "terminal/kill or terminal/release", "the command was left running")
     else:
-        left = "; ".join(await agent_processes())[:300]
+        left = "; ".join(map(str, await agent_processes()))[:300]
         run.fail(requirement, "no process of the command left", f"still running: {left}")
+
+
+def _runs(terminal: Terminal, marker: str) -> bool:
+    """Whether the terminal's command line (its command and arguments, as the agent sent them) contains ``marker``."""
+    parts = (terminal.request.get("command"), *(terminal.request.get("args") or ()))
+    return any(isinstance(part, str) and marker in part for part in parts)
 
 
 async def _poll(condition: Callable[[], Awaitable[bool]], timeout: float) -> bool:
@@ -1365,25 +1445,100 @@ async def _poll(condition: Callable[[], Awaitable[bool]], timeout: float) -> boo
     return False
 
 
-def _processes_with(marker: str, but_sessions: set[int]) -> list[str]:
-    """The command lines of this machine's processes that contain ``marker``, but for those in the sessions
-    ``but_sessions`` (Linux's /proc; none elsewhere)."""
+@dataclass(frozen=True)
+class _Process:
+    """One process of the machine, as /proc shows it."""
+
+    pid: int
+    session: int  # its session's id
+    argv: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.pid}: {' '.join(self.argv)}"
+
+
+@dataclass
+class _CommandProcesses:
+    """The processes of the kit's long command that the agent runs itself: those whose command line contains
+    ``marker``, but
+    - those in the sessions of the kit's own terminals (each runs in a session of its own): the kit's, and judged
+      as terminals;
+    - ``ancestry``, the agent's process and its ancestors (the kit's among them): their command lines were set
+      before the file existed, so they name it only by accident, and they are never the command;
+    - those with an argument that carries ``prompt``, the prompt's text: an adapter that hands the turn to a CLI
+      of its own (``cli -p PROMPT``) names the file on that CLI's command line without running the command.
+    """
+
+    marker: str
+    terminals: ClientTerminals
+    ancestry: frozenset[int] = frozenset()
+    prompt: str | None = None
+
+    async def scan(self) -> list[_Process] | None:
+        """What runs now; None (not decided) while a kit terminal is being started, since its process may be among
+        those found before it is listed as the kit's. The scan reads a file of every process on the machine: in a
+        thread, so the kit answers the agent meanwhile."""
+        found = await trio.to_thread.run_sync(_processes_with, self.marker, self.ancestry)
+        if self.terminals.spawning:
+            return None
+        kits = {t.process.pid for t in self.terminals.created}  # (read after the scan: it lists what started during it)
+        prompt = self.prompt
+        return [p for p in found if p.session not in kits and not (prompt and any(prompt in a for a in p.argv))]
+
+    async def kill_left(self, timeout: float) -> list[_Process]:
+        """SIGKILL each process of the command still running; those signalled. Each alone, not its group: a command
+        left in the agent's own process group would take the agent with it."""
+        killed = []
+        for process in await self.decided(timeout):
+            try:
+                os.kill(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.append(process)
+        return killed
+
+    async def decided(self, timeout: float) -> list[_Process]:
+        """``scan``, again once no kit terminal is being started (a start takes milliseconds)."""
+        with trio.move_on_after(timeout):
+            while (found := await self.scan()) is None:
+                await self.terminals.settled()
+            return found
+        raise TimeoutError(f"a client terminal was still being started after {timeout:g} s")
+
+
+def _processes_with(marker: str, but_pids: Collection[int] = ()) -> list[_Process]:
+    """This machine's processes whose command line contains ``marker``, but ``but_pids`` and the kit's own process
+    (Linux's /proc; none elsewhere)."""
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid() or int(entry.name) in but_pids:
             continue
         try:
             with open(os.path.join(entry.path, "cmdline"), "rb") as handle:
-                line = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            if marker not in line:
+                argv = tuple(handle.read().decode(errors="replace").split("\0"))
+            if argv and not argv[-1]:  # (each argument ends with a NUL)
+                argv = argv[:-1]
+            if not any(marker in arg for arg in argv):
                 continue
             with open(os.path.join(entry.path, "stat"), "rb") as handle:  # pid (comm) state ppid pgrp session …
                 session = int(handle.read().rsplit(b")", 1)[1].split()[3])
         except (OSError, ValueError, IndexError):
             continue
-        if session not in but_sessions:
-            found.append(f"{entry.name}: {line}")
+        found.append(_Process(int(entry.name), session, argv))
     return found
+
+
+def _ancestry(pid: int) -> frozenset[int]:
+    """``pid`` and its ancestors, up to the first process (Linux's /proc; ``pid`` alone elsewhere)."""
+    found = {pid}
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:  # pid (comm) state ppid …
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.add(pid)
+    return frozenset(found)
 
 
 def _judge_file_requests(g: _Group, session: str, files: list[tuple[str, Any]]) -> None:
@@ -1722,6 +1877,11 @@ def _judge_client_calls(run: GroupRun, client: ClientSide) -> None:
 
 def _request_id(message: Any) -> Any:
     return message.get("id") if isinstance(message, dict) and "method" in message else None
+
+
+def _sent_index(transcript: list[TranscriptLine], request_id: int) -> int:
+    """Where our request ``request_id`` is in the transcript."""
+    return next(i for i, line in enumerate(transcript) if line.dir == "out" and _request_id(line.message) == request_id)
 
 
 def _answer_index(transcript: list[TranscriptLine], request_id: int) -> int:

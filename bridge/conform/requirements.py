@@ -283,7 +283,8 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         "LMB-MODE-002",
         M,
         "a session that offers more than one mode takes session/set_mode to another of them (and back): a valid "
-        "SetSessionModeResponse each time, and any current_mode_update sent meanwhile names the mode set",
+        "SetSessionModeResponse each time, and the last current_mode_update sent after the set-back request (none "
+        "is required) names the mode set back",
         "sessions",
         (
             DOCS + "session-modes#from-the-client",

@@ -83,6 +83,10 @@ class ClientTerminals:
         """``cwd``: where a command runs when the agent names none (the session's); ``env``: the environment
         commands start from (the agent's own, without what the kit keeps from it), then the agent's variables."""
         self.created: list[Terminal] = []  # in order, released ones included
+        # Terminals being started: from the spawn until the terminal is in ``created`` its process may already run,
+        # unlisted. What scans the machine's processes cannot tell it from anyone else's meanwhile.
+        self.spawning = 0
+        self._spawned = trio.Event()  # set (and replaced) whenever a start ends
         self._cwd = cwd
         self._env = dict(env if env is not None else os.environ)
         self._by_id: dict[str, Terminal] = {}
@@ -130,6 +134,7 @@ class ClientTerminals:
         env = {**self._env, **{v["name"]: v["value"] for v in variables}}
         limit = params.get("outputByteLimit")
         limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0 else DEFAULT_OUTPUT_LIMIT
+        self.spawning += 1
         try:
             process = await trio.lowlevel.open_process(
                 [command, *args],
@@ -143,12 +148,21 @@ class ClientTerminals:
         except (OSError, ValueError) as exc:
             message = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             return {"error": {"code": -32603, "message": f"cannot run {command!r}: {message}"}}
+        finally:
+            self.spawning -= 1  # (nothing below awaits before the terminal is in ``created``)
+            self._spawned.set()
+            self._spawned = trio.Event()
         terminal = Terminal(f"term-{uuid.uuid4().hex[:12]}", str(params.get("sessionId")), params, process, limit)
         self.created.append(terminal)
         self._by_id[terminal.id] = terminal
         assert self._nursery is not None, "attach() first"
         self._nursery.start_soon(self._read, terminal)
         return {"result": {"terminalId": terminal.id}}
+
+    async def settled(self) -> None:
+        """Return once no terminal is being started (``spawning`` is 0)."""
+        while self.spawning:
+            await self._spawned.wait()
 
     async def _read(self, terminal: Terminal) -> None:
         stdout = terminal.process.stdout
