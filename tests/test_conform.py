@@ -72,7 +72,9 @@ async def test_the_conformant_test_agent_passes_everything_that_applies(tmp_path
     assert "not advertised" in result.outcomes["LMB-SESS-005"].detail
     assert "client terminal" in result.outcomes["LMB-CANCEL-005"].detail
     assert result.verdict().conformant
-    assert not list((tmp_path / "workspace").glob("conform-*")), "what the checks' commands made is left"
+    workspace = tmp_path / "workspace"
+    assert not list(workspace.glob("conform-*")), "what the checks' commands made is left"
+    assert not list(workspace.glob(".conform-*")), "the MCP probe's log is left"
 
 
 @wire

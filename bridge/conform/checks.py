@@ -1001,9 +1001,16 @@ async def _http_tools(g: _Group) -> None:
 
 
 async def _stdio_tools(g: _Group) -> None:
-    run = g.run
     token = f"conform-{uuid.uuid4().hex[:8]}"
     log = Path(g.settings.workspace, f".conform-mcp-{token}.ndjson")
+    try:
+        await _judge_stdio_tools(g, token, log)
+    finally:  # (the workspace may be the user's: --workspace; the probe keeps its file open, which is no matter)
+        log.unlink(missing_ok=True)
+
+
+async def _judge_stdio_tools(g: _Group, token: str, log: Path) -> None:
+    run = g.run
     opened = await _model_session(g, mcpServers=[_probe_server(log)])
     if opened is None:
         return
