@@ -60,6 +60,8 @@ DEFECTS: dict[str, set[str]] = {
     "refuses-other-modes": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: an error
     "stale-mode-update": {"LMB-MODE-002"},  # reports each change with a current_mode_update naming the old mode
     "hangs-on-mode-change": {"LMB-MODE-002"},  # session/set_mode to any mode but the one it is in: never answered
+    "hangs-on-set-mode": {"LMB-MODE-001", "LMB-MODE-002"},  # set_mode never answered: the switch is not tried
+    "hangs-on-set-config": {"LMB-CONFIG-001", "LMB-CONFIG-002"},  # set_config_option never answered: nor the switch
     "partial-config-answer": {"LMB-CONFIG-001"},  # set_config_option answered with the changed option only
     "config-keeps-value": {"LMB-CONFIG-002"},  # set_config_option answered with the option's value unchanged
     "relative-read-path": {"LMB-FS-001"},  # fs/read_text_file with a path relative to the cwd
@@ -424,7 +426,7 @@ def _prompt(request_id: Any, params: dict[str, Any]) -> None:
 def _set_mode(request_id: Any, params: dict[str, Any]) -> None:
     session = _sessions.get(params.get("sessionId")) or {}
     current, mode = session.get("mode", _MODES["currentModeId"]), params.get("modeId")
-    if mode != current and "hangs-on-mode-change" in _defects:
+    if "hangs-on-set-mode" in _defects or (mode != current and "hangs-on-mode-change" in _defects):
         return
     refused = "refuses-its-mode" if mode == current else "refuses-other-modes"
     if refused in _defects or mode not in {m["id"] for m in _MODES["availableModes"]}:
@@ -518,6 +520,8 @@ def _handle(message: dict[str, Any]) -> None:
     elif method == "session/set_mode":
         _set_mode(request_id, params)
     elif method == "session/set_config_option":
+        if "hangs-on-set-config" in _defects:
+            return
         session = _sessions.get(params.get("sessionId")) or {}
         values = session.setdefault("options", {o["id"]: o["currentValue"] for o in _OPTIONS})
         if params.get("configId") in values and "config-keeps-value" not in _defects:

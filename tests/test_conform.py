@@ -28,6 +28,8 @@ from bridge.conform.terminals import ClientTerminals, keep_last
 from tests.conform_agent import DEFECTS
 
 AGENT = str(Path(__file__).with_name("conform_agent.py"))
+# How long the kit waits for an answer a hang defect never gives; the test agent answers everything else at once.
+HANG_WAIT = 5
 
 wire = pytest.mark.wire  # agents as processes: make test; make check runs the smoke ones
 
@@ -80,7 +82,10 @@ async def test_the_conformant_test_agent_passes_everything_that_applies(tmp_path
 @wire
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 async def test_each_defect_is_found_and_nothing_else(tmp_path: Path, defect: str) -> None:
-    result = await run_kit(_settings(tmp_path, "--defect", defect), list(REQUIREMENTS))
+    settings = _settings(tmp_path, "--defect", defect)
+    if defect.startswith("hangs-"):
+        settings.timeout = HANG_WAIT  # the answer that never comes, waited for once (the others come at once)
+    result = await run_kit(settings, list(REQUIREMENTS))
     failing = _with(result, Status.FAIL, Status.NOT_TESTED)
     assert failing == DEFECTS[defect], {rid: result.outcomes[rid].detail for rid in failing}
     for rid in failing:
@@ -127,12 +132,35 @@ async def test_what_the_agent_leaves_of_the_cancelled_command_is_killed_by_the_k
 @wire
 async def test_a_mode_change_never_answered_fails_mode_002_and_the_rest_of_the_group_is_judged(tmp_path: Path) -> None:
     settings = _settings(tmp_path, "--defect", "hangs-on-mode-change")
-    settings.timeout = 5  # how long the kit waits for the answer that never comes (the others come at once)
+    settings.timeout = HANG_WAIT
     result = await run_kit(settings, [r for r in REQUIREMENTS if r.group == "sessions"])
     outcome = result.outcomes["LMB-MODE-002"]
     assert outcome.status is Status.FAIL, outcome.detail
     assert "an answer to session/set_mode to 'code'" in outcome.detail and "no answer within 5 s" in outcome.detail
     later = {"LMB-CONFIG-001", "LMB-CONFIG-002", "LMB-SESS-002", "LMB-EXT-004", "LMB-SESS-004", "LMB-SESS-003"}
+    assert later <= _with(result, Status.PASS), {rid: result.outcomes[rid].detail for rid in later}
+
+
+@wire
+@pytest.mark.parametrize(
+    ("defect", "failed", "not_tried", "later"),
+    [
+        ("hangs-on-set-mode", "LMB-MODE-001", "LMB-MODE-002", {"LMB-CONFIG-001", "LMB-CONFIG-002", "LMB-SESS-002"}),
+        ("hangs-on-set-config", "LMB-CONFIG-001", "LMB-CONFIG-002", {"LMB-SESS-002", "LMB-EXT-004", "LMB-SESS-004"}),
+    ],
+)
+async def test_a_set_to_the_current_value_never_answered_fails_that_requirement_alone(
+    tmp_path: Path, defect: str, failed: str, not_tried: str, later: set[str]
+) -> None:
+    """MODE-001's or CONFIG-001's own request hangs: that requirement fails, the switch that would follow it is not
+    tried (NOT_TESTED, saying why), and the group's other requirements are still judged."""
+    settings = _settings(tmp_path, "--defect", defect)
+    settings.timeout = HANG_WAIT
+    result = await run_kit(settings, [r for r in REQUIREMENTS if r.group == "sessions"])
+    outcome = result.outcomes[failed]
+    assert outcome.status is Status.FAIL and f"no answer within {HANG_WAIT} s" in outcome.detail, outcome.detail
+    untried = result.outcomes[not_tried]
+    assert untried.status is Status.NOT_TESTED and "went unanswered" in untried.detail, untried.detail
     assert later <= _with(result, Status.PASS), {rid: result.outcomes[rid].detail for rid in later}
 
 

@@ -444,9 +444,14 @@ async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> N
     to another value and back (the change is taken, and what the agent says of it agrees)."""
     modes = opened.get("modes")
     if isinstance(modes, dict) and isinstance(modes.get("currentModeId"), str):
-        answer = await g.request("session/set_mode", {"sessionId": session, "modeId": modes["currentModeId"]})
-        _judge(g.run, "LMB-MODE-001", "SetSessionModeResponse", answer, g.settings.schema)
-        await _mode_switch(g, session, modes)
+        params = {"sessionId": session, "modeId": modes["currentModeId"]}
+        answer = await _answer_or_fail(g, "LMB-MODE-001", "session/set_mode", params)
+        if answer is None:
+            why = "not tried: session/set_mode to the current mode went unanswered (LMB-MODE-001)"
+            g.run.set("LMB-MODE-002", Status.NOT_TESTED, why)
+        else:
+            _judge(g.run, "LMB-MODE-001", "SetSessionModeResponse", answer, g.settings.schema)
+            await _mode_switch(g, session, modes)
     else:
         g.run.set("LMB-MODE-001", Status.SKIPPED, "its sessions offer no modes")
         g.run.set("LMB-MODE-002", Status.SKIPPED, "its sessions offer no modes")
@@ -457,7 +462,11 @@ async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> N
         g.run.set("LMB-CONFIG-002", Status.SKIPPED, "its sessions offer no select config option")
         return
     params = {"sessionId": session, "configId": select.get("id"), "value": select["currentValue"]}
-    answer = await g.request("session/set_config_option", params)
+    answer = await _answer_or_fail(g, "LMB-CONFIG-001", "session/set_config_option", params)
+    if answer is None:
+        why = "not tried: session/set_config_option to the current value went unanswered (LMB-CONFIG-001)"
+        g.run.set("LMB-CONFIG-002", Status.NOT_TESTED, why)
+        return
     problems = _invalid("SetSessionConfigOptionResponse", answer, g.settings.schema)
     listed = _options_by_id(answer)
     missing = [o.get("id") for o in options if o.get("id") not in listed]
@@ -471,6 +480,16 @@ async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> N
     else:
         g.run.set("LMB-CONFIG-001", Status.PASS, f"{len(listed)} option(s)")
     await _config_switch(g, session, options)
+
+
+async def _answer_or_fail(g: _Group, requirement: str, method: str, params: dict[str, Any]) -> Answer | None:
+    """The agent's answer; None, with ``requirement`` failed, when none came in time. The group goes on: a hang
+    here is this requirement's failure, not the end of the others'."""
+    try:
+        return await g.request(method, params)
+    except TimeoutError as exc:
+        g.run.fail(requirement, f"an answer to {method}", str(exc))
+        return None
 
 
 def _options_by_id(answer: Answer) -> dict[Any, dict[str, Any]]:
