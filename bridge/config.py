@@ -453,7 +453,10 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
             raise locate.error("must be an absolute path", f"{table}.cwd")
     for key, limit in _AGENT_NUMBER_LIMITS.items():
         # Compared before any conversion: a 4,300-digit integer or inf must be an error here, not an overflow later.
-        if key in values and not 0 < values[key] <= limit:
+        if key in _ZERO_SECONDS:
+            if key in values and not 0 <= values[key] <= limit:
+                raise locate.error(f"must be 0 or more and at most {limit:,}", f"{table}.{key}")
+        elif key in values and not 0 < values[key] <= limit:
             raise locate.error(f"must be positive and at most {limit:,}", f"{table}.{key}")
     values.update(
         id=agent_id,
@@ -472,6 +475,7 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
 
 
 _SECONDS_OR_NONE = {"tool_batch_idle"}  # settings whose default (None) is decided elsewhere; given, they are seconds
+_ZERO_SECONDS = {"tool_batch_idle"}  # seconds where 0 means "do not wait"
 
 
 def _settings(cls: Any, raw: Any, locate: "_Locator", table: str, *, zero: bool = False) -> Any:
@@ -491,8 +495,13 @@ def _settings(cls: Any, raw: Any, locate: "_Locator", table: str, *, zero: bool 
             ok = isinstance(value, bool)
             expected = "true or false"
         elif isinstance(default, float):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_SECONDS
-            expected = f"a positive number up to {MAX_SECONDS:,}"
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key in _ZERO_SECONDS:
+                ok = number and 0 <= value <= MAX_SECONDS
+                expected = f"a number from 0 up to {MAX_SECONDS:,}"
+            else:
+                ok = number and 0 < value <= MAX_SECONDS
+                expected = f"a positive number up to {MAX_SECONDS:,}"
             value = float(value) if ok else value
         elif isinstance(default, int):
             ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if zero else value > 0)

@@ -172,11 +172,16 @@ def test_tool_batch_idle_is_the_agents_then_the_sessions_then_the_known_agents()
     own = agent_from_mapping("c", {**codex, "toolBatchIdle": 1})  # an editor's camelCase, an integer
     assert own.tool_batch_idle == 1.0 and isinstance(own.tool_batch_idle, float)
     assert tool_batch_idle(own, given) == 1.0
-    for wrong in (0, -1, True, "fast", 10**9):
+    for wrong in (-1, -0.001, True, "fast", 10**9, float("nan")):
         with pytest.raises(ConfigError, match="tool_batch_idle"):
             agent_from_mapping("c", {**codex, "tool_batch_idle": wrong})
-    with pytest.raises(ConfigError, match=r"sessions\.tool_batch_idle.*positive number"):
+    with pytest.raises(ConfigError, match=r"sessions\.tool_batch_idle.*a number from 0"):
         parse_config("[sessions]\ntool_batch_idle = 'soon'\n")
+    with pytest.raises(ConfigError, match=r"sessions\.tool_batch_idle"):
+        parse_config("[sessions]\ntool_batch_idle = -1\n")
+    # 0: no wait, each call goes to the editor as it comes (a model that streams its calls loses nothing by it)
+    assert tool_batch_idle(agent_from_mapping("c", {**codex, "tool_batch_idle": 0}), given) == 0.0
+    assert parse_config("[sessions]\ntool_batch_idle = 0\n").sessions.tool_batch_idle == 0.0
 
 
 @pytest.mark.parametrize(

@@ -140,6 +140,27 @@ def test_calls_reported_running_end_the_batch_an_idle_gap_after_all_have_arrived
     assert end.pending_calls == ("lmb_1", "lmb_2")  # 21 ms apart (Codex over HTTP): one batch
 
 
+def test_with_no_idle_time_each_call_goes_out_at_once_but_a_call_reported_running_is_awaited() -> None:
+    """``tool_batch_idle = 0``: the batch ends when its call arrives (the actor ticks in the same step, after taking
+    what is queued already), unless a call the agent reported running is still to come."""
+    machine = new_machine(batch_window=0.05, batch_idle=0.0)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+    assert machine.deadline == 10.0
+    (end,) = machine.handle(Tick(), 10.0)
+    assert end.pending_calls == ("lmb_1",)
+
+    machine = new_machine(batch_window=0.05, batch_idle=0.0)
+    machine.handle(EditorTurn(1, PROMPT), 0)
+    machine.handle(announced("c1", status="in_progress", title="Tool: editor/read_file"), 9.0)
+    machine.handle(announced("c2", status="in_progress", title="Tool: editor/read_file"), 9.0)
+    machine.handle(ToolInvocation("k1", "read_file", {"path": "a"}), 10.0)
+    assert machine.deadline == pytest.approx(10.05)
+    machine.handle(ToolInvocation("k2", "read_file", {"path": "b"}), 10.001)
+    (end,) = machine.handle(Tick(), 10.001)
+    assert end.pending_calls == ("lmb_1", "lmb_2")
+
+
 def test_calls_reported_only_as_they_arrive_never_end_a_batch_early() -> None:
     """Over the stdio relay Codex's MCP requests arrive with or before its reports: a report after the batch's
     first call says nothing of calls still to come, so the idle timer decides."""
