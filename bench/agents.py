@@ -46,7 +46,9 @@ each other with nothing of a bridge between them (its tools always over HTTP; no
 of itself before it starts the agent).
 ``--mcp-transport`` sets the agent's ``mcp_transport`` on the bridged side; given several (``stdio,http``), each is
 a side of every round, the first the verdicts', and rows named ``agent over <transport>`` compare the others with
-it: how ``mcp_transport = "auto"`` is chosen for each agent (docs/agents.md).
+it: how ``mcp_transport = "auto"`` is chosen for each agent (docs/agents.md). ``--agent-setting KEY=VALUE`` puts a
+key in the agent's table on lmbridge's side alone (``tool_batch_idle=0``): what a setting changes, against the same
+direct side and floor.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -98,6 +101,7 @@ BRIDGE_CPU = "bridge CPU per later tool turn"
 OWN_FIGURES = FIGURES[1:]  # lmbridge's own time is read off its traces for these (a cold start has no message before)
 TRACED_RUNS = 2  # bridged runs per agent with --trace-dir, after the paired ones: lmbridge's own time
 LMBRIDGE_TREE: Path | None = None  # --lmbridge-tree
+BRIDGED_SETTINGS: dict[str, Any] = {}  # --agent-setting: keys of the agent's table on lmbridge's side alone
 FLOORS = ("bare", "parts")  # --floor: bench/bare_floor.py (the standard library alone), bench/tool_floor.py
 FLOOR_FIGURES = {"bare": FIGURES, "parts": FIGURES[1:]}  # --floor: the rows of each
 clock = time.perf_counter
@@ -325,6 +329,8 @@ class Round:
         as configured)."""
         since = len(self.model.requests)
         table_, project = self.table()
+        if floor is None:
+            table_.update(BRIDGED_SETTINGS)
         if transport is not None:
             table_["mcp_transport"] = transport
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
@@ -383,6 +389,8 @@ class Round:
             samples.setdefault(BRIDGE_CPU, []).append(statistics.median(later_cpu))
         table_, project = self.table()
         table_["prestart"] = True
+        if floor is None:
+            table_.update(BRIDGED_SETTINGS)
         if transport is not None:
             table_["mcp_transport"] = transport
         config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
@@ -876,7 +884,21 @@ def main(argv: list[str] | None = None) -> int:
         default="stdio,same",
         help="the direct side's tool servers, the first the verdicts' (stdio, http, same; default stdio,same)",
     )
+    parser.add_argument(
+        "--agent-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a key of the agent's table on lmbridge's side alone, VALUE in TOML (tool_batch_idle=0): what a "
+        "setting changes, measured against the same direct side and floor; repeatable",
+    )
     args = parser.parse_args(argv)
+    for setting in args.agent_setting:
+        key, _, value = setting.partition("=")
+        try:
+            BRIDGED_SETTINGS[key.strip()] = tomllib.loads(f"value = {value.strip()}")["value"]
+        except tomllib.TOMLDecodeError as exc:
+            parser.error(f"--agent-setting {setting!r}: KEY=VALUE with VALUE in TOML ({exc})")
     transports: tuple[str | None, ...] = (None,)
     if args.mcp_transport is not None:
         transports = tuple(t for t in args.mcp_transport.split(",") if t)
