@@ -157,13 +157,13 @@ def test_each_command_keeps_its_own_log_level_default() -> None:
 
 
 def test_tool_batch_idle_is_the_agents_then_the_sessions_then_the_known_agents() -> None:
-    """Codex, which reports each call only as it makes it, waits 5 ms for another (measured, docs/tools.md); every
-    other agent 15 ms; the config's word wins, the agent's own over [sessions]."""
+    """Codex, which reports each call only as it makes it, as its model streams it, waits for no other (measured,
+    docs/tools.md); every other agent 15 ms; the config's word wins, the agent's own over [sessions]."""
     codex = {"command": "npx", "args": ["-y", "@zed-industries/codex-acp@0.16.0"]}
     claude = {"command": "claude-agent-acp"}
     defaults = parse_config("[agents.codex]\ncommand = 'codex-acp'\n").sessions
     assert defaults.tool_batch_idle is None
-    assert tool_batch_idle(agent_from_mapping("c", codex), defaults) == 0.005
+    assert tool_batch_idle(agent_from_mapping("c", codex), defaults) == 0.0
     assert tool_batch_idle(agent_from_mapping("c", claude), defaults) == 0.015
     assert tool_batch_idle(None, defaults) == 0.015  # an agent no longer configured
     given = parse_config("[sessions]\ntool_batch_idle = 0.02\n").sessions
