@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".conform-cache"
@@ -169,7 +170,7 @@ def summary(report: dict[str, object]) -> dict[str, object]:
         passed = sum(1 for r in chosen if r["status"] == "PASS")
         judged = sum(1 for r in chosen if r["status"] in ("PASS", "FAIL"))
         counts[tier] = f"{passed}/{judged}"
-    failing = [f"{r['id']}: {r['detail'][:160]}" for r in requirements if r["status"] in ("FAIL", "NOT_TESTED")]
+    failing = _failing(requirements)
     info = agent.get("info") or {}
     methods = [m.get("id") for m in agent.get("authMethods") or () if isinstance(m, dict)]
     return {
@@ -180,6 +181,21 @@ def summary(report: dict[str, object]) -> dict[str, object]:
         "failing": failing,
         "auth": methods,
     }
+
+
+def _failing(requirements: list[dict[str, Any]]) -> list[str]:
+    """What failed or was not tested, each reason once with the requirements it stands for: an agent that hung or
+    exited leaves dozens NOT_TESTED for one reason ("not started: " marks those of groups that never began)."""
+    by_reason: dict[str, list[str]] = {}
+    for requirement in requirements:
+        if requirement["status"] in ("FAIL", "NOT_TESTED"):
+            reason = str(requirement["detail"]).removeprefix("not started: ")[:160]
+            by_reason.setdefault(reason, []).append(str(requirement["id"]))
+    return [f"{_named(ids)}: {reason}" for reason, ids in by_reason.items()]
+
+
+def _named(ids: list[str]) -> str:
+    return ", ".join(ids) if len(ids) <= 3 else f"{ids[0]} and {len(ids) - 1} more"
 
 
 def _verdict(verdict: dict[str, object], requirements: list[dict[str, object]]) -> str:

@@ -620,3 +620,27 @@ def test_the_kits_client_answers_a_permission_request_with_the_kind_of_option_it
     assert chosen("allow", [reject, never]) == {"outcome": "cancelled"}  # nothing to allow with
     assert chosen("cancelled", everything) == {"outcome": "cancelled"}
     assert chosen("hold", everything) is None  # left for the kit to answer
+
+
+def test_the_sweep_names_each_reason_once_with_the_requirements_it_stands_for() -> None:
+    """An agent that hung leaves dozens of requirements NOT_TESTED for one reason: its row in the sweep's table
+    says that reason once."""
+    from tests.conform_sweep import summary
+
+    hung = "the agent did not answer: no answer within 60 s"
+    requirements = [
+        {"id": "LMB-INIT-001", "tier": "MANDATORY", "status": "PASS", "detail": ""},
+        {"id": "LMB-SESS-001", "tier": "MANDATORY", "status": "NOT_TESTED", "detail": hung},
+        *(
+            {"id": f"LMB-PROMPT-00{n}", "tier": "MANDATORY", "status": "NOT_TESTED", "detail": f"not started: {hung}"}
+            for n in (1, 2, 3)
+        ),
+        {"id": "LMB-EXT-002", "tier": "ADVISORY", "status": "FAIL", "detail": "expected error -32601"},
+        {"id": "LMB-EXT-003", "tier": "ADVISORY", "status": "FAIL", "detail": "expected the notification ignored"},
+    ]
+    report = {"requirements": requirements, "verdict": {"conformant": False, "blocked": ""}, "agent": {}}
+    assert summary(report)["failing"] == [
+        f"LMB-SESS-001 and 3 more: {hung}",
+        "LMB-EXT-002: expected error -32601",
+        "LMB-EXT-003: expected the notification ignored",
+    ]
