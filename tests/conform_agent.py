@@ -464,6 +464,9 @@ def _handle(message: dict[str, Any]) -> None:
             waiting[1].append(message)
             waiting[0].set()
         return
+    if _flags.get("freezes_on_set_mode") and (_flags.get("frozen") or method == "session/set_mode"):
+        _flags["frozen"] = True  # from its first session/set_mode on, it answers no request
+        return
     if method == "initialize":
         _send({"id": request_id, "result": _initialize(params)})
     elif method == "logout":  # the login ends: with --require-auth, sessions need authenticate again
@@ -570,6 +573,7 @@ def main(argv: list[str]) -> int:
     _flags["relative_paths"] = "--relative-paths" in argv
     _flags["prompt_in_argv"] = "--prompt-in-argv" in argv
     _flags["reports_first_mode_change"] = "--reports-first-mode-change" in argv
+    _flags["freezes_on_set_mode"] = "--freezes-on-set-mode" in argv
     if "stdout-noise" in _defects:
         print("conform-test-agent starting")
     for line in sys.stdin:

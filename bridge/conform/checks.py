@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -489,7 +490,16 @@ async def _answer_or_fail(g: _Group, requirement: str, method: str, params: dict
         return await g.request(method, params)
     except TimeoutError as exc:
         g.run.fail(requirement, f"an answer to {method}", str(exc))
+        await _unless_hung(g, exc)
         return None
+
+
+async def _unless_hung(g: _Group, unanswered: TimeoutError) -> None:
+    """After a request went unanswered: return when the agent still answers another, else end the group (its other
+    requirements NOT_TESTED), rather than wait as long again for each of them."""
+    problem = await _still_answers(g)
+    if problem is not None:
+        raise TimeoutError(f"{unanswered}; {problem}")
 
 
 def _options_by_id(answer: Answer) -> dict[Any, dict[str, Any]]:
@@ -509,15 +519,18 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
     failed: tuple[str, str] | None  # (expected, got)
     for mode in (other, current):
         request_id = await g.agent.start_request("session/set_mode", {"sessionId": session, "modeId": mode})
+        unanswered: TimeoutError | None = None
         try:
             answer = await g.agent.answer(request_id, g.settings.timeout)
         except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
-            failed = (f"an answer to session/set_mode to {mode!r}", str(exc))
+            failed, unanswered = (f"an answer to session/set_mode to {mode!r}", str(exc)), exc
         else:
             problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
             failed = (f"a valid SetSessionModeResponse to {mode!r}", problems) if problems else None
         if failed is not None:
             g.run.fail("LMB-MODE-002", *failed)
+            if unanswered is not None:
+                await _unless_hung(g, unanswered)
             if mode == other:  # the set-back was never sent
                 await _restore(g, "session/set_mode", {"sessionId": session, "modeId": current})
             return
@@ -588,10 +601,11 @@ async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]])
     failed: tuple[str, str] | None  # (expected, got)
     for value in (other, current):
         params = {"sessionId": session, "configId": name, "value": value}
+        unanswered: TimeoutError | None = None
         try:
             answer = await g.request("session/set_config_option", params)
         except TimeoutError as exc:  # judged here: the group goes on (what follows does not build on it)
-            failed = (f"an answer to session/set_config_option of {name} to {value!r}", str(exc))
+            failed, unanswered = (f"an answer to session/set_config_option of {name} to {value!r}", str(exc)), exc
         else:
             got = _options_by_id(answer).get(name, {}).get("currentValue")
             if not answer.ok:
@@ -602,6 +616,8 @@ async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]])
                 failed = None
         if failed is not None:
             g.run.fail("LMB-CONFIG-002", *failed)
+            if unanswered is not None:
+                await _unless_hung(g, unanswered)
             if value == other:  # the set-back was never sent
                 await _restore(g, "session/set_config_option", {**params, "value": current})
             return
@@ -862,6 +878,7 @@ async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
         answer = await g.request("session/fork", params)
     except TimeoutError as exc:
         run.fail("LMB-SESS-012", "an answer to session/fork", str(exc))
+        await _unless_hung(g, exc)
         return
     problems = _invalid("ForkSessionResponse", answer, g.settings.schema)
     fork = answer.field("sessionId")
@@ -876,6 +893,7 @@ async def _forked(g: _Group, model: ModelDriver, session: str) -> None:
         reply = await g.request("session/prompt", model.prompt(str(fork), "short"))
     except TimeoutError as exc:
         run.fail("LMB-SESS-012", "an answer to the fork's prompt", str(exc))
+        await _unless_hung(g, exc)
         return
     if not reply.ok:  # (whether its stop reason is valid is LMB-PROMPT-001's)
         run.fail("LMB-SESS-012", "the fork's prompt answered", reply.describe())
@@ -1020,12 +1038,15 @@ async def _http_tools(g: _Group) -> None:
 
 
 async def _stdio_tools(g: _Group) -> None:
+    """The probe's log in a directory of the kit's own (0700), removed afterwards: the agent owns the probe's
+    process, which may outlive the check (it keeps its file open, which is no matter) or start late (then it finds
+    no directory to write in and exits), and the workspace may be the user's (--workspace)."""
     token = f"conform-{uuid.uuid4().hex[:8]}"
-    log = Path(g.settings.workspace, f".conform-mcp-{token}.ndjson")
+    directory = Path(tempfile.mkdtemp(prefix="lmbridge-conform-mcp-"))
     try:
-        await _judge_stdio_tools(g, token, log)
-    finally:  # (the workspace may be the user's: --workspace; the probe keeps its file open, which is no matter)
-        log.unlink(missing_ok=True)
+        await _judge_stdio_tools(g, token, directory / f"{token}.ndjson")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 async def _judge_stdio_tools(g: _Group, token: str, log: Path) -> None:
