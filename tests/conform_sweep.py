@@ -186,12 +186,13 @@ def summary(report: dict[str, object]) -> dict[str, object]:
 def _failing(requirements: list[dict[str, Any]]) -> list[str]:
     """What failed or was not tested, each reason once with the requirements it stands for: an agent that hung or
     exited leaves dozens NOT_TESTED for one reason ("not started: " marks those of groups that never began)."""
-    by_reason: dict[str, list[str]] = {}
+    by_reason: dict[tuple[str, str], list[str]] = {}
     for requirement in requirements:
-        if requirement["status"] in ("FAIL", "NOT_TESTED"):
-            reason = str(requirement["detail"]).removeprefix("not started: ")[:160]
-            by_reason.setdefault(reason, []).append(str(requirement["id"]))
-    return [f"{_named(ids)}: {reason}" for reason, ids in by_reason.items()]
+        status = str(requirement["status"])
+        if status in ("FAIL", "NOT_TESTED"):
+            reason = str(requirement["detail"]).removeprefix("not started: ")[:160] or status
+            by_reason.setdefault((status, reason), []).append(str(requirement["id"]))
+    return [f"{_named(ids)}: {reason}" for (_status, reason), ids in by_reason.items()]
 
 
 def _named(ids: list[str]) -> str:
