@@ -81,7 +81,7 @@ from interop.installs import ensure_installed, npm_missing
 from interop.kits import FOREIGN_ENV, KITS, AgentKit, write_config
 
 from bridge.acp.handshake import CLIENT_CAPABILITIES
-from bridge.config import load_config, mcp_transport
+from bridge.config import AgentConfig, load_config, mcp_transport
 from bridge.editor.client import EditorClient, spawn_stdio
 from bridge.fakemodel.server import FakeModel, call, open_fake_model, say
 
@@ -894,9 +894,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     for setting in args.agent_setting:
-        key, _, value = setting.partition("=")
+        key, _, value = (part.strip() for part in setting.partition("="))
+        if key not in AgentConfig._fields or key in ("id", "command", "args", "env", "prestart", "mcp_transport"):
+            parser.error(f"--agent-setting {setting!r}: KEY must be a key of an agent's table the runs do not set")
         try:
-            BRIDGED_SETTINGS[key.strip()] = tomllib.loads(f"value = {value.strip()}")["value"]
+            BRIDGED_SETTINGS[key] = tomllib.loads(f"value = {value}")["value"]
         except tomllib.TOMLDecodeError as exc:
             parser.error(f"--agent-setting {setting!r}: KEY=VALUE with VALUE in TOML ({exc})")
     transports: tuple[str | None, ...] = (None,)
@@ -975,6 +977,8 @@ def write_report(rows: list[Row], errors: dict[str, str], *, reps: int, started:
         "errors": errors,
         "table": text,
     }
+    if BRIDGED_SETTINGS:
+        report["agent_settings"] = BRIDGED_SETTINGS  # --agent-setting: on lmbridge's side alone
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=1))
     print(f"written: {output}", file=sys.stderr)

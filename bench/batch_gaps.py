@@ -1,6 +1,8 @@
 """How a real agent's parallel calls of the editor's tools arrive, and how often a batch splits at an idle time.
 
-``tool_batch_idle`` (docs/tools.md, "Ending a batch") is chosen from this. A model response of three parallel
+What a ``tool_batch_idle`` joins for a model that sends a response's calls at once (docs/tools.md, "Ending a batch";
+the 5 ms it suggests for such a model with Codex came from this; Codex's own 0, for models that stream their calls,
+from ``make bench-agents``). A model response of three parallel
 ``get_weather`` calls, ``--responses`` times, through ``lmbridge stdio`` with the agent configured as the interop
 suite configures it (Codex: over the stdio relay) against the fake model, which answers at once; the editor answers
 each call at once. Printed:
@@ -87,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=0.005, help="tool_batch_idle, seconds (default 0.005)")
     parser.add_argument("--window", type=float, default=0.05, help="tool_batch_window, seconds (default 0.05)")
     args = parser.parse_args(argv)
-    if args.responses < 1 or not 0 < args.idle <= args.window:
-        parser.error("--responses must be positive and 0 < --idle <= --window")
+    if args.responses < 1 or not 0 <= args.idle <= args.window:
+        parser.error("--responses must be positive and 0 <= --idle <= --window")
     ensure_installed([args.agent])
     with tempfile.TemporaryDirectory(prefix="lmbridge-batch-gaps-") as scratch:
         result = trio.run(measure, args.agent, args.responses, args.idle, args.window, Path(scratch))
