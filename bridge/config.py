@@ -457,7 +457,7 @@ def _agent(agent_id: str, raw: Any, locate: "_Locator", prefix: str = "agents") 
         # Compared before any conversion: a 4,300-digit integer or inf must be an error here, not an overflow later.
         if key in _ZERO_SECONDS:
             if key in values and not 0 <= values[key] <= limit:
-                raise locate.error(f"must be 0 or more and at most {limit:,}", f"{table}.{key}")
+                raise locate.error(f"must be a number from 0 up to {limit:,}", f"{table}.{key}")
         elif key in values and not 0 < values[key] <= limit:
             raise locate.error(f"must be positive and at most {limit:,}", f"{table}.{key}")
     values.update(

@@ -28,14 +28,16 @@ class _ActorSteps(trio.abc.Instrument):
             self.step += 1
 
 
-async def _tool_call_ends_the_turn(batch_window: float) -> tuple[int, int, Any]:
-    """Open a turn, make one tool call with the given batch window; the actor steps at which the call's part was
-    sunk and at which the turn ended, and the turn's outcome."""
+async def _tool_call_ends_the_turn(
+    batch_window: float, *, batch_idle: float = 0.015, calls: int = 1
+) -> tuple[int, int, Any]:
+    """Open a turn, make ``calls`` tool calls at once (all queued before the actor runs) with the given batch window
+    and idle time; the actor steps at which the first call's part was sunk and at which the turn ended, and the
+    turn's outcome."""
     agent = FakeAgentLink()  # the prompt runs until the test ends
-    calls = iter(f"lmb_{n}" for n in range(1, 100))
-    actor = SessionActor(
-        agent, "s1", SessionMachine(new_call_id=lambda: next(calls), batch_window=batch_window), log=get_logger()
-    )
+    ids = iter(f"lmb_{n}" for n in range(1, 100))
+    machine = SessionMachine(new_call_id=lambda: next(ids), batch_window=batch_window, batch_idle=batch_idle)
+    actor = SessionActor(agent, "s1", machine, log=get_logger())
     steps = _ActorSteps()
     trio.lowlevel.add_instrument(steps)
     sunk_at: list[int] = []
@@ -58,7 +60,8 @@ async def _tool_call_ends_the_turn(batch_window: float) -> tuple[int, int, Any]:
             await nursery.start(actor.run)
             nursery.start_soon(turn)
             await agent.request_came.wait()
-            nursery.start_soon(actor.invoke_tool, "read_file", {"path": "a.py"})
+            for n in range(calls):
+                nursery.start_soon(actor.invoke_tool, "read_file", {"path": f"{n}.py"})
             with trio.fail_after(HANG):
                 await done.wait()
             nursery.cancel_scope.cancel()
@@ -79,3 +82,12 @@ async def test_a_window_still_open_waits_for_its_timer(autojump_clock: trio.test
     assert outcome.stop_reason == "tool_calls"
     assert ended > sunk
     assert trio.current_time() >= 0.015 - 1e-9  # the idle timer (batch_idle, 15 ms: no other call came) ran out
+
+
+async def test_with_no_idle_time_calls_already_queued_go_out_together(autojump_clock: trio.testing.MockClock) -> None:
+    """``tool_batch_idle = 0`` (Codex's): no timer, but the calls queued by the time the actor handles the first
+    are taken in the same step and end the turn together."""
+    sunk, ended, outcome = await _tool_call_ends_the_turn(batch_window=0.05, batch_idle=0.0, calls=2)
+    assert outcome.stop_reason == "tool_calls" and outcome.pending_calls == ("lmb_1", "lmb_2")
+    assert ended == sunk
+    assert trio.current_time() == 0.0  # no timer ran: the mock clock never moved
