@@ -21,7 +21,9 @@ def server() -> object:
 
     mcp = MCPServer("editor", log_level="WARNING")
 
-    @mcp.tool(name="get_weather", description="The current weather in a city.")
+    # Text only, as the editor answers on the bridged side: no output schema, no structured copy of the answer (the
+    # SDK adds both for a typed return), which agents put in their model requests.
+    @mcp.tool(name="get_weather", description="The current weather in a city.", structured_output=False)
     def get_weather(city: str) -> str:
         return ANSWER
 

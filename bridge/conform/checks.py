@@ -484,8 +484,8 @@ async def _session_options(g: _Group, session: str, opened: dict[str, Any]) -> N
 
 
 async def _answer_or_fail(g: _Group, requirement: str, method: str, params: dict[str, Any]) -> Answer | None:
-    """The agent's answer; None, with ``requirement`` failed, when none came in time. The group goes on: a hang
-    here is this requirement's failure, not the end of the others'."""
+    """The agent's answer; None, with ``requirement`` failed, when none came in time. The group goes on while the
+    agent still answers other requests: a hang here is this requirement's failure, not the end of the others'."""
     try:
         return await g.request(method, params)
     except TimeoutError as exc:
