@@ -54,8 +54,9 @@ _LAUNCHERS = ("npx", "bunx", "pnpm", "uvx", "pipx")
 # What ``mcp_transport = "auto"`` gives a known agent when not HTTP, measured side by side (docs/agents.md, "How each
 # agent gets the editor's tools"): Codex's HTTP MCP client leaves ~30 ms between its own requests of a tool call and
 # ~40 ms in each session's handshake; over the stdio relay its tool turns are ~40 ms and its new conversations ~70 ms
-# faster.
-_AUTO_MCP_TRANSPORT = {"codex": "stdio"}
+# faster. Gemini CLI's later tool turns are ~3 ms faster over the relay (lmbridge's side of a call over a unix socket
+# is lighter than the HTTP server's), its new conversations ~7 ms; its first tool turn ~6 ms slower.
+_AUTO_MCP_TRANSPORT = {"codex": "stdio", "gemini": "stdio"}
 # How long a batch of the editor's tool calls waits for another call (docs/tools.md, "Ending a batch"). Only agents that
 # do not tell of the model's calls before making them rely on it. Codex reports each as it makes it, and makes it as
 # the model's stream has it: with a model that streams its calls (the OpenAI and Anthropic APIs) they come tens of

@@ -36,7 +36,8 @@ class AgentKit:
     # given readOnlyHint), "one_by_one" (Gemini CLI runs them one after the other, always), or "either" (OpenCode:
     # mostly one after the other, sometimes the later ones together).
     mcp_calls: str = "together"
-    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (Codex: faster).
+    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (Codex, Gemini CLI:
+    # faster).
     mcp_over: str = "http"
     # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
     # the prompt's answer, context fill and the session's cost from ``usage_update``.
@@ -174,6 +175,7 @@ KITS: dict[str, AgentKit] = {
     "gemini": GeminiKit(
         "gemini",
         "gemini",
+        mcp_over="stdio",
         mcp_calls="one_by_one",
         usage_fields=("inputTokens", "outputTokens"),
         session_option=("mode", "plan"),  # Gemini CLI has modes and no configOptions
