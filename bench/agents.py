@@ -73,6 +73,8 @@ import trio
 
 from bench.common import RESULTS, QuietLog, Row, cpu_ms, options_to_set, shift, summarize, with_bytecode_cache
 from bench.run import table
+from bench.weather_mcp import ANSWER as WEATHER_ANSWER
+from bench.weather_mcp import TOOL as WEATHER_TOOL
 from bench.wire import BARE_FLOOR, ROOT, TOOL_FLOOR
 
 sys.path.insert(0, str(ROOT / "tests"))  # the interop suite's fake model, agent kits and installs
@@ -87,11 +89,6 @@ from bridge.fakemodel.server import FakeModel, call, open_fake_model, say
 
 TYPING = 1.0  # seconds between an editor connecting and its first chat, in the prestart figure
 STEP_TIMEOUT = 90.0  # seconds: one chat, including an agent's cold start
-WEATHER_TOOL = {
-    "name": "get_weather",
-    "description": "The current weather in a city.",
-    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 FIGURES = ("cold first chat", "prestart chat", "text turn", "first tool turn", "later tool turn")
 LATER_CITIES = ("Oslo", "Lima", "Cairo", "Quito", "Hanoi")  # the later tool turns of each run, their median its sample
 REQUEST_BYTES = "model request bytes"  # beside the figures in a side's samples: the size of each model turn's request
@@ -495,7 +492,7 @@ async def _turn(
         if result.stop_reason != "tool_calls":
             return added
         answers = [
-            {"type": "tool_result", "callId": c["callId"], "content": [{"type": "text", "value": "Sunny, 22 degrees"}]}
+            {"type": "tool_result", "callId": c["callId"], "content": [{"type": "text", "value": WEATHER_ANSWER}]}
             for c in result.tool_calls
         ]
         added.append({"role": "user", "content": answers})
@@ -554,7 +551,7 @@ async def same_code_tool_server() -> AsyncIterator[dict[str, Any]]:
     from mcp_synthetic.server import SessionTools, load_sdk
 
     async def invoke(name: str, arguments: Any) -> Any:
-        return {"content": [{"type": "text", "value": "Sunny, 22 degrees"}]}, ""  # as an editor's tool_result
+        return {"content": [{"type": "text", "value": WEATHER_ANSWER}]}, ""  # as an editor's tool_result
 
     async def ready() -> None:
         pass

@@ -1,9 +1,14 @@
-"""The direct side's independent tool server in ``make bench-agents``: ``get_weather`` on the official MCP SDK's own
-high-level server (``MCPServer``, what MCP servers are commonly written with), answering at once.
+"""The direct side's independent tool server in ``make bench-agents``: ``get_weather`` on the official MCP SDK's
+server, answering at once.
 
 It shares no code with lmbridge: the baseline a user's agent has when it is given a tool the usual way. Over stdio
 (``python bench/weather_mcp.py``, until its input ends), or with ``--http`` over streamable HTTP on 127.0.0.1 as the
 SDK serves it (Starlette on uvicorn): it then writes one line, ``{"url": …}``, and serves until its stdin ends.
+
+It offers what lmbridge's server offers and no more, so that the agent's model sees the same tools on both sides:
+the SDK's low-level ``Server`` with tools alone. (Its high-level ``MCPServer`` also advertises resources and prompts,
+and Claude Code and OpenCode then give their model three resource tools more: 1.5 – 2.1 KB a request.) The tool is
+the bench editor's, answered in text only, as the editor answers.
 """
 
 from __future__ import annotations
@@ -12,22 +17,44 @@ import json
 import socket
 import sys
 import threading
+from typing import Any
 
 ANSWER = "Sunny, 22 degrees"  # what the editor answers on the bridged side
+TOOL = {
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 
 
-def server() -> object:
-    from mcp.server.mcpserver import MCPServer
+def server() -> Any:
+    from mcp import types
+    from mcp.server.lowlevel import Server
 
-    mcp = MCPServer("editor", log_level="WARNING")
+    tool = types.Tool.model_validate(TOOL)
 
-    # Text only, as the editor answers on the bridged side: no output schema, no structured copy of the answer (the
-    # SDK adds both for a typed return), which agents put in their model requests.
-    @mcp.tool(name="get_weather", description="The current weather in a city.", structured_output=False)
-    def get_weather(city: str) -> str:
-        return ANSWER
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool])
 
-    return mcp
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name != tool.name:
+            return types.CallToolResult(content=[types.TextContent(type="text", text="no such tool")], is_error=True)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=ANSWER)])
+
+    return Server("editor", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve_stdio() -> None:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    mcp = server()
+
+    async def run() -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            await mcp.run(read_stream, write_stream, mcp.create_initialization_options())
+
+    anyio.run(run)
 
 
 def serve_http() -> None:
@@ -35,12 +62,11 @@ def serve_http() -> None:
 
     import uvicorn
 
-    mcp = server()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     port = listener.getsockname()[1]
-    app = mcp.streamable_http_app()  # type: ignore[attr-defined]
+    app = server().streamable_http_app()
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
 
@@ -58,7 +84,7 @@ def main() -> int:
     if "--http" in sys.argv[1:]:
         serve_http()
     else:
-        server().run("stdio")  # type: ignore[attr-defined]
+        serve_stdio()
     return 0
 
 

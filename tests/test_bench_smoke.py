@@ -157,6 +157,43 @@ def test_bench_agents_says_when_the_two_sides_run_the_agent_differently() -> Non
     assert all("NOT ALIKE" in row.notes for row in differ)
 
 
+def test_the_direct_sides_tool_server_offers_what_lmbridges_does() -> None:
+    """bench/weather_mcp.py, the independent baseline, over its stdio: tools alone (no resources or prompts, which
+    agents turn into tools more for their model), the bench editor's tool as the editor offers it, and the editor's
+    answer in text only."""
+    from bench.weather_mcp import ANSWER, TOOL
+
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "get_weather", "arguments": {"city": "Oslo"}}},
+    ]  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "weather_mcp.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        answers = {}
+        for message in messages:
+            server.stdin.write(json.dumps(message).encode() + b"\n")
+            server.stdin.flush()
+            if "id" in message:  # each answer read before the next request: stdin's end would cut a call short
+                answer = json.loads(server.stdout.readline())
+                answers[answer["id"]] = answer["result"]
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert set(answers[1]["capabilities"]) == {"tools"}
+    assert answers[2]["tools"] == [TOOL]
+    assert answers[3]["content"] == [{"type": "text", "text": ANSWER}] and "structuredContent" not in answers[3]
+
+
 def test_benchmarked_processes_write_bytecode_when_the_users_environment_turns_it_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
