@@ -263,6 +263,17 @@ class Round:
         marker = f"bench-agents-{os.getpid()}-{self._count}"
         return self.kit.agent_table(model_url=self.model.base_url, home=home, project=project, marker=marker), project
 
+    def _bridged_config(self, floor: str | None, transport: str | None, **keys: Any) -> tuple[Path, Path]:
+        """A bridged run's config file and project: the agent's table with ``keys``, lmbridge's ``--agent-setting``s
+        unless a floor serves it, and ``transport`` as its ``mcp_transport`` (``None``: as configured)."""
+        table_, project = self.table()
+        table_.update(keys)
+        if floor is None:
+            table_.update(BRIDGED_SETTINGS)
+        if transport is not None:
+            table_["mcp_transport"] = transport
+        return write_config(project.parent / "lmbridge.toml", {self.kit.id: table_}), project
+
     def tool_turns(self, city: str) -> None:
         self.model.add(call(self.kit.editor_tool("get_weather", {"city": city})), say(f"Weather told for {city}."))
 
@@ -325,12 +336,7 @@ class Round:
         ``floor``: through that floor instead (``FLOORS``); ``transport``: the agent's ``mcp_transport`` (``None``:
         as configured)."""
         since = len(self.model.requests)
-        table_, project = self.table()
-        if floor is None:
-            table_.update(BRIDGED_SETTINGS)
-        if transport is not None:
-            table_["mcp_transport"] = transport
-        config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
+        config, project = self._bridged_config(floor, transport)
         self.model.add(say("Hello there, ready."), say("Fine, thanks."))
         trace = traced.args() if traced is not None else ()
 
@@ -384,13 +390,7 @@ class Round:
                     traced.span("later tool turn", wall, ended - begun)
             samples["later tool turn"].append(statistics.median(later))
             samples.setdefault(BRIDGE_CPU, []).append(statistics.median(later_cpu))
-        table_, project = self.table()
-        table_["prestart"] = True
-        if floor is None:
-            table_.update(BRIDGED_SETTINGS)
-        if transport is not None:
-            table_["mcp_transport"] = transport
-        config = write_config(project.parent / "lmbridge.toml", {self.kit.id: table_})
+        config, project = self._bridged_config(floor, transport, prestart=True)
         self.model.add(say("Ready when you are."))
         stderr = project.parent / "lmbridge.stderr"
         async with _lmbridge(config, project, stderr, extra=trace, floor=floor, agent_id=self.kit.id) as (client, _pid):
