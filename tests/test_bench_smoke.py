@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -176,19 +177,26 @@ def test_the_direct_sides_tool_server_offers_what_lmbridges_does() -> None:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        bufsize=0,  # unbuffered: what select says is readable is all there is
     )
     assert server.stdin is not None and server.stdout is not None
+    answers = {}
     try:
-        answers = {}
         for message in messages:
             server.stdin.write(json.dumps(message).encode() + b"\n")
             server.stdin.flush()
             if "id" in message:  # each answer read before the next request: stdin's end would cut a call short
+                ready, _, _ = select.select([server.stdout], [], [], 60)
+                assert ready, f"no answer to {message['method']} within 60 s"
                 answer = json.loads(server.stdout.readline())
                 answers[answer["id"]] = answer["result"]
     finally:
         server.stdin.close()
-        server.wait(timeout=60)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
     assert set(answers[1]["capabilities"]) == {"tools"}
     assert answers[2]["tools"] == [TOOL]
     assert answers[3]["content"] == [{"type": "text", "text": ANSWER}] and "structuredContent" not in answers[3]
