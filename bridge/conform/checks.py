@@ -528,11 +528,8 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
             problems = _invalid("SetSessionModeResponse", answer, g.settings.schema)
             failed = (f"a valid SetSessionModeResponse to {mode!r}", problems) if problems else None
         if failed is not None:
-            g.run.fail("LMB-MODE-002", *failed)
-            if unanswered is not None:
-                await _unless_hung(g, unanswered)
-            if mode == other:  # the set-back was never sent
-                await _restore(g, "session/set_mode", {"sessionId": session, "modeId": current})
+            set_back = {"sessionId": session, "modeId": current} if mode == other else None
+            await _switch_failed(g, "LMB-MODE-002", failed, unanswered, "session/set_mode", set_back)
             return
 
     def said() -> list[Any]:
@@ -555,6 +552,24 @@ async def _mode_switch(g: _Group, session: str, modes: dict[str, Any]) -> None:
     else:
         how = f"current_mode_update {reported}" if reported else "no current_mode_update (none is required)"
         g.run.set("LMB-MODE-002", Status.PASS, f"{current!r} → {other!r} → {current!r}; after the set-back, {how}")
+
+
+async def _switch_failed(
+    g: _Group,
+    requirement: str,
+    failed: tuple[str, str],
+    unanswered: TimeoutError | None,
+    method: str,
+    set_back: dict[str, Any] | None,
+) -> None:
+    """A step of a switch and back failed (``failed``: expected, got): ``requirement`` fails; after no answer at all
+    the group goes on only while the agent still answers (``_unless_hung``); ``set_back``, the params of the set-back
+    when it was never sent, is sent unjudged (``_restore``)."""
+    g.run.fail(requirement, *failed)
+    if unanswered is not None:
+        await _unless_hung(g, unanswered)
+    if set_back is not None:
+        await _restore(g, method, set_back)
 
 
 async def _restore(g: _Group, method: str, params: dict[str, Any]) -> None:
@@ -615,11 +630,8 @@ async def _config_switch(g: _Group, session: str, options: list[dict[str, Any]])
             else:
                 failed = None
         if failed is not None:
-            g.run.fail("LMB-CONFIG-002", *failed)
-            if unanswered is not None:
-                await _unless_hung(g, unanswered)
-            if value == other:  # the set-back was never sent
-                await _restore(g, "session/set_config_option", {**params, "value": current})
+            set_back = {**params, "value": current} if value == other else None
+            await _switch_failed(g, "LMB-CONFIG-002", failed, unanswered, "session/set_config_option", set_back)
             return
     g.run.set("LMB-CONFIG-002", Status.PASS, f"{name}: {current!r} → {other!r} → {current!r}")
 
