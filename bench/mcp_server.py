@@ -99,9 +99,7 @@ async def serve_http() -> None:
         return {"content": [{"type": "text", "value": "ok"}]}, ""
 
     async def nothing() -> None:
-        from wire.http_server import load_server
-
-        load_server()
+        pass  # mcp_synthetic.http imported its HTTP server already
 
     tools = SessionTools(invoke, log=QuietLog("bench MCP server"))
     tools.update([ECHO_TOOL])

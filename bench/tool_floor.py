@@ -1,17 +1,17 @@
 """The floor of the tool round trip: lmbridge's own transports with nothing between them.
 
-It stands where ``lmbridge stdio`` stands in the tool benchmark — the bench editor on its stdin/stdout, the bench
-agent as its child over ACP, the agent's MCP calls coming in over streamable HTTP — and is built from the same
-parts: the JSON-RPC engine (``wire.rpc.connection``, with the editor connection's history-reusing parser) on both
-stdio links, and the MCP endpoint (``mcp_synthetic.http``, ``SessionTools``) for the calls. What it leaves out is
+It stands where ``lmbridge stdio`` stands in the tool benchmark — the bench editor on its stdin/stdout, the bench agent
+as its child over ACP, the agent's MCP calls coming in over streamable HTTP — and is built from the same parts: the
+JSON-RPC engine (``wire.rpc.connection``, with the editor connection's history-reusing parser) on both stdio links, and
+the MCP endpoint (``mcp_synthetic.http`` on ``wire.h11_server``, ``SessionTools``) for the calls. What it leaves out is
 everything that makes lmbridge a bridge: no routing or history matching, no session actor or state machine, no
-permission flow, batching, checks of the editor's messages, logging or cancel paths. It serves exactly the
-conversations of ``bench.benchmarks._bridged_tool_timings`` (one prompt, then tool results answering one call at
-a time) and nothing else — and, with ``--config FILE``, those of ``make bench-agents``' chats (``python -m
-bench.agents --floor``) with a real agent of an lmbridge config: the agent the first chat names, started then (or
-when the editor connects, if the config says ``prestart``) and set up as lmbridge sets it up (its environment,
-``authenticate``, the config's session options), the editor's tools offered over MCP, each later prompt of the
-conversation sent to the same session, every permission request allowed.
+permission flow, batching, checks of the editor's messages, logging or cancel paths. It serves exactly the conversations
+of ``bench.benchmarks._bridged_tool_timings`` (one prompt, then tool results answering one call at a time) and nothing
+else — and, with ``--config FILE``, those of ``make bench-agents``' chats (``python -m bench.agents --floor``) with a
+real agent of an lmbridge config: the agent the first chat names, started then (or when the editor connects, if the
+config says ``prestart``) and set up as lmbridge sets it up (its environment, ``authenticate``, the config's session
+options), the editor's tools offered over MCP, each later prompt of the conversation sent to the same session, every
+permission request allowed.
 
 So the tool round trip measured through it is what the hops themselves cost on this machine (Python, Trio, two
 pipes, the loopback socket, the bench editor's own work): the part of lmbridge's overhead that no change to
@@ -50,7 +50,6 @@ from mcp_synthetic.stdio import serve_stdio
 from mcp_synthetic.validation import warm_up_schemas
 from mcp_synthetic.wiring import HANDSHAKE, SHIM_PATH, _Prefixed
 from session.permissions import permission_tool_schema
-from wire.http_server import load_server
 from wire.rpc.connection import ACP_CANCEL, EDITOR_CANCEL, JsonRpcConnection, MethodTable, StreamWire
 
 PERMISSION_TOOL = permission_tool_schema()
@@ -92,7 +91,7 @@ class Floor:
 
     @staticmethod
     async def _loaded() -> None:
-        load_server()
+        pass  # mcp_synthetic.http imported its HTTP server already
 
     @staticmethod
     async def _sdk_ready() -> None:
@@ -106,7 +105,6 @@ class Floor:
         slower after a pause (Codex's session/new: 21 against 38 ms); the SDK imported in the background made the
         turns right after a cold first chat 15 – 21 ms slower."""
         await trio.to_thread.run_sync(warm_up_schemas)
-        await trio.to_thread.run_sync(load_server)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

@@ -8,7 +8,8 @@
 - ``http``: the same server over streamable HTTP, for agents that speak it
 - ``early`` and ``stdio``: the common messages of either transport answered without the SDK (its import is slow)
 
-May import: ``wire.errors``, ``wire.observe``, ``wire.http_server`` (the HTTP transport's server), the line framing
-of ``wire.rpc.protocol``, ``wire.cancel`` (the signal a call of lmbridge's own tools is withdrawn on). A call waits on
+May import: ``wire.errors``, ``wire.observe``, ``wire.h11_server`` (the HTTP transport's server) and
+``wire.http_server`` (its helpers), the line framing of ``wire.rpc.protocol``, ``wire.cancel`` (the signal a call of
+lmbridge's own tools is withdrawn on). A call waits on
 the session actor through the ``invoke`` callable it is given; it never imports the session layer.
 """

@@ -3,7 +3,7 @@
 
 Owns one listener for every session of an lmbridge process (``HttpEndpoints``): each session gets its own path
 (``/mcp/<route>``), its own bearer token (401 without it) and its own official-SDK streamable-HTTP session manager,
-all served by the project's HTTP server (``wire.http_server``: Hypercorn's Trio worker). The SDK's DNS-rebinding
+all served by the loopback listener's HTTP/1.1 server (``wire.h11_server``). The SDK's DNS-rebinding
 protection stays on (the Host header must be this listener's address). A closed session's path answers 404.
 
 The SDK is imported, and a route's session manager started, only when a request needs it: ``mcp_synthetic.early``
@@ -19,11 +19,13 @@ import hmac
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import trio
 
-from wire.http_server import listening_socket, read_body, send_together, serve_asgi
+from wire.h11_server import serve_h11
+from wire.http_server import listening_socket, read_body, send_together
 from wire.observe.logger import Logger
 
 from .early import (
@@ -84,20 +86,17 @@ class _Route:
 
 
 def load_http() -> None:
-    """Import what serving over HTTP needs besides the SDK's core (slow: run it in a worker thread)."""
+    """Import what the SDK's streamable-HTTP transport needs besides the SDK's core (slow: run it in a worker
+    thread)."""
     import mcp.server.streamable_http_manager
     import mcp.server.transport_security  # noqa: F401
-
-    from wire.http_server import load_server
-
-    load_server()
 
 
 class HttpEndpoints:
     """The shared streamable-HTTP listener: ``run`` it in a nursery, then ``add`` a session's tools.
 
-    The socket is bound, and URLs handed out, before anything is imported. It serves as soon as the HTTP server is
-    imported (``serving``, ~40 ms). ``ready`` imports the SDK (~0.5 s of CPU, in a worker thread): it is awaited only
+    The socket is bound, and URLs handed out, before anything is imported. It serves once ``serving`` is done (the
+    schema checker's import). ``ready`` imports the SDK (~0.5 s of CPU, in a worker thread): it is awaited only
     when a request needs the SDK (``own_answers=False``: for every route, at once — the tests compare both)."""
 
     def __init__(
@@ -127,9 +126,9 @@ class HttpEndpoints:
                 task_status.started()
                 try:
                     await self._serving()
-                    await nursery.start(serve_asgi, self._app, [sock])
+                    await nursery.start(partial(serve_h11, self._app, sock, log=self._log))
                     self._log.debug("MCP endpoints listening", port=self._port)
-                except Exception as exc:  # the HTTP server cannot be imported: refuse connections, not hold them
+                except Exception as exc:  # what serving needs cannot be imported: refuse connections, not hold them
                     self._log.error("cannot serve MCP over HTTP", error=str(exc))
                     nursery.cancel_scope.cancel()
                     return

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from wire.http_server import load_server
 from wire.observe.logger import Logger
 
 from .server import SERVER_NAME, LocalTool, SessionTools, load_sdk, receive_some
@@ -73,8 +72,7 @@ def _load_front() -> None:
     tools' schemas), then the HTTP server and lmbridge's MCP endpoint (an agent's MCP connection may come ~0.2 s after
     it started; a prestarted agent's comes with the first chat, which should not import them)."""
     warm_up_schemas()
-    load_server()
-    from . import http  # noqa: F401
+    from . import http  # noqa: F401  (and with it wire.h11_server)
 
 
 def _load_sdk_parts() -> None:
@@ -165,7 +163,7 @@ class EditorToolsSetup:
             self.preload()
 
     def preload(self) -> None:
-        """Start importing the schema checker and the HTTP server (~0.1 s) in a worker thread, once, then listen
+        """Start importing the schema checker and the HTTP server (~60 ms) in a worker thread, once, then listen
         for MCP over HTTP. The MCP SDK is imported only when something needs it (``sdk_ready``)."""
         if self._front_loaded is None and self._nursery is not None:
             self._front_loaded = trio.Event()

@@ -76,7 +76,7 @@ def _allowed(package: str) -> tuple[str, ...]:
     found = _MAY_IMPORT.search(docstring)
     if found is None:
         return ()
-    names = re.findall(r"``([a-z_][a-z_.]*)``", found.group(1))
+    names = re.findall(r"``([a-z_][a-z0-9_.]*)``", found.group(1))
     return tuple(name for name in names if name.split(".")[0] in TOP_LEVEL)
 
 

@@ -1,9 +1,11 @@
-"""Serving an ASGI application on sockets lmbridge opened, with Hypercorn's Trio worker: the one HTTP server of the
-project (the HTTP API front and the synthetic MCP server's streamable-HTTP transport both run on it).
+"""Serving an ASGI application on sockets lmbridge opened, with Hypercorn's Trio worker: the HTTP API front's
+server (TLS, HTTP/2, a graceful stop). The loopback listener (the synthetic MCP server's streamable-HTTP transport)
+runs on ``wire.h11_server`` instead.
 
 Owns turning listening sockets into a running Hypercorn server inside the caller's nursery, with its logs kept off
-stdout and its limits set: header size, keep-alive, a graceful timeout on stop; and ``send_together``, which puts
-what several ASGI messages make on the wire in one write. The application decides everything else (bodies, auth,
+stdout and its limits set: header size, keep-alive, a graceful timeout on stop; ``send_together``, which puts what
+several ASGI messages make on the wire in one write (under either server); and the small helpers both fronts share
+(the listening socket, the body read, the bearer token). The application decides everything else (bodies, auth,
 routes).
 """
 
@@ -20,8 +22,10 @@ from typing import Any
 import trio
 
 __all__ = [
+    "HEADER_BYTES",
     "MORE_TO_COME",
     "bearer",
+    "claim_held_writes",
     "is_loopback",
     "listening_socket",
     "load_server",
@@ -31,7 +35,7 @@ __all__ = [
     "serve_asgi",
 ]
 
-_HEADER_BYTES = 64 * 1024
+HEADER_BYTES = 64 * 1024  # of a request's head, at most
 MORE_TO_COME: dict[str, Any] = {"type": "http.request", "body": b"", "more_body": True}
 
 
@@ -78,10 +82,11 @@ _held_writes: contextvars.ContextVar[_HeldWrites | None] = contextvars.ContextVa
 
 async def send_together(send: Any, *messages: dict[str, Any]) -> None:
     """Send ASGI ``messages`` (a response's start and its body, say) so that their bytes reach the socket in one
-    write. Hypercorn writes each part of a response as it is given — the head, each body chunk, the chunked
+    write. Servers write each part of a response as it is given — the head, each body chunk, the chunked
     encoding's end: three writes for a short event-stream answer, and as many wake-ups of a client that may read
     between them (on a busy machine the client, woken by the first, can take the CPU before the rest is written).
-    Under another server the messages are sent one by one, as ``send`` would."""
+    Hypercorn and ``wire.h11_server`` hold them instead (``claim_held_writes``); under another server the messages
+    are sent one by one, as ``send`` would."""
     held = _HeldWrites()
     token = _held_writes.set(held)
     try:
@@ -92,6 +97,17 @@ async def send_together(send: Any, *messages: dict[str, Any]) -> None:
         if held.connection is not None:
             with trio.CancelScope(shield=True):  # the connection counts these bytes as sent: they must be
                 await held.connection.write_held(held)
+
+
+def claim_held_writes(connection: Any) -> _HeldWrites | None:
+    """For a server's connection about to write: the writes ``send_together`` holds in this task, now
+    ``connection``'s (it adds its bytes to ``chunks``, and its ``write_held(held)`` is awaited at the end); ``None``
+    when nothing is held, or it is held for another connection."""
+    held = _held_writes.get()
+    if held is None or held.connection not in (None, connection):
+        return None
+    held.connection = connection
+    return held
 
 
 def load_server() -> None:
@@ -121,7 +137,7 @@ async def serve_asgi(
     config.accesslog = None
     # Hypercorn's error log is the standard library's; lmbridge's stderr logging shows what propagates to it.
     config.errorlog = logging.getLogger("hypercorn.error")
-    config.h11_max_incomplete_size = _HEADER_BYTES
+    config.h11_max_incomplete_size = HEADER_BYTES
     config.keep_alive_timeout = keep_alive
     config.graceful_timeout = graceful_timeout
     config.include_server_header = False
