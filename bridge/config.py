@@ -55,8 +55,9 @@ _LAUNCHERS = ("npx", "bunx", "pnpm", "uvx", "pipx")
 # agent gets the editor's tools"): Codex's HTTP MCP client leaves ~30 ms between its own requests of a tool call and
 # ~40 ms in each session's handshake; over the stdio relay its tool turns are ~40 ms and its new conversations ~70 ms
 # faster. Gemini CLI's later tool turns are ~3 ms faster over the relay (lmbridge's side of a call over a unix socket
-# is lighter than the HTTP server's), its new conversations ~7 ms; its first tool turn ~6 ms slower.
-_AUTO_MCP_TRANSPORT = {"codex": "stdio", "gemini": "stdio"}
+# is lighter than the HTTP server's), its new conversations ~7 ms; its first tool turn ~6 ms slower. OpenCode's first
+# tool turn is 50 – 75 ms faster over the relay (its HTTP MCP client's first call), its other turns ~10 – 25 ms.
+_AUTO_MCP_TRANSPORT = {"codex": "stdio", "gemini": "stdio", "opencode": "stdio"}
 # How long a batch of the editor's tool calls waits for another call (docs/tools.md, "Ending a batch"). Only agents that
 # do not tell of the model's calls before making them rely on it. Codex reports each as it makes it, and makes it as
 # the model's stream has it: with a model that streams its calls (the OpenAI and Anthropic APIs) they come tens of

@@ -10,6 +10,6 @@
 
 May import: ``wire.errors``, ``wire.observe``, ``wire.h11_server`` (the HTTP transport's server) and
 ``wire.http_server`` (its helpers), the line framing of ``wire.rpc.protocol``, ``wire.cancel`` (the signal a call of
-lmbridge's own tools is withdrawn on). A call waits on
-the session actor through the ``invoke`` callable it is given; it never imports the session layer.
+lmbridge's own tools is withdrawn on). A call waits on the session actor through the ``invoke`` callable it is given; it
+never imports the session layer.
 """

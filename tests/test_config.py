@@ -191,7 +191,7 @@ def test_tool_batch_idle_is_the_agents_then_the_sessions_then_the_known_agents()
         ("npx", ["-y", "@zed-industries/codex-acp@0.16.0"], "codex", "stdio"),
         ("npx", ["@agentclientprotocol/claude-agent-acp"], "claude", "auto"),
         ("gemini", ["--experimental-acp"], "gemini", "stdio"),
-        ("/usr/local/bin/opencode", ["acp"], "opencode", "auto"),
+        ("/usr/local/bin/opencode", ["acp"], "opencode", "stdio"),
         ("my-agent", [], None, "auto"),
     ],
 )

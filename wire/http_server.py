@@ -28,7 +28,6 @@ __all__ = [
     "claim_held_writes",
     "is_loopback",
     "listening_socket",
-    "load_server",
     "presented_token",
     "read_body",
     "send_together",
@@ -108,14 +107,6 @@ def claim_held_writes(connection: Any) -> _HeldWrites | None:
         return None
     held.connection = connection
     return held
-
-
-def load_server() -> None:
-    """Import the HTTP server (about 0.1 s): callers that must not pay it on a request's path do it in advance, in
-    a worker thread."""
-    import hypercorn.config
-    import hypercorn.trio.run
-    import hypercorn.utils  # noqa: F401
 
 
 async def serve_asgi(

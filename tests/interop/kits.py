@@ -36,8 +36,8 @@ class AgentKit:
     # given readOnlyHint), "one_by_one" (Gemini CLI runs them one after the other, always), or "either" (OpenCode:
     # mostly one after the other, sometimes the later ones together).
     mcp_calls: str = "together"
-    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (Codex, Gemini CLI:
-    # faster).
+    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (Codex, Gemini CLI,
+    # OpenCode: faster).
     mcp_over: str = "http"
     # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
     # the prompt's answer, context fill and the session's cost from ``usage_update``.
@@ -187,6 +187,7 @@ KITS: dict[str, AgentKit] = {
     "opencode": OpenCodeKit(
         "opencode",
         "anthropic",
+        mcp_over="stdio",
         model_told_of_rejection=False,  # a rejected command ends the turn (its continue_loop_on_deny is off)
         mcp_calls="either",
         usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
