@@ -3,8 +3,8 @@ MCP server's streamable-HTTP transport, and what is mounted beside it).
 
 Hypercorn (``wire.http_server``) serves the HTTP API front: TLS, HTTP/2, a graceful stop. The loopback listener
 needs none of that, and it is on the path of every agent's tool call: this server is one Trio task per connection
-and one write per response part (or per ``send_together``), where Hypercorn spends about a third of lmbridge's CPU
-on an MCP call in its own tasks and events, and costs ~70 ms of CPU to import beside a starting agent.
+and one write per response part (or per ``send_together``), where Hypercorn spent ~40 % of lmbridge's CPU
+on an MCP call in its own tasks and events, and ~70 ms of CPU to import beside a starting agent.
 
 Owns the connection loop: requests one at a time per connection (keep-alive; pipelined requests wait their turn), the
 ASGI ``http`` scope, ``receive`` (the body, then ``http.disconnect`` when the client hangs up), ``send`` (each part
