@@ -157,7 +157,7 @@ def test_each_command_keeps_its_own_log_level_default() -> None:
 
 
 def test_tool_batch_idle_is_the_agents_then_the_sessions_then_the_known_agents() -> None:
-    """Codex, which reports each call only as it makes it, as its model streams it, waits for no other (measured,
+    """Codex and OpenCode, which report each call only as (or after) they make it, wait for no other (measured,
     docs/tools.md); every other agent 15 ms; the config's word wins, the agent's own over [sessions]."""
     codex = {"command": "npx", "args": ["-y", "@zed-industries/codex-acp@0.16.0"]}
     claude = {"command": "claude-agent-acp"}
@@ -165,6 +165,8 @@ def test_tool_batch_idle_is_the_agents_then_the_sessions_then_the_known_agents()
     assert defaults.tool_batch_idle is None
     assert tool_batch_idle(agent_from_mapping("c", codex), defaults) == 0.0
     assert tool_batch_idle(agent_from_mapping("c", claude), defaults) == 0.015
+    opencode = {"command": "/usr/local/bin/opencode", "args": ["acp"]}  # reports its calls after making them
+    assert tool_batch_idle(agent_from_mapping("o", opencode), defaults) == 0.0
     assert tool_batch_idle(None, defaults) == 0.015  # an agent no longer configured
     given = parse_config("[sessions]\ntool_batch_idle = 0.02\n").sessions
     assert given.tool_batch_idle == 0.02
