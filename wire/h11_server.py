@@ -100,11 +100,11 @@ class _Connection:
             if not isinstance(event, h11.Request):  # idle too long, the client left, or it broke the protocol
                 return
             await self._answer(event)
-            if self._broken or self._h11.our_state is not h11.DONE:
+            if self._broken or self._h11.our_state is not h11.DONE:  # a cut-short response, or one that closes
                 return
             if self._h11.their_state is not h11.DONE and not await self._drain():
                 return
-            if self._eof or self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+            if self._eof:
                 return
             self._h11.start_next_cycle()
 
@@ -252,20 +252,18 @@ class _Connection:
         else:
             raise RuntimeError(f"unknown ASGI message for an HTTP response: {kind!r}")
 
-    async def _plain(self, status: int, text: bytes) -> None:
+    async def _plain(self, status: int, text: bytes, *headers: tuple[bytes, bytes]) -> None:
         self._started = self._finished = True
-        headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode())]
-        response = h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""))
+        head = [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode()), *headers]
+        response = h11.Response(status_code=status, headers=head, reason=_REASONS.get(status, b""))
         await self._write(response, h11.Data(data=text), h11.EndOfMessage())
 
     async def _refuse(self, status: int, problem: str) -> None:
         """A request h11 could not read: its status (the connection then closes)."""
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             text = f"{_REASONS.get(status, b'').decode()}: {problem}".encode()
-            headers = [(b"content-type", b"text/plain"), (b"connection", b"close")]
             try:
-                await self._write(h11.Response(status_code=status, headers=headers), h11.Data(data=text),
-                                  h11.EndOfMessage())  # fmt: skip
+                await self._plain(status, text, (b"connection", b"close"))
             except h11.LocalProtocolError:
                 pass
 
