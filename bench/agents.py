@@ -71,7 +71,17 @@ from typing import Any, NamedTuple
 
 import trio
 
-from bench.common import RESULTS, QuietLog, Row, cpu_ms, options_to_set, shift, summarize, with_bytecode_cache
+from bench.common import (
+    RESULTS,
+    QuietLog,
+    Row,
+    balanced_orders,
+    cpu_ms,
+    options_to_set,
+    shift,
+    summarize,
+    with_bytecode_cache,
+)
 from bench.run import table
 from bench.weather_mcp import ANSWER as WEATHER_ANSWER
 from bench.weather_mcp import TOOL as WEATHER_TOOL
@@ -689,9 +699,10 @@ async def measure(
         sides += [(partial(runs.bridged, floor=kind, transport=transports[0]), floored[kind]) for kind in floors]
         for run, _ in sides:  # untimed: page cache, compile caches, the model
             await run({figure: [] for figure in FIGURES})
+        orders = balanced_orders(len(sides))
         for rep in range(reps):
-            turn = rep % len(sides)  # each side first as often as the others
-            for run, samples in sides[turn:] + sides[:turn]:
+            for side in orders[rep % len(orders)]:
+                run, samples = sides[side]
                 await run(samples)
             print(f"  {agent}: {rep + 1}/{reps}", file=sys.stderr, flush=True)
         for index in range(TRACED_RUNS):  # apart from the paired runs: tracing costs time of its own

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -75,6 +76,28 @@ def test_the_shift_estimate_holds_where_a_difference_of_medians_swings() -> None
     estimate, low, high = shift(bridged, direct)
     assert 40 <= estimate <= 80 and low <= 60 <= high
     assert statistics.median(bridged) - statistics.median(direct) > 200  # what a difference of medians says
+
+
+@pytest.mark.parametrize("sides", [1, 2, 3, 4, 5, 6, 7])
+def test_the_sides_run_in_orders_where_each_follows_each_other_as_often(sides: int) -> None:
+    """bench-agents' rounds: over a cycle of orders, every side at every position equally often, and directly after
+    every other side equally often (a fixed rotation puts the same side after the same other one every round)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import balanced_orders
+
+    orders = balanced_orders(sides)
+    assert all(sorted(order) == list(range(sides)) for order in orders)
+    at_position = {(position, side): 0 for position in range(sides) for side in range(sides)}
+    after = {(a, b): 0 for a in range(sides) for b in range(sides) if a != b}
+    for order in orders:
+        for position, side in enumerate(order):
+            at_position[position, side] += 1
+        for pair in itertools.pairwise(order):
+            after[pair] += 1
+    assert len(set(at_position.values())) == 1
+    assert len(set(after.values())) <= 1 and 0 not in after.values()
+    with pytest.raises(ValueError):
+        balanced_orders(0)
 
 
 def test_lmbridge_own_time_is_read_off_its_traces(tmp_path: Path) -> None:
