@@ -191,7 +191,7 @@ def test_tool_batch_idle_is_the_agents_then_the_sessions_then_the_known_agents()
     [
         ("/opt/bin/codex-acp", [], "codex", "stdio"),  # measured faster over the stdio relay (docs/agents.md)
         ("npx", ["-y", "@zed-industries/codex-acp@0.16.0"], "codex", "stdio"),
-        ("npx", ["@agentclientprotocol/claude-agent-acp"], "claude", "auto"),
+        ("npx", ["@agentclientprotocol/claude-agent-acp"], "claude", "stdio"),
         ("gemini", ["--experimental-acp"], "gemini", "stdio"),
         ("/usr/local/bin/opencode", ["acp"], "opencode", "stdio"),
         ("my-agent", [], None, "auto"),

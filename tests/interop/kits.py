@@ -36,9 +36,9 @@ class AgentKit:
     # given readOnlyHint), "one_by_one" (Gemini CLI runs them one after the other, always), or "either" (OpenCode:
     # mostly one after the other, sometimes the later ones together).
     mcp_calls: str = "together"
-    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (Codex, Gemini CLI,
-    # OpenCode: faster).
-    mcp_over: str = "http"
+    # What ``mcp_transport = "auto"`` gives the agent: lmbridge's HTTP listener, or the stdio relay (each agent of the
+    # suite: faster for it, docs/agents.md).
+    mcp_over: str = "stdio"
     # What the agent reports of a turn's usage, as it reaches the editor (the answer's ``usage``): token counts from
     # the prompt's answer, context fill and the session's cost from ``usage_update``.
     usage_fields: tuple[str, ...] = ()
@@ -164,7 +164,6 @@ KITS: dict[str, AgentKit] = {
     "codex": CodexKit(
         "codex",
         "openai",
-        mcp_over="stdio",
         rejected_shell_stop_reason="cancelled",
         model_told_of_rejection=False,
         usage_fields=("contextUsed", "contextSize"),
@@ -175,7 +174,6 @@ KITS: dict[str, AgentKit] = {
     "gemini": GeminiKit(
         "gemini",
         "gemini",
-        mcp_over="stdio",
         mcp_calls="one_by_one",
         usage_fields=("inputTokens", "outputTokens"),
         session_option=("mode", "plan"),  # Gemini CLI has modes and no configOptions
@@ -187,7 +185,6 @@ KITS: dict[str, AgentKit] = {
     "opencode": OpenCodeKit(
         "opencode",
         "anthropic",
-        mcp_over="stdio",
         model_told_of_rejection=False,  # a rejected command ends the turn (its continue_loop_on_deny is off)
         mcp_calls="either",
         usage_fields=("inputTokens", "outputTokens", "contextUsed", "contextSize", "cost"),
