@@ -48,7 +48,8 @@ of itself before it starts the agent).
 a side of every round, the first the verdicts', and rows named ``agent over <transport>`` compare the others with
 it: how ``mcp_transport = "auto"`` is chosen for each agent (docs/agents.md). ``--agent-setting KEY=VALUE`` puts a
 key in the agent's table on lmbridge's side alone (``tool_batch_idle=0``): what a setting changes, against the same
-direct side and floor.
+direct side and floor. The sides of a round run in an order of a Williams design (``bench.common.balanced_orders``):
+over a cycle of rounds each side runs first as often as the others, and right after each other side as often.
 """
 
 from __future__ import annotations
