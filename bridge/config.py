@@ -57,7 +57,7 @@ _LAUNCHERS = ("npx", "bunx", "pnpm", "uvx", "pipx")
 # faster. Gemini CLI's later tool turns are ~3 ms faster over the relay (lmbridge's side of a call over a unix socket
 # is lighter than the HTTP server's), its new conversations ~7 ms; its first tool turn ~6 ms slower. OpenCode's first
 # tool turn is 50 – 75 ms faster over the relay (its HTTP MCP client's first call), its other turns ~10 – 25 ms.
-# Claude Code's text and tool turns are ~4 – 11 ms faster over the relay (two runs of 20 pairs in the same rounds, on
+# Claude Code's text and tool turns are ~3 – 11 ms faster over the relay (two runs of 20 pairs in the same rounds, on
 # lmbridge's own HTTP server), even the text turn, which passes no MCP message: its stdio MCP client is the lighter.
 _AUTO_MCP_TRANSPORT = {"claude": "stdio", "codex": "stdio", "gemini": "stdio", "opencode": "stdio"}
 # How long a batch of the editor's tool calls waits for another call (docs/tools.md, "Ending a batch"). Only agents that
