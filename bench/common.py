@@ -39,13 +39,13 @@ def balanced_orders(sides: int) -> list[list[int]]:
     design): over a full cycle each side runs at each position as often as every other, and directly after each
     other side as often. A side can leave something behind for the next (a process still exiting, caches): in a
     fixed rotation the same side always follows the same other one and carries that into the comparison. ``sides``
-    orders when ``sides`` is even, twice that when odd (but one for one side)."""
+    orders when ``sides`` is even, twice that when it is odd and more than one."""
     if sides < 1:
         raise ValueError("at least one side")
     first = [0]
     for position in range(1, sides):  # 0, 1, n-1, 2, n-2, ...: every difference between neighbours once
         first.append((position + 1) // 2 if position % 2 else sides - position // 2)
-    orders = [[(side + shift) % sides for side in first] for shift in range(sides)]
+    orders = [[(side + offset) % sides for side in first] for offset in range(sides)]
     if sides % 2 and sides > 1:
         orders += [order[::-1] for order in orders]
     return orders
